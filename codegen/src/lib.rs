@@ -1,0 +1,4 @@
+//! qdqc's backends. [`onnx`] writes the lowered form back as an ONNX model; a Rust-kernel backend
+//! will read the same lowered form.
+
+pub mod onnx;

@@ -1,0 +1,52 @@
+//! The ONNX backend: the authored model with its node lists replaced by the lowered nodes.
+//! Everything qdqc does not rewrite — opset imports, functions, metadata, doc strings,
+//! value_info, inputs, outputs, initializers and their order — is carried over untouched.
+
+use qdqc_lang::onnx::{GraphProto, ModelProto};
+use qdqc_lang::save::{SaveOptions, Saved, save};
+use qdqc_lang::{Error, Model, Result};
+use qdqc_lower::lowered::{Computation, LoweredGraph};
+use std::path::Path;
+
+/// The model the lowered graph describes.
+pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
+    let mut proto = model.proto.clone();
+    let graph = proto.graph.as_mut().expect("checked at load");
+    rebuild(graph, lowered).map_err(|p| Error::compile(&model.path, p))?;
+    Ok(proto)
+}
+
+/// Converts and writes atomically (external data included) to `out`.
+pub fn write(model: &Model, lowered: &LoweredGraph, out: &Path, options: &SaveOptions) -> Result<Saved> {
+    save(to_model(model, lowered)?, model, out, options)
+}
+
+fn rebuild(graph: &mut GraphProto, lowered: &LoweredGraph) -> Result<(), String> {
+    let mut authored = std::mem::take(&mut graph.node);
+    for sub in &lowered.subgraphs {
+        let node = authored.get_mut(sub.node).ok_or("subgraph owner out of range")?;
+        let attr = node
+            .attribute
+            .iter_mut()
+            .find(|a| a.name.as_deref() == Some(sub.attr.as_str()))
+            .ok_or_else(|| format!("attribute {} vanished", sub.attr))?;
+        let body = match attr.g.as_mut() {
+            Some(g) if attr.graphs.is_empty() && sub.index == 0 => g,
+            _ => attr.graphs.get_mut(sub.index).ok_or("subgraph index out of range")?,
+        };
+        rebuild(body, &sub.graph)?;
+    }
+    graph.node = lowered
+        .nodes
+        .iter()
+        .map(|n| match n.computation {
+            Computation::Authored { node } => {
+                let mut proto = authored[node].clone();
+                proto.input.clone_from(&n.inputs);
+                proto.output.clone_from(&n.outputs);
+                proto
+            }
+        })
+        .collect();
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! qdqc's languages, bottom layer of the workspace (data → rewrites → lower → codegen).
+//!
+//! * [`onnx`]: the ONNX protobuf schema (vendored `proto/onnx.proto`, compiled by protox + prost).
+//! * [`load`] / [`save`]: reading models through mmap, external data, atomic writes.
+//! * [`tensor`]: typed views of initializer data (never allocated from claimed dims).
+//! * [`ir`]: the validated model graph (petgraph), with subgraphs and outer-scope references.
+//! * [`term`] / [`analysis`]: the Q/DQ term language of the e-graph and its facts.
+//! * [`canon`]: the canonical text form used by snapshots.
+
+pub mod analysis;
+pub mod canon;
+pub mod error;
+pub mod ir;
+pub mod load;
+pub mod onnx;
+pub mod opset;
+pub mod save;
+pub mod tensor;
+pub mod term;
+
+pub use error::{Error, ErrorKind, Result};
+pub use load::Model;

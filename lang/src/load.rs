@@ -1,0 +1,224 @@
+//! Loading a model: mmap, protobuf decode, external data resolution, tensor payload checks.
+
+use crate::error::{Error, Result};
+use crate::onnx::{self, ModelProto, TensorProto, tensor_proto::DataLocation};
+use crate::tensor::{self, Payload};
+use crate::{ir, opset};
+use bytes::Bytes;
+use prost::Message;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+
+/// A loaded, validated model. External data files stay mapped for the model's lifetime.
+pub struct Model {
+    pub path: PathBuf,
+    pub proto: ModelProto,
+    /// The validated graph structure of `proto.graph`, with its subgraphs.
+    pub graph: ir::Graph,
+    /// External data files by their `location`, mapped once.
+    external: BTreeMap<String, Bytes>,
+}
+
+impl Model {
+    /// Reads, decodes and validates `path`. Every problem is a [`ErrorKind::BadInput`] error
+    /// naming the file (and the node, when there is one).
+    ///
+    /// [`ErrorKind::BadInput`]: crate::ErrorKind::BadInput
+    pub fn load(path: &Path) -> Result<Model> {
+        let bytes = map_file(path)?;
+        if bytes.is_empty() {
+            return Err(Error::bad_input(path, "empty file, not an ONNX model"));
+        }
+        let mut proto = ModelProto::decode(bytes)
+            .map_err(|e| Error::bad_input(path, format!("not an ONNX model (protobuf decoding failed: {e})")))?;
+        check_header(&proto).map_err(|p| Error::bad_input(path, p))?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let external = map_external(&mut proto, &dir).map_err(|p| Error::bad_input(path, p))?;
+        let mut model = Model { path: path.to_path_buf(), proto, graph: ir::Graph::default(), external };
+        model.check_tensors()?;
+        model.graph = ir::Graph::build_main(&model)?;
+        Ok(model)
+    }
+
+    /// Where the elements of `t` are, external data resolved.
+    pub fn payload<'a>(&self, t: &'a TensorProto) -> Result<Payload<'a>, String> {
+        if t.data_location == Some(DataLocation::External as i32) {
+            let ext = ExternalRef::parse(t)?;
+            let file = &self.external[&ext.location];
+            let end = ext.offset + ext.length.unwrap_or(file.len() as u64 - ext.offset);
+            return Ok(Payload::Raw(file.slice(ext.offset as usize..end as usize)));
+        }
+        Ok(match &t.raw_data {
+            Some(raw) => Payload::Raw(raw.clone()),
+            None => Payload::Typed(t),
+        })
+    }
+
+    /// Whether any tensor of the model keeps its data in an external file.
+    pub fn has_external_data(&self) -> bool {
+        !self.external.is_empty()
+    }
+
+    fn check_tensors(&mut self) -> Result<()> {
+        let mut proto = std::mem::take(&mut self.proto);
+        let mut result = Ok(());
+        walk_tensors(&mut proto, &mut |t| {
+            if result.is_ok() {
+                result = tensor::data_type(t)
+                    .and_then(|dt| if dt == onnx::DataType::String { Ok(()) } else { self.check_one(t, dt) });
+            }
+        });
+        self.proto = proto;
+        result.map_err(|p| Error::bad_input(&self.path, p))
+    }
+
+    fn check_one(&self, t: &TensorProto, dt: onnx::DataType) -> Result<(), String> {
+        tensor::check_payload(t, dt, &self.payload(t)?)
+    }
+}
+
+fn map_file(path: &Path) -> Result<Bytes> {
+    let unreadable = |e: std::io::Error| Error::bad_input(path, format!("cannot read: {e}"));
+    let file = File::open(path).map_err(unreadable)?;
+    if file.metadata().map_err(unreadable)?.is_dir() {
+        return Err(Error::bad_input(path, "is a directory, not an ONNX model"));
+    }
+    // SAFETY: the mapping is read-only; qdqc never writes to its inputs. A concurrent external
+    // writer could change the bytes under us, which is the usual contract of mmap-based loaders.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(unreadable)?;
+    Ok(Bytes::from_owner(map))
+}
+
+fn check_header(proto: &ModelProto) -> Result<(), String> {
+    let ir = proto.ir_version.ok_or("model has no ir_version")?;
+    if !(1..=onnx::MAX_IR_VERSION).contains(&ir) {
+        return Err(format!(
+            "unsupported IR version {ir} (qdqc's schema knows 1 to {}; newer fields would be lost)",
+            onnx::MAX_IR_VERSION
+        ));
+    }
+    if proto.graph.is_none() {
+        return Err("model has no graph".into());
+    }
+    opset::check_imports(proto)
+}
+
+/// The `external_data` entries of one tensor.
+pub struct ExternalRef {
+    pub location: String,
+    pub offset: u64,
+    pub length: Option<u64>,
+}
+
+impl ExternalRef {
+    pub fn parse(t: &TensorProto) -> Result<Self, String> {
+        let name = tensor::name(t);
+        let mut location = None;
+        let (mut offset, mut length) = (0, None);
+        for entry in &t.external_data {
+            let value = entry.value.as_deref().unwrap_or("");
+            let number = || {
+                value.parse::<u64>().map_err(|_| format!("tensor '{name}': external data field has bad number {value:?}"))
+            };
+            match entry.key.as_deref().unwrap_or("") {
+                "location" => location = Some(value.to_string()),
+                "offset" => offset = number()?,
+                "length" => length = Some(number()?),
+                _ => {}
+            }
+        }
+        let location = location.ok_or_else(|| format!("tensor '{name}' is external but names no location"))?;
+        Ok(ExternalRef { location, offset, length })
+    }
+}
+
+/// Maps every external data file once, refusing locations that escape the model's folder.
+fn map_external(proto: &mut ModelProto, dir: &Path) -> Result<BTreeMap<String, Bytes>, String> {
+    let mut files = BTreeMap::new();
+    let mut result = Ok(());
+    walk_tensors(proto, &mut |t| {
+        if result.is_ok() && t.data_location == Some(DataLocation::External as i32) {
+            result = map_one(t, dir, &mut files);
+        }
+    });
+    result.map(|()| files)
+}
+
+fn map_one(t: &TensorProto, dir: &Path, files: &mut BTreeMap<String, Bytes>) -> Result<(), String> {
+    let ext = ExternalRef::parse(t)?;
+    let name = tensor::name(t);
+    if !files.contains_key(&ext.location) {
+        let path = confined(dir, &ext.location)
+            .map_err(|why| format!("tensor '{name}': external data location {:?} {why}", ext.location))?;
+        let bytes = map_file(&path).map_err(|e| format!("tensor '{name}': external data: {}", e.problem))?;
+        files.insert(ext.location.clone(), bytes);
+    }
+    let len = files[&ext.location].len() as u64;
+    let end = ext.length.map_or(Some(len), |l| ext.offset.checked_add(l));
+    match end {
+        Some(end) if ext.offset <= len && end <= len => Ok(()),
+        _ => Err(format!(
+            "tensor '{name}': external data range offset {} length {:?} exceeds {:?} ({len} bytes)",
+            ext.offset, ext.length, ext.location
+        )),
+    }
+}
+
+/// Resolves `location` inside `dir`: relative, no `..`, and no symlink leading out of `dir`.
+fn confined(dir: &Path, location: &str) -> Result<PathBuf, &'static str> {
+    let rel = Path::new(location);
+    if location.is_empty() {
+        return Err("is empty");
+    }
+    if rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err("escapes the model's folder (absolute or '..')");
+    }
+    let base = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let base = base.canonicalize().map_err(|_| "cannot resolve the model's folder")?;
+    let full = base.join(rel).canonicalize().map_err(|_| "does not exist")?;
+    if !full.starts_with(&base) {
+        return Err("escapes the model's folder through a symbolic link");
+    }
+    Ok(full)
+}
+
+/// Visits every tensor a model holds: initializers, sparse initializers, Constant-style tensor
+/// attributes, in the main graph, every subgraph, model-local functions and training graphs.
+pub fn walk_tensors(model: &mut ModelProto, f: &mut dyn FnMut(&mut TensorProto)) {
+    if let Some(g) = model.graph.as_mut() {
+        walk_graph(g, f);
+    }
+    for func in &mut model.functions {
+        for node in &mut func.node {
+            walk_attrs(node, f);
+        }
+    }
+    for info in &mut model.training_info {
+        for g in [info.initialization.as_mut(), info.algorithm.as_mut()].into_iter().flatten() {
+            walk_graph(g, f);
+        }
+    }
+}
+
+fn walk_graph(g: &mut onnx::GraphProto, f: &mut dyn FnMut(&mut TensorProto)) {
+    g.initializer.iter_mut().for_each(&mut *f);
+    for sparse in &mut g.sparse_initializer {
+        sparse.values.iter_mut().chain(sparse.indices.iter_mut()).for_each(&mut *f);
+    }
+    for node in &mut g.node {
+        walk_attrs(node, f);
+    }
+}
+
+fn walk_attrs(node: &mut onnx::NodeProto, f: &mut dyn FnMut(&mut TensorProto)) {
+    for attr in &mut node.attribute {
+        attr.t.iter_mut().chain(attr.tensors.iter_mut()).for_each(&mut *f);
+        for sparse in attr.sparse_tensor.iter_mut().chain(attr.sparse_tensors.iter_mut()) {
+            sparse.values.iter_mut().chain(sparse.indices.iter_mut()).for_each(&mut *f);
+        }
+        for g in attr.g.iter_mut().chain(attr.graphs.iter_mut()) {
+            walk_graph(g, f);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Writing a model: external data and an atomic rename, so a failure never leaves a partial file.
+
+use crate::error::{Error, Result};
+use crate::load::{Model, walk_tensors};
+use crate::onnx::{ModelProto, StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
+use crate::tensor::Payload;
+use prost::Message;
+use std::io::Write;
+use std::path::Path;
+
+/// Protobuf cannot encode a message of 2 GiB or more.
+pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
+/// Tensors smaller than this stay inline even when a model has to spill to external data.
+const SPILL_MIN_BYTES: usize = 1024;
+
+pub struct SaveOptions {
+    /// Largest serialized model allowed before tensors spill to external data.
+    pub proto_limit: u64,
+}
+
+impl Default for SaveOptions {
+    fn default() -> Self {
+        SaveOptions { proto_limit: PROTOBUF_LIMIT }
+    }
+}
+
+/// What a save wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Saved {
+    pub model_bytes: u64,
+    /// Name (relative to the model's folder) and size of the external data file, when one is written.
+    pub external: Option<(String, u64)>,
+}
+
+/// Writes `proto` to `out`. Tensors external in `source` stay external, and if the model would
+/// exceed `proto_limit` every raw tensor of at least 1 KiB moves out too. All external tensors go,
+/// in model order, to one file `<out file name>.data` beside `out`, so the same model always gives
+/// the same bytes. Both files are written to temporaries and renamed into place.
+pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOptions) -> Result<Saved> {
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file_name = out
+        .file_name()
+        .ok_or_else(|| Error::compile(out, "output path has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let location = format!("{file_name}.data");
+    let spill = proto.encoded_len() as u64 > options.proto_limit;
+
+    let mut data = Vec::new();
+    let mut problem = None;
+    walk_tensors(&mut proto, &mut |t| {
+        if problem.is_none()
+            && let Err(p) = externalize(t, source, spill, &location, &mut data)
+        {
+            problem = Some(p);
+        }
+    });
+    if let Some(p) = problem {
+        return Err(Error::compile(out, p));
+    }
+    let encoded = proto.encode_to_vec();
+    if encoded.len() as u64 > PROTOBUF_LIMIT {
+        return Err(Error::compile(out, format!("model is {} bytes, over protobuf's 2 GiB limit", encoded.len())));
+    }
+
+    let external = if data.is_empty() && !source.has_external_data() {
+        None
+    } else {
+        let data_path = dir.join(&location);
+        write_atomically(&data_path, &data)?;
+        Some((location, data.len() as u64))
+    };
+    if let Err(e) = write_atomically(out, &encoded) {
+        if let Some((loc, _)) = &external {
+            let _ = std::fs::remove_file(dir.join(loc));
+        }
+        return Err(e);
+    }
+    Ok(Saved { model_bytes: encoded.len() as u64, external })
+}
+
+/// Moves `t`'s bytes to the external buffer when it is external in the source or must spill.
+fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str, data: &mut Vec<u8>) -> Result<(), String> {
+    let was_external = t.data_location == Some(DataLocation::External as i32);
+    let spills = spill && t.raw_data.as_ref().is_some_and(|r| r.len() >= SPILL_MIN_BYTES);
+    if !was_external && !spills {
+        return Ok(());
+    }
+    let bytes = match source.payload(t)? {
+        Payload::Raw(b) => b,
+        Payload::Typed(_) => return Err(format!("tensor '{}' has no raw bytes to move", crate::tensor::name(t))),
+    };
+    let offset = data.len();
+    data.extend_from_slice(&bytes);
+    let entry = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+    t.external_data = vec![
+        entry("location", location.to_string()),
+        entry("offset", offset.to_string()),
+        entry("length", bytes.len().to_string()),
+    ];
+    t.data_location = Some(DataLocation::External as i32);
+    t.raw_data = None;
+    Ok(())
+}
+
+/// Writes `bytes` to a temporary file in `path`'s folder, then renames it to `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".qdqc-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(path, &e))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(path, &e))?;
+    // Temporary files are created 0600; a compiled model is an ordinary file.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(0o644);
+        tmp.as_file().set_permissions(mode).map_err(|e| Error::io(path, &e))?;
+    }
+    tmp.as_file().sync_all().map_err(|e| Error::io(path, &e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, &e.error))?;
+    Ok(())
+}

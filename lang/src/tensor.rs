@@ -1,0 +1,192 @@
+//! Typed access to tensor data. Claimed dims are only ever compared with the bytes actually
+//! present: nothing is allocated from a dim, so a tensor claiming 10^12 elements is an error, not
+//! an out-of-memory crash.
+
+use crate::onnx::{DataType, TensorProto};
+use bytes::Bytes;
+
+/// Bits one element of `dt` occupies in `raw_data`; `None` for strings and unknown types.
+pub fn bits_per_element(dt: DataType) -> Option<u64> {
+    use DataType::*;
+    Some(match dt {
+        Uint2 | Int2 => 2,
+        Uint4 | Int4 | Float4e2m1 => 4,
+        Float6e2m3 | Float6e3m2 => 6,
+        Uint8 | Int8 | Bool | Float8e4m3fn | Float8e4m3fnuz | Float8e5m2 | Float8e5m2fnuz | Float8e8m0 => 8,
+        Uint16 | Int16 | Float16 | Bfloat16 => 16,
+        Float | Int32 | Uint32 => 32,
+        Int64 | Uint64 | Double | Complex64 => 64,
+        Complex128 => 128,
+        String | Undefined => return None,
+    })
+}
+
+/// The data type of a tensor, or a problem description.
+pub fn data_type(t: &TensorProto) -> Result<DataType, String> {
+    let raw = t.data_type.unwrap_or(0);
+    match DataType::try_from(raw) {
+        Ok(DataType::Undefined) | Err(_) => Err(format!("tensor '{}' has unknown data type {raw}", name(t))),
+        Ok(dt) => Ok(dt),
+    }
+}
+
+pub fn name(t: &TensorProto) -> &str {
+    t.name.as_deref().unwrap_or("")
+}
+
+/// Number of elements the dims claim, refusing negative dims and overflow.
+pub fn element_count(dims: &[i64]) -> Result<u64, String> {
+    dims.iter().try_fold(1u64, |acc, &d| {
+        let d = u64::try_from(d).map_err(|_| format!("negative dimension {d} in {dims:?}"))?;
+        acc.checked_mul(d).ok_or_else(|| format!("dims {dims:?} overflow a 64-bit element count"))
+    })
+}
+
+/// Bytes `count` elements of `dt` occupy packed in `raw_data`.
+pub fn packed_bytes(dt: DataType, count: u64) -> Option<u64> {
+    let bits = bits_per_element(dt)?;
+    count.checked_mul(bits).map(|b| b.div_ceil(8))
+}
+
+/// Where the elements of a tensor live, once external data has been resolved.
+#[derive(Clone, Debug)]
+pub enum Payload<'a> {
+    /// Little-endian packed bytes: `raw_data` or an external file slice.
+    Raw(Bytes),
+    /// One of the typed repeated fields.
+    Typed(&'a TensorProto),
+}
+
+/// Checks that the data present holds exactly the elements the dims claim.
+pub fn check_payload(t: &TensorProto, dt: DataType, payload: &Payload<'_>) -> Result<(), String> {
+    let count = element_count(&t.dims).map_err(|e| format!("tensor '{}': {e}", name(t)))?;
+    let (have, want, unit) = match payload {
+        Payload::Raw(bytes) => {
+            let want = packed_bytes(dt, count).ok_or_else(|| {
+                format!("tensor '{}' of type {} cannot hold raw data", name(t), dt.as_str_name())
+            })?;
+            (bytes.len() as u64, want, "bytes")
+        }
+        Payload::Typed(t) => (typed_len(t, dt) as u64, typed_slots(dt, count), "values"),
+    };
+    if have != want {
+        return Err(format!(
+            "tensor '{}' claims dims {:?} ({count} elements of {}) = {want} {unit}, but holds {have}",
+            name(t),
+            t.dims,
+            dt.as_str_name()
+        ));
+    }
+    Ok(())
+}
+
+/// Number of entries in the typed field that `dt` uses.
+fn typed_len(t: &TensorProto, dt: DataType) -> usize {
+    use DataType::*;
+    match dt {
+        Float | Complex64 => t.float_data.len(),
+        Double | Complex128 => t.double_data.len(),
+        Int64 => t.int64_data.len(),
+        Uint32 | Uint64 => t.uint64_data.len(),
+        String => t.string_data.len(),
+        _ => t.int32_data.len(),
+    }
+}
+
+/// Entries the typed field needs for `count` elements (sub-byte types pack into int32_data).
+fn typed_slots(dt: DataType, count: u64) -> u64 {
+    use DataType::*;
+    match dt {
+        Complex64 | Complex128 => count * 2,
+        Uint4 | Int4 | Float4e2m1 => count.div_ceil(2),
+        Uint2 | Int2 => count.div_ceil(4),
+        _ => count,
+    }
+}
+
+/// The integer values of an integer tensor (codes, zero points, biases). Sub-byte types are
+/// unpacked low nibble first, as ONNX stores them.
+pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
+    use DataType::*;
+    match payload {
+        Payload::Raw(b) => Some(match dt {
+            Uint8 | Bool => b.iter().map(|&x| x as i64).collect(),
+            Int8 => b.iter().map(|&x| x as i8 as i64).collect(),
+            Uint16 => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as i64).collect(),
+            Int16 => b.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as i64).collect(),
+            Int32 => b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            Uint32 => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
+            Int64 => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+            Uint4 | Int4 => b.iter().flat_map(|&x| [nibble(x, dt), nibble(x >> 4, dt)]).collect(),
+            _ => return None,
+        }),
+        Payload::Typed(t) => Some(match dt {
+            Uint8 | Bool | Int8 | Uint16 | Int16 | Int32 => t.int32_data.iter().map(|&x| x as i64).collect(),
+            Uint4 | Int4 => t.int32_data.iter().flat_map(|&x| [nibble(x as u8, dt), nibble((x as u8) >> 4, dt)]).collect(),
+            Int64 => t.int64_data.clone(),
+            Uint32 => t.uint64_data.iter().map(|&x| x as i64).collect(),
+            _ => return None,
+        }),
+    }
+}
+
+fn nibble(x: u8, dt: DataType) -> i64 {
+    let v = (x & 0xf) as i64;
+    if dt == DataType::Int4 && v >= 8 { v - 16 } else { v }
+}
+
+/// The exact bit patterns of an f32 tensor (scales are compared bitwise, never as numbers).
+pub fn f32_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u32>> {
+    if dt != DataType::Float {
+        return None;
+    }
+    Some(match payload {
+        Payload::Raw(b) => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect(),
+        Payload::Typed(t) => t.float_data.iter().map(|f| f.to_bits()).collect(),
+    })
+}
+
+/// Inclusive range of the codes a quantized integer type can hold.
+pub fn int_range(dt: DataType) -> Option<(i64, i64)> {
+    use DataType::*;
+    Some(match dt {
+        Uint2 => (0, 3),
+        Int2 => (-2, 1),
+        Uint4 => (0, 15),
+        Int4 => (-8, 7),
+        Uint8 | Bool => (0, 255),
+        Int8 => (-128, 127),
+        Uint16 => (0, 65535),
+        Int16 => (-32768, 32767),
+        Int32 => (i32::MIN as i64, i32::MAX as i64),
+        Uint32 => (0, u32::MAX as i64),
+        Int64 => (i64::MIN, i64::MAX),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_dims_never_allocate() {
+        let t = TensorProto { dims: vec![1_000_000, 1_000_000], data_type: Some(1), ..Default::default() };
+        let err = check_payload(&t, DataType::Float, &Payload::Raw(Bytes::new())).unwrap_err();
+        assert!(err.contains("1000000000000 elements"), "{err}");
+    }
+
+    #[test]
+    fn int4_unpacks_low_nibble_first_with_sign() {
+        let p = Payload::Raw(Bytes::from_static(&[0x8f]));
+        assert_eq!(ints(DataType::Int4, &p), Some(vec![-1, -8]));
+        assert_eq!(ints(DataType::Uint4, &p), Some(vec![15, 8]));
+    }
+
+    #[test]
+    fn overflowing_dims_are_refused() {
+        assert!(element_count(&[i64::MAX, 4]).is_err());
+        assert!(element_count(&[-1]).is_err());
+        assert_eq!(element_count(&[]), Ok(1));
+    }
+}

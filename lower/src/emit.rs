@@ -1,0 +1,65 @@
+//! From an extraction to lowered nodes: each chosen op e-class becomes one lowered node, its
+//! inputs named after the chosen children.
+
+use crate::extract::Extraction;
+use crate::lowered::{Computation, LoweredNode};
+use egg::Id;
+use qdqc_lang::analysis::QdqEGraph;
+use qdqc_lang::term::{NodeTag, Op};
+use std::collections::BTreeSet;
+
+pub fn emit(egraph: &QdqEGraph, extraction: &Extraction) -> Result<Vec<LoweredNode>, String> {
+    let env = &egraph.analysis.env;
+    let leaf = |id: Id| egraph[egraph.find(id)].data.leaf;
+    // Name of the value an e-class denotes.
+    let name_of = |id: Id| -> Result<String, String> {
+        let id = egraph.find(id);
+        let term = &extraction.chosen[&id];
+        Ok(match term.op {
+            Op::Value(v) => env.value(v).name.clone(),
+            Op::Absent => String::new(),
+            Op::Proj => {
+                let (Some(Op::Index(k)), Some(tag)) = (leaf(term.args[0]), tag_of(egraph, extraction, term.args[1])) else {
+                    return Err(format!("malformed projection in e-class {id}"));
+                };
+                output_name(egraph, tag, k as usize)?
+            }
+            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque => {
+                let tag = tag_of(egraph, extraction, id).ok_or("op without tag")?;
+                output_name(egraph, tag, 0)?
+            }
+            Op::Tag(_) | Op::Index(_) => return Err(format!("e-class {id} is not a value")),
+        })
+    };
+    let mut seen = BTreeSet::new();
+    let mut nodes = Vec::new();
+    for (&id, term) in &extraction.chosen {
+        if !matches!(term.op, Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque) {
+            continue;
+        }
+        let tag = tag_of(egraph, extraction, id).ok_or("op without tag")?;
+        if !seen.insert(tag) {
+            return Err(format!("node '{}' would be emitted twice", env.tag(tag).name));
+        }
+        let facts = env.tag(tag);
+        let inputs = term.args[1..].iter().map(|&c| name_of(c)).collect::<Result<_, _>>()?;
+        let outputs = facts.outputs.iter().map(|o| o.map(|v| env.value(v).name.clone()).unwrap_or_default()).collect();
+        nodes.push(LoweredNode { computation: Computation::Authored { node: facts.node }, inputs, outputs });
+    }
+    Ok(nodes)
+}
+
+fn tag_of(egraph: &QdqEGraph, extraction: &Extraction, id: Id) -> Option<NodeTag> {
+    let term = extraction.chosen.get(&egraph.find(id))?;
+    match egraph[egraph.find(*term.args.first()?)].data.leaf {
+        Some(Op::Tag(t)) => Some(t),
+        _ => None,
+    }
+}
+
+fn output_name(egraph: &QdqEGraph, tag: NodeTag, k: usize) -> Result<String, String> {
+    let env = &egraph.analysis.env;
+    let facts = env.tag(tag);
+    let v = facts.outputs.get(k).copied().flatten().ok_or_else(|| format!("node '{}' has no output {k}", facts.name))?;
+    Ok(env.value(v).name.clone())
+}

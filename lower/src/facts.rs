@@ -1,0 +1,80 @@
+//! Facts about named values, read from the model: types and shapes from value_info, contents of
+//! constant initializers. Lookups walk the scope chain from the innermost graph outwards, so a
+//! subgraph sees the initializers of the graphs enclosing it.
+
+use qdqc_lang::analysis::{Constant, Dim, Interval, SMALL_CONSTANT, ValueFacts};
+use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
+use qdqc_lang::{Model, tensor};
+
+/// The graphs enclosing the current one, outermost first.
+#[derive(Clone)]
+pub struct Scopes<'m> {
+    pub chain: Vec<&'m GraphProto>,
+}
+
+impl<'m> Scopes<'m> {
+    pub fn main(model: &'m Model) -> Self {
+        Scopes { chain: vec![model.proto.graph.as_ref().expect("checked at load")] }
+    }
+
+    pub fn enter(&self, g: &'m GraphProto) -> Self {
+        let mut chain = self.chain.clone();
+        chain.push(g);
+        Scopes { chain }
+    }
+
+    pub fn current(&self) -> &'m GraphProto {
+        self.chain.last().expect("never empty")
+    }
+
+    fn initializer(&self, name: &str) -> Option<&'m TensorProto> {
+        self.chain.iter().rev().find_map(|g| g.initializer.iter().find(|t| tensor::name(t) == name))
+    }
+
+    fn declared_type(&self, name: &str) -> Option<&'m TypeProto> {
+        self.chain.iter().rev().find_map(|g| {
+            g.input.iter().chain(&g.output).chain(&g.value_info).find(|v| v.name.as_deref() == Some(name))?.r#type.as_ref()
+        })
+    }
+
+    /// Everything the model states about `name`.
+    pub fn facts(&self, model: &Model, name: &str) -> ValueFacts {
+        let mut facts = ValueFacts { name: name.to_string(), ..ValueFacts::default() };
+        if let Some(t) = self.initializer(name) {
+            facts.dtype = tensor::data_type(t).ok();
+            facts.shape = Some(t.dims.iter().map(|&d| Dim::Known(d)).collect());
+            facts.constant = facts.dtype.map(|dt| constant(model, t, dt));
+        } else if let Some(Some(type_proto::Value::TensorType(tt))) = self.declared_type(name).map(|t| &t.value) {
+            facts.dtype = tt.elem_type.and_then(|e| DataType::try_from(e).ok());
+            facts.shape = tt.shape.as_ref().map(|s| {
+                s.dim
+                    .iter()
+                    .map(|d| match &d.value {
+                        Some(dimension::Value::DimValue(v)) => Dim::Known(*v),
+                        Some(dimension::Value::DimParam(p)) => Dim::Symbolic(p.clone()),
+                        None => Dim::Symbolic(String::new()),
+                    })
+                    .collect()
+            });
+        }
+        facts
+    }
+}
+
+/// Contents of a constant: exact values when small, the integer range whatever the size.
+fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
+    let mut c = Constant { dims: t.dims.clone(), ..Constant::default() };
+    // Payloads were checked at load; a failure here only means "no contents known".
+    let Ok(payload) = model.payload(t) else { return c };
+    if let Some(ints) = tensor::ints(dt, &payload) {
+        if let (Some(&lo), Some(&hi)) = (ints.iter().min(), ints.iter().max()) {
+            c.int_range = Some(Interval { lo, hi });
+        }
+        if ints.len() <= SMALL_CONSTANT {
+            c.ints = Some(ints);
+        }
+    } else if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
+        c.f32_bits = Some(bits);
+    }
+    c
+}

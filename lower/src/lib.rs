@@ -1,0 +1,115 @@
+//! qdqc's middle end: windowing ([`region`]), lifting ([`lift`]), rewriting (the catalog of
+//! `qdqc-rewrites`, run per region under explicit limits), DAG-aware extraction ([`extract`]) and
+//! the backend-neutral lowered form ([`lowered`]).
+
+pub mod emit;
+pub mod extract;
+pub mod facts;
+pub mod groups;
+pub mod lift;
+pub mod lowered;
+pub mod order;
+pub mod region;
+
+use facts::Scopes;
+use lowered::{LoweredGraph, LoweredSubgraph};
+use qdqc_lang::onnx::GraphProto;
+use qdqc_lang::{Error, Model, Result, ir};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Per-region runner limits. Set before `run` (egg issue #154: limits set after `run` are ignored).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub iterations: usize,
+    pub nodes: usize,
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { iterations: 8, nodes: 4096, time: Duration::from_millis(500) }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Run the rewrite catalog; `false` is `--no-fuse`: lift and extract only.
+    pub fuse: bool,
+    pub limits: Limits,
+}
+
+/// Counters over all regions of all graphs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub graphs: usize,
+    pub regions: usize,
+    pub largest_region: usize,
+    pub enodes: usize,
+    pub eclasses: usize,
+    /// How runners stopped, by reason (`Saturated`, `IterationLimit`, ...).
+    pub stop_reasons: BTreeMap<String, usize>,
+}
+
+pub struct Lowering {
+    pub graph: LoweredGraph,
+    pub stats: Stats,
+}
+
+pub fn lower(model: &Model, options: &Options) -> Result<Lowering> {
+    let rules = if options.fuse { qdqc_rewrites::catalog() } else { Vec::new() };
+    let mut stats = Stats::default();
+    let graph = lower_graph(model, &model.graph, &Scopes::main(model), options, &rules, &mut stats)?;
+    Ok(Lowering { graph, stats })
+}
+
+/// Names of the catalog's rules, in the order they run.
+pub fn rule_names() -> Vec<String> {
+    qdqc_rewrites::catalog().iter().map(|r| r.name.to_string()).collect()
+}
+
+fn lower_graph(
+    model: &Model,
+    graph: &ir::Graph,
+    scopes: &Scopes,
+    options: &Options,
+    rules: &[qdqc_rewrites::Rewrite],
+    stats: &mut Stats,
+) -> Result<LoweredGraph> {
+    let proto = scopes.current();
+    let fail = |problem: String| Error::compile(&model.path, format!("{problem}{}", graph.location));
+    stats.graphs += 1;
+    let mut nodes = Vec::with_capacity(proto.node.len());
+    for region in region::regions(graph, proto) {
+        let lifted = lift::lift(model, graph, scopes, &region);
+        let runner = egg::Runner::default()
+            .with_iter_limit(options.limits.iterations)
+            .with_node_limit(options.limits.nodes)
+            .with_time_limit(options.limits.time)
+            .with_egraph(lifted.egraph)
+            .run(rules);
+        let reason = runner.stop_reason.as_ref().map(|r| format!("{r:?}")).unwrap_or_default();
+        *stats.stop_reasons.entry(reason.split('(').next().unwrap_or("").to_string()).or_default() += 1;
+        stats.regions += 1;
+        stats.largest_region = stats.largest_region.max(region.nodes.len());
+        stats.enodes += runner.egraph.total_number_of_nodes();
+        stats.eclasses += runner.egraph.number_of_classes();
+        let roots: Vec<_> = lifted.roots.iter().map(lift::Root::class).collect();
+        let extraction = extract::extract(&runner.egraph, &roots, &extract::NodeCount).map_err(&fail)?;
+        extract::check_acyclic(&extraction, &runner.egraph).map_err(&fail)?;
+        nodes.extend(emit::emit(&runner.egraph, &extraction).map_err(&fail)?);
+    }
+    let nodes = order::stable_topological(nodes, graph).map_err(&fail)?;
+    let mut subgraphs = Vec::new();
+    for sub in &graph.subgraphs {
+        let sub_proto = subgraph_proto(proto, sub).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
+        let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), options, rules, stats)?;
+        subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), index: sub.index, graph: lowered });
+    }
+    Ok(LoweredGraph { nodes, subgraphs })
+}
+
+fn subgraph_proto<'m>(proto: &'m GraphProto, sub: &ir::Subgraph) -> Option<&'m GraphProto> {
+    let attr = proto.node.get(sub.node)?.attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()))?;
+    attr.g.as_ref().filter(|_| sub.index == 0 && attr.graphs.is_empty()).or_else(|| attr.graphs.get(sub.index))
+}

@@ -1,0 +1,107 @@
+//! Windowing: the graph is cut into quantization regions, each lifted into its own small e-graph.
+//!
+//! A region grows from the Q/DQ structure (TVM FQ2I's unit): a QuantizeLinear joins the node that
+//! produces its input, a DequantizeLinear joins every consumer of its output, and a float op of the
+//! spec's catalog joins its single float-op or Q consumer, so that chains like DQ→Relu→Reshape→Q
+//! land in one region. Regions stop at [`MAX_REGION`] nodes, which keeps each e-graph small however
+//! large the model: a 10 000-node model is a few thousand independent little e-graphs.
+
+use qdqc_lang::ir;
+use qdqc_lang::onnx::{GraphProto, NodeProto};
+use qdqc_lang::term::FloatOp;
+
+pub const MAX_REGION: usize = 64;
+
+/// Node positions of one region, ascending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub nodes: Vec<usize>,
+}
+
+/// What a node is, for windowing and lifting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Quantize,
+    Dequantize,
+    Float(FloatOp),
+    Opaque,
+}
+
+pub fn kind(node: &NodeProto) -> NodeKind {
+    let op = node.op_type.as_deref().unwrap_or("");
+    let domain = node.domain.as_deref().unwrap_or("");
+    let standard = matches!(domain, "" | "ai.onnx");
+    match op {
+        "QuantizeLinear" if standard || domain == "com.microsoft" => NodeKind::Quantize,
+        "DequantizeLinear" if standard || domain == "com.microsoft" => NodeKind::Dequantize,
+        _ if standard => FloatOp::from_name(op).map_or(NodeKind::Opaque, NodeKind::Float),
+        _ => NodeKind::Opaque,
+    }
+}
+
+pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
+    let n = proto.node.len();
+    let mut sets = UnionFind::new(n);
+    for (pos, node) in proto.node.iter().enumerate() {
+        let consumers = |i: usize| node.output.get(i).map(|o| graph.consumers(o)).unwrap_or_default();
+        match kind(node) {
+            NodeKind::Quantize => {
+                if let Some(p) = node.input.first().and_then(|i| graph.producer(i)) {
+                    sets.union(pos, p);
+                }
+            }
+            NodeKind::Dequantize => {
+                for c in consumers(0) {
+                    sets.union(pos, c);
+                }
+            }
+            NodeKind::Float(_) => {
+                if let [c] = consumers(0)[..]
+                    && node.output.len() == 1
+                    && matches!(kind(&proto.node[c]), NodeKind::Float(_) | NodeKind::Quantize)
+                {
+                    sets.union(pos, c);
+                }
+            }
+            NodeKind::Opaque => {}
+        }
+    }
+    let mut by_root: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for pos in 0..n {
+        by_root.entry(sets.find(pos)).or_default().push(pos);
+    }
+    let mut out: Vec<Region> = by_root.into_values().map(|nodes| Region { nodes }).collect();
+    out.sort_by_key(|r| r.nodes[0]);
+    out
+}
+
+/// Union-find with sizes; a union that would exceed [`MAX_REGION`] is skipped.
+struct UnionFind {
+    parent: Vec<usize>,
+    size: Vec<usize>,
+}
+
+impl UnionFind {
+    fn new(n: usize) -> Self {
+        UnionFind { parent: (0..n).collect(), size: vec![1; n] }
+    }
+
+    fn find(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (a, b) = (self.find(a), self.find(b));
+        if a == b || self.size[a] + self.size[b] > MAX_REGION {
+            return;
+        }
+        // The smaller root index wins, so the result does not depend on union order.
+        let (keep, gone) = if a < b { (a, b) } else { (b, a) };
+        self.parent[gone] = keep;
+        self.size[keep] += self.size[gone];
+    }
+}
