@@ -215,6 +215,7 @@ impl Analysis<Term> for QdqAnalysis {
                 if term.op == Op::Dequantize {
                     // A DQ's shape is its input's, whatever value_info says.
                     facts.shape = facts.shape.or_else(|| egraph[term.args[1]].data.shape.clone());
+                    facts.dtype = facts.dtype.or(egraph[term.args[2]].data.dtype);
                 }
                 facts.quant = quant;
                 facts

@@ -2,6 +2,7 @@
 //! `qdqc-rewrites`, run per region under explicit limits), DAG-aware extraction ([`extract`]) and
 //! the backend-neutral lowered form ([`lowered`]).
 
+pub mod dump;
 pub mod emit;
 pub mod extract;
 pub mod facts;
