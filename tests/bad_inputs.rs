@@ -211,3 +211,9 @@ fn unwritable_output_exits_1_and_leaves_nothing() {
     assert_eq!(stderr(&run).trim_end().lines().count(), 1);
     assert_eq!(listing(dir.path()), vec!["m.onnx"]);
 }
+
+#[test]
+fn quantize_linear_without_scale() {
+    let err = refused(|d| edited(d, |m| nodes(m)[0].input.truncate(1)));
+    assert!(err.contains("node 'Q_x' (QuantizeLinear)") && err.contains("takes x, scale"), "{err}");
+}

@@ -117,3 +117,30 @@ fn ten_thousand_nodes_are_windowed_into_small_regions() {
     assert!(report.stats.regions >= 10_000 / qdqc_lower::region::MAX_REGION, "{:?}", report.stats);
     assert_eq!(std::fs::read(&out).unwrap(), m.encode_to_vec());
 }
+
+/// A DQ in the main graph whose output only an If branch reads: the read is not a term edge,
+/// so the DQ must stay a root of its region, not vanish as unreachable.
+#[test]
+fn values_read_only_by_subgraphs_are_kept() {
+    let branch = |name: &str| {
+        graph(
+            name,
+            vec![node("MatMul", &format!("MatMul_{name}"), &["x", "dq_w"], &[&format!("y_{name}")])],
+            vec![],
+            vec![value(&format!("y_{name}"), F32, &[1, 2])],
+            vec![],
+        )
+    };
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_w", &["w", "s", "z"], &["dq_w"]),
+        with_graph(with_graph(node("If", "If", &["cond"], &["y"]), "then_branch", branch("then")), "else_branch", branch("else")),
+    ];
+    let inits = vec![u8s("w", &[3, 2], &[1, 2, 3, 4, 5, 6]), f32s("s", &[], &[0.5]), u8s("z", &[], &[1])];
+    let m = model(graph("g", nodes, vec![value("cond", BOOL, &[]), value("x", F32, &[1, 3])], vec![value("y", F32, &[1, 2])], inits), 21);
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_model(dir.path(), "m.onnx", &m);
+    let out = dir.path().join("out.onnx");
+    let report = compile(&input, &out);
+    assert_eq!((report.nodes_before, report.nodes_after), (4, 4));
+    assert_eq!(std::fs::read(&out).unwrap(), m.encode_to_vec());
+}

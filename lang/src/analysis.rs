@@ -153,7 +153,7 @@ impl QdqAnalysis {
             Some(Op::Value(v)) => env.value(v).constant.as_ref().map(|c| (env.value(v), c)),
             _ => None,
         };
-        let (scale_value, scale) = constant(term.args[2])?;
+        let (scale_value, scale) = constant(*term.args.get(2)?)?;
         let bits = scale.f32_bits.clone()?;
         let (zero_point, code_type) = match term.args.get(3).map(|&z| (z, egraph[z].data.leaf)) {
             Some((_, Some(Op::Absent))) | None => (vec![0; bits.len()], None),
@@ -163,7 +163,7 @@ impl QdqAnalysis {
             }
         };
         let code_type = match term.op {
-            Op::Dequantize => egraph[term.args[1]].data.dtype.or(code_type)?,
+            Op::Dequantize => egraph[*term.args.get(1)?].data.dtype.or(code_type)?,
             _ => code_type.or_else(|| DataType::try_from(tag.output_dtype as i32).ok().filter(|d| *d != DataType::Undefined)).unwrap_or(DataType::Uint8),
         };
         Some(QuantParams {
@@ -214,6 +214,7 @@ impl Analysis<Term> for QdqAnalysis {
                 }
                 if term.op == Op::Dequantize {
                     // A DQ's shape is its input's, whatever value_info says.
+                    // Arity is checked at load: x and scale are always there.
                     facts.shape = facts.shape.or_else(|| egraph[term.args[1]].data.shape.clone());
                     facts.dtype = facts.dtype.or(egraph[term.args[2]].data.dtype);
                 }

@@ -11,6 +11,7 @@ use crate::onnx::{GraphProto, NodeProto, attribute_proto::AttributeType};
 use crate::{opset, tensor};
 use petgraph::Direction;
 use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::EdgeRef;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,11 +90,26 @@ impl Graph {
 
     /// The node positions consuming `value`, in position order (implicit reads included).
     pub fn consumers(&self, value: &str) -> Vec<usize> {
+        self.consumers_where(value, |_| true)
+    }
+
+    /// The node positions reading `value` only from inside one of their subgraphs.
+    pub fn implicit_consumers(&self, value: &str) -> Vec<usize> {
+        self.consumers_where(value, |e| e.implicit)
+    }
+
+    /// The node positions taking `value` as one of their inputs.
+    pub fn explicit_consumers(&self, value: &str) -> Vec<usize> {
+        self.consumers_where(value, |e| !e.implicit)
+    }
+
+    fn consumers_where(&self, value: &str, keep: impl Fn(&Edge) -> bool) -> Vec<usize> {
         let Some(&v) = self.values.get(value) else { return Vec::new() };
         let mut out: Vec<usize> = self
             .flow
-            .neighbors_directed(v, Direction::Outgoing)
-            .filter_map(|n| match self.flow[n] {
+            .edges_directed(v, Direction::Outgoing)
+            .filter(|e| keep(e.weight()))
+            .filter_map(|e| match self.flow[e.target()] {
                 Vertex::Op(pos) => Some(pos),
                 Vertex::Value(..) => None,
             })
@@ -252,6 +268,12 @@ fn check_qdq_params(node: &NodeProto, init_dims: &BTreeMap<String, Vec<i64>>) ->
     let domain = node.domain.as_deref().unwrap_or("");
     if !matches!(op, "QuantizeLinear" | "DequantizeLinear") || !matches!(domain, "" | "ai.onnx" | "com.microsoft") {
         return Ok(());
+    }
+    if !(2..=3).contains(&node.input.len()) || node.input[..2].iter().any(String::is_empty) {
+        return Err(format!("{op} takes x, scale and an optional zero point; it has inputs {:?}", node.input));
+    }
+    if node.output.len() != 1 || node.output[0].is_empty() {
+        return Err(format!("{op} has one output; it has {:?}", node.output));
     }
     let input = |i: usize| node.input.get(i).filter(|s| !s.is_empty());
     let (Some(scale), Some(zp)) = (input(1), input(2)) else { return Ok(()) };

@@ -12,8 +12,8 @@ use std::collections::{BTreeSet, HashMap};
 /// A value the rest of the graph needs from the region, or a node kept for its own sake.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Root {
-    /// A value read outside the region, a graph output, or a value nobody reads (kept, since
-    /// lifting alone never removes an authored node).
+    /// A value read outside the region or by a subgraph, a graph output, or a value nobody
+    /// reads (kept, since lifting alone never removes an authored node).
     Value { name: String, class: Id },
     /// A node without named outputs.
     Node { class: Id },
@@ -55,8 +55,12 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
             roots.push(Root::Node { class: lifter.node_class(pos) });
         }
         for out in named {
+            // Subgraph reads are not term edges, so a value read by one is always a root.
             let consumers = graph.consumers(out);
-            let needed = outputs.contains(out.as_str()) || consumers.is_empty() || consumers.iter().any(|c| !members.contains(c));
+            let needed = outputs.contains(out.as_str())
+                || consumers.is_empty()
+                || consumers.iter().any(|c| !members.contains(c))
+                || !graph.implicit_consumers(out).is_empty();
             if needed {
                 roots.push(Root::Value { name: out.clone(), class: lifter.class_of[out.as_str()] });
             }

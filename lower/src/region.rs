@@ -43,7 +43,8 @@ pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
     let n = proto.node.len();
     let mut sets = UnionFind::new(n);
     for (pos, node) in proto.node.iter().enumerate() {
-        let consumers = |i: usize| node.output.get(i).map(|o| graph.consumers(o)).unwrap_or_default();
+        // Only explicit inputs join regions: a subgraph's read of an outer value is not a term edge.
+        let consumers = |i: usize| node.output.get(i).map(|o| graph.explicit_consumers(o)).unwrap_or_default();
         match kind(node) {
             NodeKind::Quantize => {
                 if let Some(p) = node.input.first().and_then(|i| graph.producer(i)) {
