@@ -11,7 +11,6 @@ use qdqc_lang::onnx::ModelProto;
 use std::path::Path;
 
 /// Mutations per seed model, sized to keep this test a few seconds in a debug build.
-/// Mutations per seed model, sized to keep this test a few seconds in a debug build.
 const FLIPS: usize = 600;
 const EDITS: usize = 400;
 
