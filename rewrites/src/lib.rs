@@ -1,15 +1,19 @@
-//! The rewrite catalog of the exactness spec (§5), as egg rules over [`Term`].
+//! Rewrites and the exactness engine that gates them.
 //!
-//! The policy every rule follows is written in `rewrites/README.md`. The catalog is empty until the
-//! exactness engine exists: a rule may only enter together with the proof that gates it and its
-//! broken twin in `tests/broken/`. Until then `qdqc compile` lifts and extracts unchanged.
+//! * [`exact`]: reference semantics and the proof methods P1–P4 of the spec (§4).
+//! * [`ort`]: bit-exact models of ONNX Runtime's fused CPU kernels, per ISA profile.
+//! * [`catalog`]: the egg rules; each may fire only on a proof (policy in `rewrites/README.md`).
+
+pub mod exact;
+pub mod ort;
 
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
 
 pub type Rewrite = egg::Rewrite<Term, QdqAnalysis>;
 
-/// The rules `qdqc compile` runs on every region, in a fixed order.
+/// The rules `qdqc compile` runs on every region, in a fixed order. Empty until the fusion rules
+/// land with their proofs and broken twins.
 pub fn catalog() -> Vec<Rewrite> {
     Vec::new()
 }

@@ -1,0 +1,114 @@
+//! The exactness engine (spec §4): reference semantics, proof methods and their results.
+//!
+//! A proof compares a *reference* (what the unfused graph computes under the chosen contract)
+//! with a *target* (what a fused kernel computes, from [`crate::ort`] or qdqc's own kernels) for
+//! the concrete parameters of one group. It returns a [`Verdict`]: `Exact` with a certificate,
+//! `Refuted` with a minimised counterexample, or `Unknown`, which never fires a rewrite.
+
+pub mod num;
+pub mod p1;
+pub mod reference;
+
+use serde::Serialize;
+use std::fmt;
+
+/// The contract a proof is checked against (spec §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Contract {
+    /// Same bits as the unfused f32 graph.
+    Exact,
+    /// Same bits as the exact real-number semantics of the unfused graph.
+    Real,
+}
+
+/// How a verdict was reached.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// P1: every point of a finite code domain was evaluated.
+    P1Exhaustive,
+    /// P2: every f32 intermediate of the float path is exact.
+    P2Representable,
+    /// P3: the unsaturated window of the reachable accumulator interval was checked.
+    P3RequantWindow,
+    /// P4: a universal lemma, proven once and pinned by exhaustive tests.
+    P4Lemma(String),
+    /// A named fact about the target runtime, covered by a differential test.
+    TargetAxiom(String),
+}
+
+/// Evidence for a verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Certificate {
+    pub method: Method,
+    /// Points evaluated (input tuples, accumulator values); 0 for lemmas.
+    pub domain: u64,
+    /// Wall-clock time of the check, microseconds. Not part of any snapshot.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub micros: u64,
+    /// What was checked, in words.
+    pub detail: String,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// A concrete input where the fused form and the reference differ, minimised (inputs closest to
+/// the zero point first, then smallest codes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Counterexample {
+    /// Named input codes (or accumulator values), in the group's input order.
+    pub inputs: Vec<(String, i64)>,
+    /// Output code of the unfused reference.
+    pub unfused: i64,
+    /// Output code of the fused form.
+    pub fused: i64,
+    /// The exact real value of the reference's pre-rounding quantity, when known (`p/q ≈ d`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<String>,
+    /// How many points of the domain differ.
+    pub differing: u64,
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inputs: Vec<String> = self.inputs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        write!(f, "{}: unfused {} vs fused {}", inputs.join(" "), self.unfused, self.fused)?;
+        if let Some(x) = &self.exact {
+            write!(f, " (exact value {x})")?;
+        }
+        write!(f, "; {} point(s) differ", self.differing)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "lowercase")]
+pub enum Verdict {
+    Exact { proof: Certificate },
+    Refuted { counterexample: Counterexample, proof: Certificate },
+    Unknown { reason: String },
+}
+
+impl Verdict {
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Verdict::Exact { .. })
+    }
+
+    /// `"exact"`, `"refuted"` or `"unknown"`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Exact { .. } => "exact",
+            Verdict::Refuted { .. } => "refuted",
+            Verdict::Unknown { .. } => "unknown",
+        }
+    }
+
+    pub fn counterexample(&self) -> Option<&Counterexample> {
+        match self {
+            Verdict::Refuted { counterexample, .. } => Some(counterexample),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Exact arithmetic on f32 values. Every finite f32 is a dyadic rational `m·2^e`; sums, products
+//! and quotients of a few of them are exact rationals that fit i128 for the magnitudes quantized
+//! models use. Where they would not fit, functions return `None` and callers answer "unknown".
+
+/// A dyadic rational `mant · 2^exp`, normalised so `mant` is odd (or zero with `exp == 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dyadic {
+    pub mant: i128,
+    pub exp: i32,
+}
+
+impl Dyadic {
+    pub const ZERO: Dyadic = Dyadic { mant: 0, exp: 0 };
+
+    pub fn new(mant: i128, exp: i32) -> Dyadic {
+        if mant == 0 {
+            return Dyadic::ZERO;
+        }
+        let tz = mant.trailing_zeros() as i32;
+        Dyadic { mant: mant >> tz, exp: exp + tz }
+    }
+
+    pub fn int(k: i64) -> Dyadic {
+        Dyadic::new(k as i128, 0)
+    }
+
+    /// The exact value of a finite f32; `None` for NaN and infinities.
+    pub fn from_f32(x: f32) -> Option<Dyadic> {
+        if !x.is_finite() {
+            return None;
+        }
+        let bits = x.to_bits();
+        let sign = if bits >> 31 == 1 { -1 } else { 1 };
+        let exp_bits = ((bits >> 23) & 0xff) as i32;
+        let frac = (bits & 0x7f_ffff) as i128;
+        let (mant, exp) = if exp_bits == 0 { (frac, -149) } else { (frac | 0x80_0000, exp_bits - 150) };
+        Some(Dyadic::new(sign * mant, exp))
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.mant == 0
+    }
+
+    pub fn checked_mul(self, o: Dyadic) -> Option<Dyadic> {
+        Some(Dyadic::new(self.mant.checked_mul(o.mant)?, self.exp.checked_add(o.exp)?))
+    }
+
+    pub fn checked_add(self, o: Dyadic) -> Option<Dyadic> {
+        if self.is_zero() {
+            return Some(o);
+        }
+        if o.is_zero() {
+            return Some(self);
+        }
+        let e = self.exp.min(o.exp);
+        let a = shl(self.mant, self.exp - e)?;
+        let b = shl(o.mant, o.exp - e)?;
+        Some(Dyadic::new(a.checked_add(b)?, e))
+    }
+
+    pub fn neg(self) -> Dyadic {
+        Dyadic { mant: -self.mant, exp: self.exp }
+    }
+
+    /// Significant bits of the odd mantissa: the value is exactly an f32 iff this is ≤ 24 and the
+    /// exponent is in range.
+    pub fn sig_bits(self) -> u32 {
+        128 - self.mant.unsigned_abs().leading_zeros()
+    }
+
+    /// Whether the value is exactly representable as a (normal or subnormal) f32.
+    pub fn is_f32(self) -> bool {
+        if self.is_zero() {
+            return true;
+        }
+        let bits = self.sig_bits() as i32;
+        // Top bit position of the value: exp + bits - 1. Normal range top in [-126, 127].
+        let top = self.exp + bits - 1;
+        bits <= 24 && top <= 127 && self.exp >= -149
+    }
+
+    pub fn to_f64_lossy(self) -> f64 {
+        self.mant as f64 * 2f64.powi(self.exp)
+    }
+}
+
+fn shl(m: i128, by: i32) -> Option<i128> {
+    if by < 0 || by >= 127 {
+        return if m == 0 { Some(0) } else { None };
+    }
+    let r = m.checked_mul(1i128 << by)?;
+    Some(r)
+}
+
+/// `rne(n / d)` for integers, `d > 0`: round to nearest, ties to even.
+pub fn rne_div(n: i128, d: i128) -> i128 {
+    debug_assert!(d > 0);
+    let q = n.div_euclid(d);
+    let r = n.rem_euclid(d); // 0 <= r < d
+    // Compare 2r with d without overflow: r and d - r.
+    let rest = d - r;
+    if r > rest || (r == rest && q.rem_euclid(2) == 1) { q + 1 } else { q }
+}
+
+/// Result of rounding an exact quotient to an integer, saturating far outside any code range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounded {
+    Value(i128),
+    /// |quotient| beyond 2^100: only the sign matters for saturation.
+    Huge { negative: bool },
+}
+
+impl Rounded {
+    /// Adds a zero point and clamps to `[lo, hi]`.
+    pub fn saturate(self, zp: i64, lo: i64, hi: i64) -> i64 {
+        match self {
+            Rounded::Value(v) => (v + zp as i128).clamp(lo as i128, hi as i128) as i64,
+            Rounded::Huge { negative } => {
+                if negative {
+                    lo
+                } else {
+                    hi
+                }
+            }
+        }
+    }
+}
+
+/// `rne(a / b)` for dyadic rationals, exactly. `None` when `b` is zero.
+pub fn rne_quotient(a: Dyadic, b: Dyadic) -> Option<Rounded> {
+    if b.is_zero() {
+        return None;
+    }
+    if a.is_zero() {
+        return Some(Rounded::Value(0));
+    }
+    // a/b = (ma/mb) · 2^k
+    let (mut n, mut d) = (a.mant, b.mant);
+    if d < 0 {
+        n = -n;
+        d = -d;
+    }
+    let k = a.exp - b.exp;
+    let negative = n < 0;
+    let mag = |x: i128| 128 - x.unsigned_abs().leading_zeros() as i32;
+    if k >= 0 {
+        // |n·2^k / d| ≥ 2^(mag(n)-1+k-mag(d)); beyond 2^100 it saturates anything.
+        if mag(n) - 1 + k - mag(d) > 100 {
+            return Some(Rounded::Huge { negative });
+        }
+        let n = shl(n, k)?;
+        Some(Rounded::Value(rne_div(n, d)))
+    } else {
+        // |n / (d·2^-k)| < 2^(mag(n) - (mag(d)-1) + k); below 2^-2 it rounds to zero.
+        if mag(n) - (mag(d) - 1) + k < -1 {
+            return Some(Rounded::Value(0));
+        }
+        let d = shl(d, -k)?;
+        Some(Rounded::Value(rne_div(n, d)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_values_are_exact_dyadics() {
+        for x in [1.0f32, -0.5, 0.1, 3.0e-39, f32::MAX, f32::MIN_POSITIVE, 123456.789] {
+            let d = Dyadic::from_f32(x).unwrap();
+            assert_eq!(d.to_f64_lossy(), x as f64, "{x}");
+            assert!(d.is_f32());
+        }
+        assert_eq!(Dyadic::from_f32(0.0), Some(Dyadic::ZERO));
+        assert_eq!(Dyadic::from_f32(f32::NAN), None);
+        assert!(!Dyadic::new((1 << 24) + 1, 0).is_f32());
+        assert!(Dyadic::new(1 << 24, 0).is_f32());
+    }
+
+    #[test]
+    fn rne_div_ties_to_even() {
+        assert_eq!(rne_div(5, 2), 2);
+        assert_eq!(rne_div(7, 2), 4);
+        assert_eq!(rne_div(-5, 2), -2);
+        assert_eq!(rne_div(-7, 2), -4);
+        assert_eq!(rne_div(10, 4), 2);
+        assert_eq!(rne_div(11, 4), 3);
+        assert_eq!(rne_div(-11, 4), -3);
+        assert_eq!(rne_div(1, 3), 0);
+        assert_eq!(rne_div(2, 3), 1);
+    }
+
+    #[test]
+    fn quotients_round_exactly() {
+        let q = |a: f32, b: f32| rne_quotient(Dyadic::from_f32(a).unwrap(), Dyadic::from_f32(b).unwrap()).unwrap();
+        assert_eq!(q(0.75, 0.5), Rounded::Value(2)); // 1.5 → 2
+        assert_eq!(q(1.25, 0.5), Rounded::Value(2)); // 2.5 → 2
+        assert_eq!(q(-1.25, 0.5), Rounded::Value(-2));
+        assert_eq!(q(1.0, 1e-35), Rounded::Huge { negative: false });
+        assert_eq!(q(-1.0, 1e-35), Rounded::Huge { negative: true });
+        assert_eq!(q(1e-30, 1.0), Rounded::Value(0));
+        // 0.1f32 / 0.1f32 is exactly 1 although neither is 1/10.
+        assert_eq!(q(0.1, 0.1), Rounded::Value(1));
+    }
+}

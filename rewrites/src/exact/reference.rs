@@ -1,0 +1,191 @@
+//! Reference semantics of QuantizeLinear and DequantizeLinear, bit for bit (spec §1; ORT's CPU
+//! kernels agree for finite values, ort-kernels.md §5.1–5.2).
+
+use super::num::{Dyadic, rne_quotient};
+use qdqc_lang::onnx::DataType;
+use serde::Serialize;
+
+/// Integer code types of quantized tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodeType {
+    U2,
+    I2,
+    U4,
+    I4,
+    U8,
+    I8,
+    U16,
+    I16,
+    I32,
+}
+
+impl CodeType {
+    pub fn from_dtype(dt: DataType) -> Option<CodeType> {
+        use DataType::*;
+        Some(match dt {
+            Uint2 => CodeType::U2,
+            Int2 => CodeType::I2,
+            Uint4 => CodeType::U4,
+            Int4 => CodeType::I4,
+            Uint8 => CodeType::U8,
+            Int8 => CodeType::I8,
+            Uint16 => CodeType::U16,
+            Int16 => CodeType::I16,
+            Int32 => CodeType::I32,
+            _ => return None,
+        })
+    }
+
+    pub fn dtype(self) -> DataType {
+        match self {
+            CodeType::U2 => DataType::Uint2,
+            CodeType::I2 => DataType::Int2,
+            CodeType::U4 => DataType::Uint4,
+            CodeType::I4 => DataType::Int4,
+            CodeType::U8 => DataType::Uint8,
+            CodeType::I8 => DataType::Int8,
+            CodeType::U16 => DataType::Uint16,
+            CodeType::I16 => DataType::Int16,
+            CodeType::I32 => DataType::Int32,
+        }
+    }
+
+    /// Inclusive range of codes.
+    pub fn range(self) -> (i64, i64) {
+        qdqc_lang::tensor::int_range(self.dtype()).expect("integer type")
+    }
+
+    pub fn bits(self) -> u32 {
+        match self {
+            CodeType::U2 | CodeType::I2 => 2,
+            CodeType::U4 | CodeType::I4 => 4,
+            CodeType::U8 | CodeType::I8 => 8,
+            CodeType::U16 | CodeType::I16 => 16,
+            CodeType::I32 => 32,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        qdqc_lang::canon::dtype_name(self.dtype())
+    }
+}
+
+/// `DQ(q; s, z) = fl(f32(q − z) · s)`: exact integer subtraction, one conversion (which rounds
+/// above 2^24, as int32 bias codes can), one multiply, never an FMA.
+pub fn dequantize(q: i64, s: f32, z: i64) -> f32 {
+    ((q - z) as f32) * s
+}
+
+/// `Q(x; s, z, T) = sat_T(rne(fl(x / s)) + z)`: a true division, ties to even, then the zero
+/// point, then saturation. NaN maps to the lowest code, as ORT's x86 kernels do.
+pub fn quantize(x: f32, s: f32, z: i64, t: CodeType) -> i64 {
+    let (lo, hi) = t.range();
+    let v = x / s;
+    if v.is_nan() {
+        return lo;
+    }
+    // `as i64` saturates ±inf and huge values; the clamp then saturates to the type.
+    (v.round_ties_even() as i64).saturating_add(z).clamp(lo, hi)
+}
+
+/// Q of an exact real value (the `real` contract): `sat_T(rne(v / s) + z)` with no f32 rounding
+/// of the quotient. `None` when the scale is not a finite non-zero f32.
+pub fn quantize_real(v: Dyadic, s: f32, z: i64, t: CodeType) -> Option<i64> {
+    let s = Dyadic::from_f32(s).filter(|s| !s.is_zero())?;
+    let (lo, hi) = t.range();
+    Some(rne_quotient(v, s)?.saturate(z, lo, hi))
+}
+
+/// The exact real value of `DQ(q; s, z)` before rounding: `(q − z)·s`.
+pub fn dequantize_real(q: i64, s: f32, z: i64) -> Option<Dyadic> {
+    Dyadic::int(q - z).checked_mul(Dyadic::from_f32(s)?)
+}
+
+/// Index of the scale / zero point that quantizes the element at `index` of a tensor of
+/// `shape`: 0 for per-tensor, the axis coordinate for per-axis, the block for blocked.
+pub fn param_index(index: &[usize], shape: &[usize], axis: Option<usize>, block_size: usize, params: &[usize]) -> usize {
+    let Some(axis) = axis else { return 0 };
+    if block_size == 0 {
+        return index[axis];
+    }
+    // Blocked: the parameter tensor has the input's shape with the axis divided into blocks.
+    let mut flat = 0;
+    for (d, &i) in index.iter().enumerate() {
+        let coord = if d == axis { i / block_size } else { i };
+        flat = flat * params[d] + coord;
+    }
+    debug_assert_eq!(shape.len(), params.len());
+    flat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_rounds_half_to_even_before_the_zero_point() {
+        // x/s = 2.5 → 2 (even), then + zp; half-away rounding would give 3.
+        assert_eq!(quantize(2.5, 1.0, 0, CodeType::U8), 2);
+        assert_eq!(quantize(3.5, 1.0, 0, CodeType::U8), 4);
+        assert_eq!(quantize(-0.5, 1.0, 10, CodeType::U8), 10);
+        assert_eq!(quantize(-1.5, 1.0, 10, CodeType::U8), 8);
+        // Adding the zero point before rounding would turn 2.5 + 1 = 3.5 into 4 instead of 3.
+        assert_eq!(quantize(2.5, 1.0, 1, CodeType::U8), 3);
+    }
+
+    #[test]
+    fn quantize_saturates_and_maps_nan_to_qmin() {
+        assert_eq!(quantize(1e30, 1.0, 0, CodeType::I8), 127);
+        assert_eq!(quantize(f32::NEG_INFINITY, 1.0, 0, CodeType::I8), -128);
+        assert_eq!(quantize(f32::NAN, 1.0, 0, CodeType::I8), -128);
+        assert_eq!(quantize(0.0, 0.0, 3, CodeType::U8), 0, "0/0 is NaN");
+        assert_eq!(quantize(300.0, 1.0, 0, CodeType::U16), 300);
+        assert_eq!(quantize(9.0, 1.0, 0, CodeType::I4), 7);
+    }
+
+    #[test]
+    fn quantize_divides_rather_than_multiplying_by_the_reciprocal() {
+        // A value where x * (1/s) and x / s round differently (found by search, pinned here).
+        let (x, s) = (find_reciprocal_mismatch()).expect("a mismatch exists");
+        assert_ne!((x * (1.0 / s)).round_ties_even(), (x / s).round_ties_even());
+        assert_eq!(quantize(x, s, 0, CodeType::I32), (x / s).round_ties_even() as i64);
+    }
+
+    fn find_reciprocal_mismatch() -> Option<(f32, f32)> {
+        for sb in 0..4000u32 {
+            let s = 0.001 + sb as f32 * 0.00037;
+            for q in -128i64..128 {
+                let x = q as f32 * s + 0.5 * s;
+                if (x * (1.0 / s)).round_ties_even() != (x / s).round_ties_even() {
+                    return Some((x, s));
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn int32_bias_dequantize_rounds_above_2_pow_24() {
+        let q = (1 << 24) + 1;
+        assert_eq!(dequantize(q, 1.0, 0), (1 << 24) as f32);
+        assert_eq!(dequantize_real(q, 1.0, 0).unwrap(), Dyadic::int(q));
+    }
+
+    #[test]
+    fn real_quantize_uses_the_exact_quotient() {
+        // f32(0.2) is exactly 2·f32(0.1), so 3·0.1 / 0.2 is exactly 1.5: a tie, rounded to even.
+        let v = dequantize_real(3, 0.1, 0).unwrap();
+        assert_eq!(quantize_real(v, 0.2, 0, CodeType::U8), Some(2));
+        // f32 evaluation rounds 3·0.1 first and lands on the same tie here.
+        assert_eq!(quantize(dequantize(3, 0.1, 0), 0.2, 0, CodeType::U8), 2);
+    }
+
+    #[test]
+    fn blocked_and_per_axis_parameter_indices() {
+        assert_eq!(param_index(&[1, 5], &[2, 8], None, 0, &[1, 1]), 0);
+        assert_eq!(param_index(&[1, 5], &[2, 8], Some(1), 0, &[8]), 5);
+        assert_eq!(param_index(&[1, 5], &[2, 8], Some(1), 4, &[2, 2]), 3);
+        assert_eq!(param_index(&[1, 3], &[2, 8], Some(1), 4, &[2, 2]), 2);
+    }
+}
