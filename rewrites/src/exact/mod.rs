@@ -7,8 +7,11 @@
 
 pub mod num;
 pub mod p1;
+pub mod p2;
+pub mod p3;
 pub mod reference;
 
+use reference::CodeType;
 use serde::Serialize;
 use std::fmt;
 
@@ -20,6 +23,25 @@ pub enum Contract {
     Exact,
     /// Same bits as the exact real-number semantics of the unfused graph.
     Real,
+}
+
+/// Per-tensor quantization parameters of one Q or DQ, scale as its exact f32.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct QParam {
+    pub scale: f32,
+    pub zero_point: i64,
+    pub code: CodeType,
+}
+
+impl QParam {
+    pub fn new(scale: f32, zero_point: i64, code: CodeType) -> QParam {
+        QParam { scale, zero_point, code }
+    }
+
+    /// The P1 domain of this parameter's codes.
+    pub fn domain(&self, name: &str) -> p1::Domain {
+        p1::Domain::new(name, self.code.range(), self.zero_point)
+    }
 }
 
 /// How a verdict was reached.

@@ -3,6 +3,13 @@
 //! (`x86-avx512vnni`) by differential tests over full code domains; models of ISAs that cannot
 //! run here are pinned by unit tests written from the source arithmetic (ort-kernels.md §5).
 
+pub mod binary;
+pub mod lut;
+pub mod pool;
+pub mod requant;
+pub mod selectors;
+pub mod softmax;
+
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
@@ -10,7 +17,7 @@ use std::str::FromStr;
 /// The CPU instruction-set profiles whose kernels differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Isa {
-    /// x86-64 baseline: SSE2 elementwise kernels, u8×s8 GEMM through saturating int16 pairs.
+    /// x86-64 baseline: SSE2 elementwise kernels; 8-bit GEMM widens to 16 bits (exact).
     #[serde(rename = "x86-sse2")]
     X86Sse2,
     /// AVX2 + FMA without VNNI: two-FMA QLinearAdd, u8×s8 pairs saturate to int16.

@@ -1,0 +1,1 @@
+//! P2: exact representability of a float path.

@@ -1,0 +1,1 @@
+//! P3: the requantization window.

@@ -1,0 +1,1 @@
+//! QLinearAdd / QLinearMul models per ISA.

@@ -1,0 +1,1 @@
+//! lookup-table kernels: QLinearSigmoid, QLinearLeakyRelu, QLinearWhere, QLinearConcat.

@@ -1,0 +1,1 @@
+//! QLinearAveragePool / QLinearGlobalAveragePool.

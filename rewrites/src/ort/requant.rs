@@ -1,0 +1,1 @@
+//! QLinearConv / QLinearMatMul / QGemm: integer accumulation and requantization.

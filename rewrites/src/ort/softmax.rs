@@ -1,0 +1,1 @@
+//! QLinearSoftmax (never exact; modelled so the audit can say so).
