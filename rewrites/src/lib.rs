@@ -5,6 +5,7 @@
 //! * [`catalog`]: the egg rules; each may fire only on a proof (policy in `rewrites/README.md`).
 
 pub mod exact;
+pub mod hazards;
 pub mod ort;
 
 use qdqc_lang::analysis::QdqAnalysis;
