@@ -1,0 +1,89 @@
+//! Broken requantization of integer accumulators (Conv/MatMul/Gemm epilogues), checked against
+//! the exact rational value of the float computation.
+
+use crate::Broken;
+use qdqc_rewrites::exact::num::Dyadic;
+use qdqc_rewrites::exact::p1::{Domain, exhaustive};
+use qdqc_rewrites::exact::reference::{CodeType, quantize, quantize_real};
+use qdqc_rewrites::exact::{QParam, Verdict};
+
+pub fn rules() -> Vec<Broken> {
+    vec![
+        Broken {
+            name: "requant_through_f32_above_2_pow_24",
+            claim: "rne(fl(f32(acc)·M)) is exact requantization even when |acc| > 2^24 (f32(acc) rounds first)",
+            broken: || requant(1 << 24, 1 << 20, (0.03, 0.0005, 1.0)),
+            twin: Some(|| requant(-(1 << 19), 1 << 20, (0.5, 2f32.powi(-10), 8.0))),
+        },
+        Broken {
+            name: "bias_scale_ignored",
+            claim: "a bias DQ's scale can be dropped: the fused kernel adds int32 bias codes to the accumulator as if in x_scale·w_scale units",
+            broken: || with_bias(0.5 * 0.25 * 2.0),
+            twin: Some(|| with_bias(0.5 * 0.25)),
+        },
+        Broken {
+            name: "per_k_scale_in_gemm_epilogue",
+            claim: "a weight scale that varies along K can be applied once per output column in the epilogue",
+            broken: || per_k([0.01, 0.03]),
+            twin: Some(|| per_k([0.01, 0.01])),
+        },
+    ]
+}
+
+fn dy(x: f32) -> Dyadic {
+    Dyadic::from_f32(x).expect("finite")
+}
+
+fn real_q(v: Dyadic, y: QParam) -> i64 {
+    quantize_real(v, y.scale, y.zero_point, y.code).expect("valid scale")
+}
+
+/// ORT's requantization of `acc` with multiplier `fl(fl(sx·sw)/sy)`, against the exact rational
+/// `rne(acc·sx·sw/sy)`, for `acc` in `[start, start + len)`. Output zero point 0 on int32 codes so
+/// nothing saturates.
+fn requant(start: i64, len: i64, (sx, sw, sy): (f32, f32, f32)) -> Verdict {
+    let y = QParam::new(sy, 0, CodeType::I32);
+    let m = sx * sw / sy;
+    let exact = dy(sx).checked_mul(dy(sw)).unwrap();
+    exhaustive(
+        &[Domain { name: "acc".into(), lo: start, hi: start + len - 1, zero: start }],
+        "acc window, exact rational reference",
+        |a| real_q(Dyadic::int(a[0]).checked_mul(exact).unwrap(), y),
+        |a| quantize(a[0] as f32 * m, 1.0, 0, CodeType::I32),
+        |_| None,
+    )
+}
+
+/// Accumulator `acc` plus one int32 bias code `b = 1000` whose DQ scale is `sb`: the exact value
+/// `acc·sx·sw + b·sb` against ORT's `rne(fl(f32(acc + b)·M))`.
+fn with_bias(sb: f32) -> Verdict {
+    let (sx, sw, sy, b) = (0.5f32, 0.25f32, 1.0f32, 1000i64);
+    let y = QParam::new(sy, 128, CodeType::U8);
+    let m = sx * sw / sy;
+    exhaustive(
+        &[Domain { name: "acc".into(), lo: -3000, hi: 3000, zero: 0 }],
+        "acc window with bias 1000",
+        |a| {
+            let v = Dyadic::int(a[0]).checked_mul(dy(sx).checked_mul(dy(sw)).unwrap()).unwrap();
+            real_q(v.checked_add(Dyadic::int(b).checked_mul(dy(sb)).unwrap()).unwrap(), y)
+        },
+        |a| quantize((a[0] + b) as f32 * m, 1.0, y.zero_point, y.code),
+        |_| None,
+    )
+}
+
+/// A K = 2 dot product with per-K weight scales `s`, against an epilogue that applies `s[0]`.
+fn per_k(s: [f32; 2]) -> Verdict {
+    let (x, y, w) = (QParam::new(0.05, 128, CodeType::U8), QParam::new(0.02, 128, CodeType::U8), [3i64, 5]);
+    let term = |a: i64, k: usize| Dyadic::int((a - x.zero_point) * w[k]).checked_mul(dy(x.scale).checked_mul(dy(s[k])).unwrap()).unwrap();
+    exhaustive(
+        &[x.domain("a0"), x.domain("a1")],
+        "K = 2 dot product",
+        |a| real_q(term(a[0], 0).checked_add(term(a[1], 1)).unwrap(), y),
+        |a| {
+            let acc = (a[0] - x.zero_point) * w[0] + (a[1] - x.zero_point) * w[1];
+            real_q(Dyadic::int(acc).checked_mul(dy(x.scale).checked_mul(dy(s[0])).unwrap()).unwrap(), y)
+        },
+        |_| None,
+    )
+}
