@@ -1,0 +1,36 @@
+"""Fixtures shared by the oracle tests (helpers live in oracle_util.py)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from oracle_util import CORPUS_DIR, QDQC_BIN, CompileCache, manifest
+
+
+def pytest_generate_tests(metafunc):
+    if "entry" in metafunc.fixturenames:
+        models = manifest()["models"]
+        metafunc.parametrize("entry", models, ids=[m["name"] for m in models])
+
+
+@pytest.fixture(scope="session")
+def corpus_manifest() -> dict:
+    return manifest()
+
+
+@pytest.fixture(scope="session")
+def qdqc() -> Path:
+    if not QDQC_BIN.is_file():
+        pytest.fail(
+            f"qdqc binary not found at {QDQC_BIN} (set QDQC_BIN, or build it with `cargo build`)", pytrace=False
+        )
+    if not os.access(QDQC_BIN, os.X_OK):
+        pytest.fail(f"qdqc binary at {QDQC_BIN} is not executable", pytrace=False)
+    return QDQC_BIN
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory) -> CompileCache:
+    return CompileCache(tmp_path_factory.mktemp("qdqc-out"))
