@@ -16,7 +16,7 @@
 use crate::exact::num::Dyadic;
 use crate::exact::p1;
 use crate::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use crate::exact::{Contract, QParam, Verdict};
+use crate::exact::{Certificate, Contract, Method, QParam, Verdict};
 use crate::ort::Isa;
 use serde::Serialize;
 
@@ -411,33 +411,36 @@ pub fn prove(op: BinaryOp, p: &BinaryParams, bcast: Broadcast, isa: Isa, contrac
         return Verdict::Unknown { reason: "the exact value of a pair exceeds the exact arithmetic's range".to_string() };
     };
     let domains = [p.a.domain("a"), p.b.domain("b")];
-    let mut points = 0;
-    let mut micros = 0;
-    let mut described = Vec::new();
+    let mut kernels = Vec::new();
     for build in builds(op, isa) {
-        let kernel = match BinaryKernel::new(op, p, bcast, isa, build) {
-            Ok(k) => k,
+        match BinaryKernel::new(op, p, bcast, isa, build) {
+            Ok(k) => kernels.push((build, k)),
             Err(reason) => return Verdict::Unknown { reason },
-        };
-        let detail = format!("{} {} {isa} {} ({}): every code pair", op.ort_name(), p.c.code.name(), bcast.name(), build.describe());
-        let verdict = p1::exhaustive(&domains, &detail, |x| reference(x[0], x[1]), |x| kernel.eval(x[0], x[1]), |x| exact_text(op, p, x[0], x[1]));
-        match verdict {
+        }
+    }
+    let header = format!("{} {} {isa} {}", op.ort_name(), p.c.code.name(), bcast.name());
+    let names: Vec<String> = kernels.iter().map(|(b, _)| b.describe()).collect();
+    let per_build = kernels.iter().map(|(build, kernel)| {
+        let detail = format!("{header} ({}): every code pair", build.describe());
+        p1::exhaustive(&domains, &detail, |x| reference(x[0], x[1]), |x| kernel.eval(x[0], x[1]), |x| exact_text(op, p, x[0], x[1]))
+    });
+    all_of(per_build, format!("{header}: every code pair, builds [{}]", names.join("; ")))
+}
+
+/// The conjunction of P1 verdicts, evaluated in order: the first refutation or unknown, else one
+/// certificate over the union of their domains.
+pub(crate) fn all_of(parts: impl IntoIterator<Item = Verdict>, detail: String) -> Verdict {
+    let (mut domain, mut micros) = (0, 0);
+    for part in parts {
+        match part {
             Verdict::Exact { proof } => {
-                points += proof.domain;
+                domain += proof.domain;
                 micros += proof.micros;
-                described.push(build.describe());
             }
             refuted_or_unknown => return refuted_or_unknown,
         }
     }
-    Verdict::Exact {
-        proof: crate::exact::Certificate {
-            method: crate::exact::Method::P1Exhaustive,
-            domain: points,
-            micros,
-            detail: format!("{} {} {isa} {}: every code pair, builds [{}]", op.ort_name(), p.c.code.name(), bcast.name(), described.join("; ")),
-        },
-    }
+    Verdict::Exact { proof: Certificate { method: Method::P1Exhaustive, domain, micros, detail } }
 }
 
 /// Scales outside the modelled range: zero, infinite, NaN. (Negative and subnormal scales are
