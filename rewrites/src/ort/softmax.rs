@@ -1,1 +1,304 @@
-//! QLinearSoftmax (never exact; modelled so the audit can say so).
+//! QLinearSoftmax (ort-kernels.md §5.7): modelled so that a proof can refute the fusion with a
+//! concrete row. Never exact: the fused kernel is unrelated to the float Softmax (an opaque
+//! library function, spec §2).
+//!
+//! Source (ORT `contrib_ops/cpu/quantization/qlinear_softmax.cc`):
+//! * table: `bit_shift = max(0, log(f32(FLT_MAX / D)) − 5) / sX` and, for `i` in 0..256,
+//!   `table[u8(signed ? i − 128 : i)] = (float)exp((i − 255 + bit_shift)·sX)` in double;
+//! * per row: the table shifted so the row's maximum reads entry 255 (uint8: `table + 255 −
+//!   xmax`; int8: index `u8(127 − xmax + x)`), `vsum` a sequential float sum from 0 (a row
+//!   with `vsum == 0` returns early, leaving the rest of its chunk unwritten);
+//! * `Y_scale` replaced by `floor(1/sY)`, `vq = nearbyintf(fl(fl(vt·floor(1/sY))/vsum)) + zY`;
+//! * uint8: `vq > 255 → 255`; int8: `vq > 255 → (int8)255 = −1`, otherwise `(int8)vq`, so
+//!   128..255 wrap to negative codes.
+
+use crate::exact::reference::CodeType;
+use crate::exact::{Certificate, Counterexample, Method, QParam, Verdict};
+use crate::ort::Isa;
+use std::time::Instant;
+
+/// QLinearSoftmax for one reduction length.
+#[derive(Clone, Debug)]
+pub struct SoftmaxKernel {
+    /// Indexed by byte as ORT stores it.
+    table: [f32; 256],
+    /// `floor(1/sY)`.
+    y_scale: f32,
+    y: QParam,
+    /// Float→integer casts: ARM saturates, x86 gives the "integer indefinite" value.
+    arm: bool,
+}
+
+/// One output: the value `nearbyintf` rounds, the exact product `vt·floor(1/sY)` before it
+/// (which may overflow f32), and the code.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SoftmaxOutput {
+    pub pre_round: f32,
+    pub product: f64,
+    pub code: i64,
+}
+
+impl SoftmaxOutput {
+    /// Whether last-place differences in the table's `exp` cannot change the code: the value is
+    /// far from a rounding boundary, or the product far from f32 overflow on either side.
+    pub fn is_robust(&self) -> bool {
+        let max = f32::MAX as f64;
+        if self.product > max * 1.001 {
+            return true;
+        }
+        self.product < max * 0.999 && robust(self.pre_round as f64)
+    }
+}
+
+impl SoftmaxKernel {
+    pub fn new(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Result<SoftmaxKernel, String> {
+        if !matches!(y.code, CodeType::U8 | CodeType::I8) || x.code != y.code {
+            return Err("QLinearSoftmax takes one 8-bit type for input and output".to_string());
+        }
+        if reduce_len == 0 {
+            return Err("empty softmax axis".to_string());
+        }
+        let signed = x.code == CodeType::I8;
+        let sx = x.scale as f64;
+        // `log` of the float quotient FLT_MAX / D; the C double `log` (glibc, as Rust's `ln`).
+        let bit_shift = ((f32::MAX / reduce_len as f32) as f64).ln();
+        let bit_shift = (bit_shift - 5.0).max(0.0) / sx;
+        let mut table = [0f32; 256];
+        for i in 0..256i32 {
+            let index = if signed { (i - 128) as u8 } else { i as u8 };
+            table[index as usize] = ((i as f64 - 255.0 + bit_shift) * sx).exp() as f32;
+        }
+        Ok(SoftmaxKernel { table, y_scale: (1.0f32 / y.scale).floor(), y, arm: isa == Isa::Arm64Neon })
+    }
+
+    /// The table entry of code `x` in a row whose maximum is `xmax`.
+    fn entry(&self, x: i64, xmax: i64) -> f32 {
+        let index = match self.y.code {
+            CodeType::I8 => (127 - xmax + x) as u8 as usize,
+            _ => (255 - xmax + x) as usize,
+        };
+        self.table[index]
+    }
+
+    /// One row as `QlinearSoftmaxCPU` computes it; `None` when ORT leaves it unwritten.
+    pub fn row(&self, codes: &[i64]) -> Option<Vec<SoftmaxOutput>> {
+        let xmax = *codes.iter().max()?;
+        let vsum = codes.iter().fold(0f32, |s, &x| s + self.entry(x, xmax));
+        if vsum == 0.0 {
+            return None;
+        }
+        Some(codes.iter().map(|&x| self.output(self.entry(x, xmax), vsum)).collect())
+    }
+
+    fn output(&self, vt: f32, vsum: f32) -> SoftmaxOutput {
+        let pre_round = vt * self.y_scale / vsum;
+        let r = pre_round.round_ties_even();
+        let zy = self.y.zero_point;
+        let code = match self.y.code {
+            CodeType::I8 => {
+                let vq = self.cast_i32(r).wrapping_add(zy as i32) as i64;
+                if vq > 255 { -1 } else { vq as u8 as i8 as i64 }
+            }
+            _ => {
+                let vq = self.cast_u32(r).wrapping_add(zy as u32) as i64;
+                vq.min(255)
+            }
+        };
+        SoftmaxOutput { pre_round, product: vt as f64 * self.y_scale as f64, code }
+    }
+
+    /// `static_cast<int32_t>(float)`: x86 `cvttss2si` gives `i32::MIN` out of range.
+    fn cast_i32(&self, v: f32) -> i32 {
+        if self.arm { super::binary::truncate_arm(v) } else { super::binary::truncate_x86(v) }
+    }
+
+    /// `static_cast<uint32_t>(float)`: x86 converts through int64 and keeps the low 32 bits;
+    /// ARM's `fcvtzu` saturates.
+    fn cast_u32(&self, v: f32) -> u32 {
+        if self.arm {
+            v as u32
+        } else if (-9.223372e18..9.223372e18).contains(&v) {
+            v as i64 as u32
+        } else {
+            0
+        }
+    }
+}
+
+/// The real softmax of a row `[first, rest × (d − 1)]` at its two positions, quantized:
+/// `(p/sY, code)`, from exact DQ differences and `exp` in f64.
+fn real_pattern(x: QParam, y: QParam, first: i64, rest: i64, d: usize) -> [(f64, i64); 2] {
+    let xmax = first.max(rest);
+    let e = |c: i64| ((c - xmax) as f64 * x.scale as f64).exp();
+    let sum = e(first) + (d - 1) as f64 * e(rest);
+    let (lo, hi) = y.code.range();
+    [first, rest].map(|c| {
+        let v = e(c) / sum / y.scale as f64;
+        (v, (v.round_ties_even() as i64).saturating_add(y.zero_point).clamp(lo, hi))
+    })
+}
+
+/// Whether a value about to be rounded to an integer is far enough from a half-integer that no
+/// float library's last-place differences (in `exp`, in the float Softmax) can move it across.
+fn robust(v: f64) -> bool {
+    let margin = 1e-3 + 1e-4 * v.abs();
+    ((v - v.floor()) - 0.5).abs() > margin
+}
+
+/// Never exact. Refuted with a row where the fused kernel's result and the real softmax's are
+/// both unambiguous (far from a rounding boundary) and differ; otherwise unknown. Rows searched:
+/// for a reduction length `d`, one element at any code and the other `d − 1` at the lowest code,
+/// the zero point or the highest code (all pairs when `d = 2`).
+pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
+    let start = Instant::now();
+    if !x.scale.is_finite() || x.scale <= 0.0 || !y.scale.is_finite() || y.scale <= 0.0 {
+        return Verdict::Unknown { reason: "QLinearSoftmax is modelled for finite positive scales".to_string() };
+    }
+    let kernel = match SoftmaxKernel::new(x, y, reduce_len, isa) {
+        Ok(k) => k,
+        Err(reason) => return Verdict::Unknown { reason },
+    };
+    let (lo, hi) = x.code.range();
+    let mut firsts: Vec<i64> = (lo..=hi).collect();
+    firsts.sort_by_key(|&c| ((c - x.zero_point).abs(), c));
+    let rests: Vec<i64> = if reduce_len == 2 { (lo..=hi).collect() } else { vec![x.zero_point, lo, hi] };
+    let (mut tried, mut differing, mut found) = (0u64, 0u64, None);
+    for &rest in &rests {
+        for &first in &firsts {
+            tried += 1;
+            if let Some(diff) = robust_difference(&kernel, x, y, first, rest, reduce_len) {
+                differing += 1;
+                found.get_or_insert((first, rest, diff));
+            }
+        }
+    }
+    let detail = format!("QLinearSoftmax {} {isa}, axis length {reduce_len}: rows of one code and {} more at the zero point or an end", x.code.name(), reduce_len - 1);
+    match found {
+        None => Verdict::Unknown { reason: format!("{detail}: never exact, and none of {tried} rows differs robustly") },
+        Some((first, rest, (i, real, unfused, fused))) => {
+            let mut inputs = vec![("x[0]".to_string(), first)];
+            if reduce_len > 1 {
+                inputs.push((if reduce_len == 2 { "x[1]".to_string() } else { format!("x[1..{reduce_len}]") }, rest));
+            }
+            let exact = format!("y[{i}]: p/sY ≈ {real:.6} (real softmax; fused {:.6} before rounding)", fused.pre_round);
+            Verdict::Refuted {
+                counterexample: Counterexample { inputs, unfused, fused: fused.code, exact: Some(exact), differing },
+                proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: start.elapsed().as_micros() as u64, detail },
+            }
+        }
+    }
+}
+
+/// The first position of the row `[first, rest × (d − 1)]` where the fused and real results
+/// differ, both robustly: `(index, p/sY, unfused code, fused output)`.
+fn robust_difference(kernel: &SoftmaxKernel, x: QParam, y: QParam, first: i64, rest: i64, d: usize) -> Option<(usize, f64, i64, SoftmaxOutput)> {
+    let xmax = first.max(rest);
+    let (tf, tr) = (kernel.entry(first, xmax), kernel.entry(rest, xmax));
+    // ORT's sequential sum: `0 + tf` is exact, then `d − 1` additions of `tr`.
+    let vsum = (1..d).fold(tf, |s, _| s + tr);
+    if vsum == 0.0 {
+        return None;
+    }
+    let fused = [kernel.output(tf, vsum), kernel.output(tr, vsum)];
+    let real = real_pattern(x, y, first, rest, d);
+    let positions: &[usize] = if d == 1 { &[0] } else { &[0, 1] };
+    positions.iter().find_map(|&i| {
+        let ((v, unfused), f) = (real[i], fused[i]);
+        (unfused != f.code && robust(v) && f.is_robust()).then_some((i.min(d - 1), v, unfused, f))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u8p(s: f32, z: i64) -> QParam {
+        QParam::new(s, z, CodeType::U8)
+    }
+
+    fn i8p(s: f32, z: i64) -> QParam {
+        QParam::new(s, z, CodeType::I8)
+    }
+
+    #[test]
+    fn table_peaks_at_the_row_maximum() {
+        let k = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 10, Isa::X86Avx2).unwrap();
+        let top = k.entry(7, 7);
+        // exp(ln(FLT_MAX/10) − 5) ≈ FLT_MAX/10·e^-5.
+        assert!((top as f64 / (f32::MAX as f64 / 10.0 * (-5f64).exp()) - 1.0).abs() < 1e-5, "{top}");
+        assert!((k.entry(6, 7) / top - (-0.1f32).exp()).abs() < 1e-6);
+        let s = SoftmaxKernel::new(i8p(0.1, 0), i8p(1.0 / 256.0, -128), 10, Isa::X86Avx2).unwrap();
+        assert_eq!(s.entry(-5, -5), top);
+        assert_eq!(s.entry(-128, 127), k.entry(0, 255));
+    }
+
+    #[test]
+    fn y_scale_is_floored_reciprocal() {
+        // sY = 0.006: 1/sY = 166.67, ORT multiplies by 166. A row whose first element holds
+        // all the probability: fused 166, real rne(166.67) = 167.
+        let (x, y) = (u8p(0.5, 0), u8p(0.006, 0));
+        let k = SoftmaxKernel::new(x, y, 2, Isa::X86Avx2).unwrap();
+        assert_eq!(k.row(&[255, 0]).unwrap()[0].code, 166);
+        assert_eq!(real_pattern(x, y, 255, 0, 2)[0].1, 167);
+        let v = prove(x, y, 2, Isa::X86Avx2);
+        let c = v.counterexample().unwrap_or_else(|| panic!("{v:?}"));
+        println!("{c}");
+        assert_ne!(c.unfused, c.fused);
+    }
+
+    #[test]
+    fn int8_outputs_wrap_past_127() {
+        // zY = −128, sY = 1/256: p = 1 gives 256 − 128 = 128, which ORT stores as (int8)128 =
+        // −128; the real result saturates at 127.
+        let (x, y) = (i8p(0.5, 0), i8p(1.0 / 256.0, -128));
+        let k = SoftmaxKernel::new(x, y, 2, Isa::X86Avx2).unwrap();
+        assert_eq!(k.row(&[127, -128]).unwrap()[0].code, -128);
+        assert_eq!(real_pattern(x, y, 127, -128, 2)[0].1, 127);
+        assert_eq!(prove(x, y, 2, Isa::X86Avx2).word(), "refuted");
+    }
+
+    #[test]
+    fn a_one_element_axis_overflows_the_table() {
+        // D = 1: the table's top entry is FLT_MAX·e^-5 ≈ FLT_MAX/148; times floor(1/sY) = 256 it
+        // overflows to inf, which x86 casts to the integer indefinite value: uint8 0, and for
+        // int8 INT_MIN + zY wraps to zY's byte... here −128 + 0 → 0x80000000 → −1 (> 255? no).
+        let k = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 1, Isa::X86Avx2).unwrap();
+        let out = k.row(&[42]).unwrap()[0];
+        assert!(out.pre_round.is_infinite());
+        assert_eq!(out.code, 0);
+        let arm = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 1, Isa::Arm64Neon).unwrap();
+        assert_eq!(arm.row(&[42]).unwrap()[0].code, 255);
+        let v = prove(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 1, Isa::X86Avx2);
+        let c = v.counterexample().unwrap_or_else(|| panic!("{v:?}"));
+        assert_eq!((c.unfused, c.fused), (255, 0));
+    }
+
+    #[test]
+    fn uint8_saturates_and_the_usual_scale_agrees_often() {
+        // sY = 1/256: floor(1/sY) = 1/sY, so the two paths differ only by rounding details.
+        let k = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 2, Isa::X86Avx2).unwrap();
+        let out = k.row(&[10, 10]).unwrap();
+        assert_eq!((out[0].code, out[1].code), (128, 128));
+        assert_eq!(k.row(&[255, 0]).unwrap()[0].code, 255);
+        let v = prove(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 2, Isa::X86Avx2);
+        assert_ne!(v.word(), "exact");
+    }
+
+    #[test]
+    fn never_exact() {
+        for d in [1, 2, 3, 10] {
+            for (x, y) in [(u8p(0.1, 128), u8p(1.0 / 256.0, 0)), (i8p(0.05, 0), i8p(1.0 / 256.0, -128)), (u8p(0.0123, 7), u8p(0.0039, 3))] {
+                assert!(!prove(x, y, d, Isa::X86Avx2).is_exact());
+            }
+        }
+    }
+
+    #[test]
+    fn robustness_margin() {
+        assert!(robust(3.2));
+        assert!(!robust(3.5004));
+        assert!(!robust(2.4999));
+        assert!(robust(1000.3));
+        assert!(!robust(1000.45));
+    }
+}
