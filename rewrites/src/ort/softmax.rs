@@ -9,8 +9,13 @@
 //!   xmax`; int8: index `u8(127 − xmax + x)`), `vsum` a sequential float sum from 0 (a row
 //!   with `vsum == 0` returns early, leaving the rest of its chunk unwritten);
 //! * `Y_scale` replaced by `floor(1/sY)`, `vq = nearbyintf(fl(fl(vt·floor(1/sY))/vsum)) + zY`;
-//! * uint8: `vq > 255 → 255`; int8: `vq > 255 → (int8)255 = −1`, otherwise `(int8)vq`, so
-//!   128..255 wrap to negative codes.
+//! * uint8: `vq` is a `uint32` (wrapping), `vq > 255 → 255`; int8: `vq` an `int32`, clamped to
+//!   [−128, 127]. (Before ORT PR #29728, merged July 2026, int8 clamped at 255 like uint8 and
+//!   128..255 wrapped to negative codes; 1.31.1 clamps, as the differential tests confirm.)
+//! * the table's top entry is `FLT_MAX·e^-5 / D`; times `floor(1/sY)` it overflows to +inf when
+//!   `floor(1/sY) > 148·D` (e.g. D = 1, sY = 1/256), and x86 casts inf to its "integer
+//!   indefinite" value: uint8 outputs zY (the uint32 cast keeps the low bits of
+//!   0x8000000000000000), int8 outputs −128 (127 when zY < 0: INT_MIN + zY wraps).
 
 use crate::exact::reference::CodeType;
 use crate::exact::{Certificate, Counterexample, Method, QParam, Verdict};
@@ -95,10 +100,9 @@ impl SoftmaxKernel {
         let r = pre_round.round_ties_even();
         let zy = self.y.zero_point;
         let code = match self.y.code {
-            CodeType::I8 => {
-                let vq = self.cast_i32(r).wrapping_add(zy as i32) as i64;
-                if vq > 255 { -1 } else { vq as u8 as i8 as i64 }
-            }
+            // The int32 sum wraps (x86's out-of-range cast gives INT_MIN, so INT_MIN + a
+            // negative zero point wraps to a large positive value), then clamps to int8.
+            CodeType::I8 => (self.cast_i32(r).wrapping_add(zy as i32) as i64).clamp(-128, 127),
             _ => {
                 let vq = self.cast_u32(r).wrapping_add(zy as u32) as i64;
                 vq.min(255)
@@ -247,21 +251,20 @@ mod tests {
     }
 
     #[test]
-    fn int8_outputs_wrap_past_127() {
-        // zY = −128, sY = 1/256: p = 1 gives 256 − 128 = 128, which ORT stores as (int8)128 =
-        // −128; the real result saturates at 127.
+    fn int8_outputs_saturate_in_ort_1_31() {
+        // zY = −128, sY = 1/256: p = 1 gives 256 − 128 = 128, clamped to 127 (ORT before PR
+        // #29728 stored (int8)128 = −128).
         let (x, y) = (i8p(0.5, 0), i8p(1.0 / 256.0, -128));
         let k = SoftmaxKernel::new(x, y, 2, Isa::X86Avx2).unwrap();
-        assert_eq!(k.row(&[127, -128]).unwrap()[0].code, -128);
+        assert_eq!(k.row(&[127, -128]).unwrap()[0].code, 127);
         assert_eq!(real_pattern(x, y, 127, -128, 2)[0].1, 127);
-        assert_eq!(prove(x, y, 2, Isa::X86Avx2).word(), "refuted");
     }
 
     #[test]
     fn a_one_element_axis_overflows_the_table() {
         // D = 1: the table's top entry is FLT_MAX·e^-5 ≈ FLT_MAX/148; times floor(1/sY) = 256 it
-        // overflows to inf, which x86 casts to the integer indefinite value: uint8 0, and for
-        // int8 INT_MIN + zY wraps to zY's byte... here −128 + 0 → 0x80000000 → −1 (> 255? no).
+        // overflows to inf. x86 casts inf to uint32 through int64 (0x8000000000000000, low 32
+        // bits 0), so the output is zY = 0 where the real result saturates at 255; ARM saturates.
         let k = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 1, Isa::X86Avx2).unwrap();
         let out = k.row(&[42]).unwrap()[0];
         assert!(out.pre_round.is_infinite());
