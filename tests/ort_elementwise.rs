@@ -230,8 +230,10 @@ struct BinaryCase {
     params: BinaryParams,
     bcast: Broadcast,
     /// ORT's output index of the pair (a, b), as offsets from the lowest code.
-    layout: fn(usize, usize) -> usize,
+    layout: Layout,
 }
+
+type Layout = fn(usize, usize) -> usize;
 
 /// Scales for one binary op: related as in real models (output range covering the inputs'), and
 /// now and then unrelated.
@@ -250,7 +252,7 @@ fn binary_params(rng: &mut Rng, op: BinaryOp, t: CodeType) -> BinaryParams {
     BinaryParams { a: q(sa, rng), b: q(sb, rng), c: q(sc, rng) }
 }
 
-fn binary_layouts() -> [(Broadcast, &'static str, fn(usize, usize) -> usize); 3] {
+fn binary_layouts() -> [(Broadcast, &'static str, Layout); 3] {
     [(Broadcast::None, "vv", |a, b| a * 256 + b), (Broadcast::AScalar, "as", |a, b| a * 256 + b), (Broadcast::BScalar, "bs", |a, b| b * 256 + a)]
 }
 

@@ -327,7 +327,7 @@ enum Fused<'a> {
 
 impl Fused<'_> {
     /// The output for an input whose float sum is `sum` (exact) and integer accumulator `acc`.
-    fn from_sum(&self, acc: i64, sum: f32, divisor: u64) -> i64 {
+    fn output_for_sum(&self, acc: i64, sum: f32, divisor: u64) -> i64 {
         match self {
             Fused::Global(k) => k.requantize(acc),
             Fused::Float(k) => k.quantize_value(sum / divisor as f32),
@@ -388,7 +388,7 @@ fn prove_over_accumulators(p: &PoolParams, class: Class, contract: Contract, fus
         }),
     };
     let detail = format!("{name} {} window of {} / {} ({contract:?}): every reachable accumulator", p.x.code.name(), class.n, class.divisor);
-    let verdict = p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.from_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
+    let verdict = p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.output_for_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
     if overflow.get() {
         return Verdict::Unknown { reason: format!("{detail}: an exact value exceeds the exact arithmetic's range") };
     }
