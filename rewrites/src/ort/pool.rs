@@ -290,18 +290,19 @@ pub fn prove_average_pool(p: &PoolParams, geom: &PoolGeometry, isa: Isa, contrac
         AveragePoolKernel::Global(k) => (Fused::Global(k), "QLinearAveragePool (global path)"),
         AveragePoolKernel::Float(k) => (Fused::Float(k), "QLinearAveragePool"),
     };
-    let (mut domain, mut micros, mut method, mut details) = (0, 0, Method::P1Exhaustive, Vec::new());
+    let (mut domain, mut micros, mut all_p2, mut details) = (0, 0, true, Vec::new());
     for class in classes {
         match prove_class(p, class, contract, &fused, name) {
             Verdict::Exact { proof } => {
                 domain += proof.domain;
                 micros += proof.micros;
-                method = proof.method;
+                all_p2 &= proof.method == Method::P2Representable;
                 details.push(proof.detail);
             }
             refuted_or_unknown => return refuted_or_unknown,
         }
     }
+    let method = if all_p2 { Method::P2Representable } else { Method::P1Exhaustive };
     Verdict::Exact { proof: Certificate { method, domain, micros, detail: details.join("; ") } }
 }
 

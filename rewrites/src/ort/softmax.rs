@@ -142,11 +142,24 @@ fn real_pattern(x: QParam, y: QParam, first: i64, rest: i64, d: usize) -> [(f64,
     })
 }
 
-/// Whether a value about to be rounded to an integer is far enough from a half-integer that no
-/// float library's last-place differences (in `exp`, in the float Softmax) can move it across.
+/// Whether a value about to be rounded to an integer is far enough from a half-integer that
+/// last-place differences (in a library's `exp`, in the fused table) cannot move it across:
+/// more than 10^-3 plus a relative 10^-4.
 fn robust(v: f64) -> bool {
-    let margin = 1e-3 + 1e-4 * v.abs();
+    robust_within(v, 1e-4)
+}
+
+/// [`robust`] with a relative tolerance of `rel`.
+fn robust_within(v: f64, rel: f64) -> bool {
+    let margin = 1e-3 + rel * v.abs();
     ((v - v.floor()) - 0.5).abs() > margin
+}
+
+/// Whether the real result `v = p/sY` stays on its side of the rounding boundary for any float
+/// Softmax of the f32 DQ values: their rounding (2^-24 relative, on exponents up to 255·sX) and
+/// the float `exp` and sums (a few ulps) move `p` by less than a relative 10^-4 + 255·sX·2^-22.
+fn robust_real(v: f64, sx: f32) -> bool {
+    robust_within(v, 1e-4 + 255.0 * sx as f64 / (1u64 << 22) as f64)
 }
 
 /// Never exact. Refuted with a row where the fused kernel's result and the real softmax's are
@@ -165,7 +178,11 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
     let (lo, hi) = x.code.range();
     let mut firsts: Vec<i64> = (lo..=hi).collect();
     firsts.sort_by_key(|&c| ((c - x.zero_point).abs(), c));
-    let rests: Vec<i64> = if reduce_len == 2 { (lo..=hi).collect() } else { vec![x.zero_point, lo, hi] };
+    let rests: Vec<i64> = match reduce_len {
+        1 => vec![x.zero_point],
+        2 => (lo..=hi).collect(),
+        _ => vec![x.zero_point, lo, hi],
+    };
     let (mut tried, mut differing, mut found) = (0u64, 0u64, None);
     for &rest in &rests {
         for &first in &firsts {
@@ -208,7 +225,7 @@ fn robust_difference(kernel: &SoftmaxKernel, x: QParam, y: QParam, first: i64, r
     let positions: &[usize] = if d == 1 { &[0] } else { &[0, 1] };
     positions.iter().find_map(|&i| {
         let ((v, unfused), f) = (real[i], fused[i]);
-        (unfused != f.code && robust(v) && f.is_robust()).then_some((i.min(d - 1), v, unfused, f))
+        (unfused != f.code && robust_real(v, x.scale) && f.is_robust()).then_some((i.min(d - 1), v, unfused, f))
     })
 }
 
