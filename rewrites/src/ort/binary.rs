@@ -55,8 +55,6 @@ pub enum Broadcast {
 }
 
 impl Broadcast {
-    pub const ALL: [Broadcast; 3] = [Broadcast::None, Broadcast::AScalar, Broadcast::BScalar];
-
     pub fn name(self) -> &'static str {
         match self {
             Broadcast::None => "vector-vector",
@@ -270,15 +268,15 @@ fn add_neon(a: QParam, b: QParam, c: QParam, build: Contractions) -> Arith {
 
 /// `(MultiplierA, MultiplierB, Shift)` as `MlasCalcQLinearAddParameters` computes them.
 fn neon_fixed_point(ra: f32, rb: f32) -> Option<(i64, i64, u32)> {
-    const MIN_RATIO: f32 = 6.103515625e-05; // 2^-14
+    const MIN_RATIO: f32 = 1.0 / 16384.0;
     const MAX_RATIO: f32 = 256.0;
-    // Written as ORT's rejection test so that NaN ratios are accepted exactly as ORT accepts them.
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
-    let in_range = |r: f32| !(r < MIN_RATIO || r >= MAX_RATIO);
+    // ORT rejects `r < 2^-14 || r >= 256`, which a NaN ratio passes.
+    let in_range = |r: f32| r.is_nan() || (MIN_RATIO..MAX_RATIO).contains(&r);
     if !in_range(ra) || !in_range(rb) {
         return None;
     }
-    let greater = ra.max(rb);
+    // `std::max(a, b)` is `a < b ? b : a`.
+    let greater = if ra < rb { rb } else { ra };
     let exponent = (greater.to_bits() >> 23) as i32 - 127;
     let shift = 21 - exponent;
     if !(13..=31).contains(&shift) {
@@ -514,14 +512,17 @@ mod tests {
 
     #[test]
     fn sse2_and_avx2_formulas_disagree_on_the_seed_parameters() {
+        // Computed independently from the source arithmetic (numpy f32 operations, FMAs in exact
+        // rationals): rA = 0.39473686, rB = 0.97368425, Fixed = −47.157898 (both ways). At
+        // (a, b) = (2, 157) SSE2 gets fl(fl(Fixed + fl(2·rA)) + fl(157·rB)) = 106.5, a tie
+        // rounded to 106; AVX2 gets fma(2, rA, fma(157, rB, Fixed)) = 106.50001 → 107. The exact
+        // value is 128 − 21.5000019, so the reference is 106.
         let p = seed_add2();
         let (sse2, avx2) = (kernel(BinaryOp::Add, &p, Broadcast::None, Isa::X86Sse2), kernel(BinaryOp::Add, &p, Broadcast::None, Isa::X86Avx2));
-        let differ: Vec<(i64, i64)> = (0..256).flat_map(|a| (0..256).map(move |b| (a, b))).filter(|&(a, b)| sse2.eval(a, b) != avx2.eval(a, b)).collect();
-        assert!(!differ.is_empty(), "SSE2 and AVX2 agree everywhere");
-        // Pinned from the source arithmetic (computed independently in exact rationals):
-        // rA = fl(0.15/0.38), rB = fl(0.37/0.38), Fixed = fl(128 − fl(fl(rA·128) + fl(rB·128))).
-        let (a, b) = differ[0];
-        println!("first SSE2/AVX2 difference at a={a} b={b}: sse2 {} avx2 {}", sse2.eval(a, b), avx2.eval(a, b));
+        assert_eq!((sse2.eval(2, 157), avx2.eval(2, 157)), (106, 107));
+        assert_eq!(reference(BinaryOp::Add, &p, Contract::Exact).unwrap()(2, 157), 106);
+        let Arith::AddX86 { ra, rb, fixed, .. } = sse2.arith else { panic!() };
+        assert_eq!((ra, rb, fixed), (0.39473686, 0.97368425, -47.157898));
     }
 
     #[test]
@@ -617,15 +618,17 @@ mod tests {
     }
 
     #[test]
-    fn neon_raw_contraction_changes_the_sum() {
-        // fma(sA, xa, VB) keeps the exact product; the separate form rounds it first.
-        let a = u8p(0.1, 0);
-        let b = u8p(-0.3, 0);
-        let plain = neon_raw_add(3, 1, a, b, 1.0e-6, 0, None, 0, 255);
-        let fused = neon_raw_add(3, 1, a, b, 1.0e-6, 0, Some(Fused::A), 0, 255);
-        // 3·0.1f − 0.3f: rounded product cancels to one value, the exact product to another.
-        assert_ne!((0.1f32 * 3.0) + (-0.3f32), 0.1f32.mul_add(3.0, -0.3));
-        assert!(plain != fused || plain == 255 || plain == 0);
+    fn neon_raw_fallback_builds_disagree_so_the_proof_refutes() {
+        // sA/sC ≈ 300 (fallback). At (146, 6) the literal source gives 207 and GCC's contraction
+        // `fma(sA, a−zA, VB)` 208 (found by search, pinned); the reference equals at most one of
+        // them, so a proof covering both builds cannot be exact.
+        let f = f32::from_bits;
+        let p = BinaryParams { a: u8p(f(0x3d05_8f3b), 128), b: u8p(f(0x3ba5_93a3), 120), c: u8p(f(0x38d4_6f12), 100) };
+        let plain = BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contractions::default()).unwrap();
+        let fused = BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contractions { raw: Some(Fused::A), ..Contractions::default() }).unwrap();
+        assert!(plain.is_neon_fallback());
+        assert_eq!((plain.eval(146, 6), fused.eval(146, 6)), (207, 208));
+        assert_eq!(prove(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contract::Exact).word(), "refuted");
     }
 
     #[test]
@@ -650,14 +653,16 @@ mod tests {
     }
 
     #[test]
-    fn mul_zero_point_is_added_in_float_before_rounding() {
-        // fl(t + zC) can land on a tie that rne(t) + zC does not: t just below 0.5 with zC = 128
-        // rounds up to 128.5 in f32 (spacing 2^-16), then to even 128 — here the same; search
-        // for a parameter set where the double rounding shows and the reference differs.
-        let p = BinaryParams { a: u8p(0.37, 128), b: u8p(0.41, 128), c: u8p(0.0173, 128) };
-        let v = prove(BinaryOp::Mul, &p, Broadcast::None, Isa::X86Sse2, Contract::Exact);
-        println!("Mul {}: {v:?}", v.word());
-        assert_ne!(v.word(), "unknown");
+    fn mul_refuted_next_to_a_tie() {
+        // p·R lands within f32 rounding of 5.5 below it (exact 5.4999964); ORT's fl(p·R) + 128
+        // rounds onto the tie 133.5 and then to even 134, the reference rounds 5.4999… to 5.
+        let p = BinaryParams { a: u8p(f32::from_bits(0x3c24_11c2), 128), b: u8p(0.02, 128), c: u8p(0.013, 128) };
+        for isa in [Isa::X86Sse2, Isa::X86Avx512Vnni] {
+            let v = prove(BinaryOp::Mul, &p, Broadcast::None, isa, Contract::Exact);
+            let c = v.counterexample().unwrap_or_else(|| panic!("{v:?}"));
+            assert_eq!(c.inputs, vec![("a".to_string(), 107), ("b".to_string(), 111)]);
+            assert_eq!((c.unfused, c.fused), (133, 134));
+        }
     }
 
     #[test]

@@ -290,18 +290,19 @@ pub fn prove_average_pool(p: &PoolParams, geom: &PoolGeometry, isa: Isa, contrac
         AveragePoolKernel::Global(k) => (Fused::Global(k), "QLinearAveragePool (global path)"),
         AveragePoolKernel::Float(k) => (Fused::Float(k), "QLinearAveragePool"),
     };
-    let (mut domain, mut micros, mut method, mut details) = (0, 0, Method::P1Exhaustive, Vec::new());
+    let (mut domain, mut micros, mut all_p2, mut details) = (0, 0, true, Vec::new());
     for class in classes {
         match prove_class(p, class, contract, &fused, name) {
             Verdict::Exact { proof } => {
                 domain += proof.domain;
                 micros += proof.micros;
-                method = proof.method;
+                all_p2 &= proof.method == Method::P2Representable;
                 details.push(proof.detail);
             }
             refuted_or_unknown => return refuted_or_unknown,
         }
     }
+    let method = if all_p2 { Method::P2Representable } else { Method::P1Exhaustive };
     Verdict::Exact { proof: Certificate { method, domain, micros, detail: details.join("; ") } }
 }
 
@@ -327,7 +328,7 @@ enum Fused<'a> {
 
 impl Fused<'_> {
     /// The output for an input whose float sum is `sum` (exact) and integer accumulator `acc`.
-    fn from_sum(&self, acc: i64, sum: f32, divisor: u64) -> i64 {
+    fn output_for_sum(&self, acc: i64, sum: f32, divisor: u64) -> i64 {
         match self {
             Fused::Global(k) => k.requantize(acc),
             Fused::Float(k) => k.quantize_value(sum / divisor as f32),
@@ -388,7 +389,7 @@ fn prove_over_accumulators(p: &PoolParams, class: Class, contract: Contract, fus
         }),
     };
     let detail = format!("{name} {} window of {} / {} ({contract:?}): every reachable accumulator", p.x.code.name(), class.n, class.divisor);
-    let verdict = p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.from_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
+    let verdict = p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.output_for_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
     if overflow.get() {
         return Verdict::Unknown { reason: format!("{detail}: an exact value exceeds the exact arithmetic's range") };
     }

@@ -9,8 +9,13 @@
 //!   xmax`; int8: index `u8(127 − xmax + x)`), `vsum` a sequential float sum from 0 (a row
 //!   with `vsum == 0` returns early, leaving the rest of its chunk unwritten);
 //! * `Y_scale` replaced by `floor(1/sY)`, `vq = nearbyintf(fl(fl(vt·floor(1/sY))/vsum)) + zY`;
-//! * uint8: `vq > 255 → 255`; int8: `vq > 255 → (int8)255 = −1`, otherwise `(int8)vq`, so
-//!   128..255 wrap to negative codes.
+//! * uint8: `vq` is a `uint32` (wrapping), `vq > 255 → 255`; int8: `vq` an `int32`, clamped to
+//!   [−128, 127]. (Before ORT PR #29728, merged July 2026, int8 clamped at 255 like uint8 and
+//!   128..255 wrapped to negative codes; 1.31.1 clamps, as the differential tests confirm.)
+//! * the table's top entry is `FLT_MAX·e^-5 / D`; times `floor(1/sY)` it overflows to +inf when
+//!   `floor(1/sY) > 148·D` (e.g. D = 1, sY = 1/256), and x86 casts inf to its "integer
+//!   indefinite" value: uint8 outputs zY (the uint32 cast keeps the low bits of
+//!   0x8000000000000000), int8 outputs −128 (127 when zY < 0: INT_MIN + zY wraps).
 
 use crate::exact::reference::CodeType;
 use crate::exact::{Certificate, Counterexample, Method, QParam, Verdict};
@@ -95,10 +100,9 @@ impl SoftmaxKernel {
         let r = pre_round.round_ties_even();
         let zy = self.y.zero_point;
         let code = match self.y.code {
-            CodeType::I8 => {
-                let vq = self.cast_i32(r).wrapping_add(zy as i32) as i64;
-                if vq > 255 { -1 } else { vq as u8 as i8 as i64 }
-            }
+            // The int32 sum wraps (x86's out-of-range cast gives INT_MIN, so INT_MIN + a
+            // negative zero point wraps to a large positive value), then clamps to int8.
+            CodeType::I8 => (self.cast_i32(r).wrapping_add(zy as i32) as i64).clamp(-128, 127),
             _ => {
                 let vq = self.cast_u32(r).wrapping_add(zy as u32) as i64;
                 vq.min(255)
@@ -138,11 +142,24 @@ fn real_pattern(x: QParam, y: QParam, first: i64, rest: i64, d: usize) -> [(f64,
     })
 }
 
-/// Whether a value about to be rounded to an integer is far enough from a half-integer that no
-/// float library's last-place differences (in `exp`, in the float Softmax) can move it across.
+/// Whether a value about to be rounded to an integer is far enough from a half-integer that
+/// last-place differences (in a library's `exp`, in the fused table) cannot move it across:
+/// more than 10^-3 plus a relative 10^-4.
 fn robust(v: f64) -> bool {
-    let margin = 1e-3 + 1e-4 * v.abs();
+    robust_within(v, 1e-4)
+}
+
+/// [`robust`] with a relative tolerance of `rel`.
+fn robust_within(v: f64, rel: f64) -> bool {
+    let margin = 1e-3 + rel * v.abs();
     ((v - v.floor()) - 0.5).abs() > margin
+}
+
+/// Whether the real result `v = p/sY` stays on its side of the rounding boundary for any float
+/// Softmax of the f32 DQ values: their rounding (2^-24 relative, on exponents up to 255·sX) and
+/// the float `exp` and sums (a few ulps) move `p` by less than a relative 10^-4 + 255·sX·2^-22.
+fn robust_real(v: f64, sx: f32) -> bool {
+    robust_within(v, 1e-4 + 255.0 * sx as f64 / (1u64 << 22) as f64)
 }
 
 /// Never exact. Refuted with a row where the fused kernel's result and the real softmax's are
@@ -161,7 +178,11 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
     let (lo, hi) = x.code.range();
     let mut firsts: Vec<i64> = (lo..=hi).collect();
     firsts.sort_by_key(|&c| ((c - x.zero_point).abs(), c));
-    let rests: Vec<i64> = if reduce_len == 2 { (lo..=hi).collect() } else { vec![x.zero_point, lo, hi] };
+    let rests: Vec<i64> = match reduce_len {
+        1 => vec![x.zero_point],
+        2 => (lo..=hi).collect(),
+        _ => vec![x.zero_point, lo, hi],
+    };
     let (mut tried, mut differing, mut found) = (0u64, 0u64, None);
     for &rest in &rests {
         for &first in &firsts {
@@ -204,7 +225,7 @@ fn robust_difference(kernel: &SoftmaxKernel, x: QParam, y: QParam, first: i64, r
     let positions: &[usize] = if d == 1 { &[0] } else { &[0, 1] };
     positions.iter().find_map(|&i| {
         let ((v, unfused), f) = (real[i], fused[i]);
-        (unfused != f.code && robust(v) && f.is_robust()).then_some((i.min(d - 1), v, unfused, f))
+        (unfused != f.code && robust_real(v, x.scale) && f.is_robust()).then_some((i.min(d - 1), v, unfused, f))
     })
 }
 
@@ -247,21 +268,20 @@ mod tests {
     }
 
     #[test]
-    fn int8_outputs_wrap_past_127() {
-        // zY = −128, sY = 1/256: p = 1 gives 256 − 128 = 128, which ORT stores as (int8)128 =
-        // −128; the real result saturates at 127.
+    fn int8_outputs_saturate_in_ort_1_31() {
+        // zY = −128, sY = 1/256: p = 1 gives 256 − 128 = 128, clamped to 127 (ORT before PR
+        // #29728 stored (int8)128 = −128).
         let (x, y) = (i8p(0.5, 0), i8p(1.0 / 256.0, -128));
         let k = SoftmaxKernel::new(x, y, 2, Isa::X86Avx2).unwrap();
-        assert_eq!(k.row(&[127, -128]).unwrap()[0].code, -128);
+        assert_eq!(k.row(&[127, -128]).unwrap()[0].code, 127);
         assert_eq!(real_pattern(x, y, 127, -128, 2)[0].1, 127);
-        assert_eq!(prove(x, y, 2, Isa::X86Avx2).word(), "refuted");
     }
 
     #[test]
     fn a_one_element_axis_overflows_the_table() {
         // D = 1: the table's top entry is FLT_MAX·e^-5 ≈ FLT_MAX/148; times floor(1/sY) = 256 it
-        // overflows to inf, which x86 casts to the integer indefinite value: uint8 0, and for
-        // int8 INT_MIN + zY wraps to zY's byte... here −128 + 0 → 0x80000000 → −1 (> 255? no).
+        // overflows to inf. x86 casts inf to uint32 through int64 (0x8000000000000000, low 32
+        // bits 0), so the output is zY = 0 where the real result saturates at 255; ARM saturates.
         let k = SoftmaxKernel::new(u8p(0.1, 0), u8p(1.0 / 256.0, 0), 1, Isa::X86Avx2).unwrap();
         let out = k.row(&[42]).unwrap()[0];
         assert!(out.pre_round.is_infinite());
