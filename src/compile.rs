@@ -1,36 +1,54 @@
-//! `qdqc compile`: load, lower, emit ONNX, report.
+//! `qdqc compile`: load, lower (with the proof-gated rules), emit ONNX, report.
 
 use crate::inspect::{GroupJson, group_json};
 use crate::profile::SessionProfile;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
+use qdqc_rewrites::exact::{Certificate, Contract, Counterexample, Verdict};
+use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CompileOptions {
     /// Run the rewrite catalog (`false` is `--no-fuse`).
     pub fuse: bool,
+    pub contract: Contract,
+    /// A fusion fires only if proven on every one of these profiles.
+    pub isas: Vec<Isa>,
     pub limits: Limits,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default() }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct CompileReport {
     pub input: String,
     pub output: String,
-    pub contract: &'static str,
+    pub contract: Contract,
     pub fuse: bool,
+    pub profiles: Vec<Isa>,
     /// Names of the rules the catalog ran.
     pub rules: Vec<String>,
+    /// The ONNX Runtime session settings under which the compiled model keeps its guarantee.
     pub session_profile: SessionProfile,
     pub nodes_before: usize,
     pub nodes_after: usize,
+    pub fused: usize,
     pub stats: StatsJson,
     pub model_bytes: u64,
     pub external_data: Option<ExternalJson>,
-    /// Every QDQ group of the input and what became of it.
-    pub groups: Vec<GroupOutcome>,
+    /// Every rule decision: the groups fused and the groups refused, with proofs.
+    pub decisions: Vec<DecisionJson>,
+    /// Every QDQ group of the input that no rule decided.
+    pub undecided: Vec<GroupJson>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -40,7 +58,7 @@ pub struct StatsJson {
     pub largest_region: usize,
     pub enodes: usize,
     pub eclasses: usize,
-    pub stop_reasons: std::collections::BTreeMap<String, usize>,
+    pub stop_reasons: BTreeMap<String, usize>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -50,28 +68,74 @@ pub struct ExternalJson {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct GroupOutcome {
-    #[serde(flatten)]
-    pub group: GroupJson,
-    pub outcome: String,
+pub struct DecisionJson {
+    pub rule: String,
+    pub fused_op: String,
+    pub nodes: Vec<String>,
+    pub output: String,
+    pub fired: bool,
+    pub verdict: BTreeMap<Isa, &'static str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proof: BTreeMap<Isa, Certificate>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub counterexample: BTreeMap<Isa, Counterexample>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reason: BTreeMap<Isa, String>,
+}
+
+fn decision_json(d: &Decision) -> DecisionJson {
+    let mut out = DecisionJson {
+        rule: d.rule.to_string(),
+        fused_op: d.fused_op.clone(),
+        nodes: d.nodes.clone(),
+        output: d.output.clone(),
+        fired: d.fired,
+        verdict: BTreeMap::new(),
+        proof: BTreeMap::new(),
+        counterexample: BTreeMap::new(),
+        reason: BTreeMap::new(),
+    };
+    for (isa, v) in &d.verdicts {
+        out.verdict.insert(*isa, v.word());
+        match v.clone() {
+            Verdict::Exact { proof } => {
+                out.proof.insert(*isa, proof);
+            }
+            Verdict::Refuted { counterexample, proof } => {
+                out.proof.insert(*isa, proof);
+                out.counterexample.insert(*isa, counterexample);
+            }
+            Verdict::Unknown { reason } => {
+                out.reason.insert(*isa, reason);
+            }
+        }
+    }
+    out
 }
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
     let model = Model::load(input)?;
-    let lowering = qdqc_lower::lower(&model, &Options { fuse: options.fuse, limits: options.limits.clone() })?;
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone() });
+    let lowering = qdqc_lower::lower(&model, &Options { rules: rules.clone(), limits: options.limits.clone() })?;
     let saved = qdqc_codegen::onnx::write(&model, &lowering.graph, output, &SaveOptions::default())?;
-    let rules = if options.fuse { qdqc_lower::rule_names() } else { Vec::new() };
-    let why = if options.fuse { "kept: no rule in the catalog applies" } else { "kept: --no-fuse" };
+    let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let undecided = qdqc_lower::groups::find(&model)
+        .iter()
+        .map(group_json)
+        .filter(|g| !g.outputs.iter().any(|o| decisions.iter().any(|d| d.output == o.tensor)))
+        .collect();
     let s = lowering.stats;
     Ok(CompileReport {
         input: input.display().to_string(),
         output: output.display().to_string(),
-        contract: "exact",
+        contract: options.contract,
         fuse: options.fuse,
-        rules,
+        profiles: options.isas.clone(),
+        rules: rules.map(|r| qdqc_lower::rule_names(&r)).unwrap_or_default(),
         session_profile: SessionProfile::ort(),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
         nodes_after: count_lowered(&lowering.graph),
+        fused: decisions.iter().filter(|d| d.fired).count(),
         stats: StatsJson {
             graphs: s.graphs,
             regions: s.regions,
@@ -82,10 +146,8 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         },
         model_bytes: saved.model_bytes,
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
-        groups: qdqc_lower::groups::find(&model)
-            .iter()
-            .map(|g| GroupOutcome { group: group_json(g), outcome: why.to_string() })
-            .collect(),
+        decisions,
+        undecided,
     })
 }
 
@@ -96,4 +158,26 @@ fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {
 
 fn count_lowered(g: &qdqc_lower::lowered::LoweredGraph) -> usize {
     g.nodes.len() + g.subgraphs.iter().map(|s| count_lowered(&s.graph)).sum::<usize>()
+}
+
+impl CompileReport {
+    /// `--explain`: every decision, one paragraph each.
+    pub fn explain(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for d in &self.decisions {
+            let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
+            writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
+            for (isa, c) in &d.counterexample {
+                writeln!(out, "    {isa}: {c}").unwrap();
+            }
+            for (isa, r) in &d.reason {
+                writeln!(out, "    {isa}: {r}").unwrap();
+            }
+        }
+        for g in &self.undecided {
+            writeln!(out, "KEPT    {} {} (no rule in the catalog)", g.op, g.node).unwrap();
+        }
+        out
+    }
 }

@@ -2,12 +2,23 @@
 //! rounding-exact. This crate is the facade the CLI and build scripts use; the pipeline lives in
 //! the workspace crates (see ARCHITECTURE.md).
 
+mod audit;
 mod compile;
 mod inspect;
+mod placement;
 mod profile;
 
+pub use audit::{Audit, audit};
 pub use compile::{CompileOptions, CompileReport, compile};
 pub use inspect::{Inspection, inspect};
+pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
+pub use qdqc_rewrites::exact::Contract;
+pub use qdqc_rewrites::ort::Isa;
+
+/// The human-readable audit table.
+pub fn audit_text(a: &Audit) -> String {
+    audit::text(a)
+}

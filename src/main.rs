@@ -1,7 +1,7 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{CompileOptions, Error, ErrorKind};
+use qdqc::{CompileOptions, Contract, Error, ErrorKind, Isa};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,6 +25,34 @@ enum Command {
         /// Write a JSON report of every QDQ group and what became of it.
         #[arg(long, value_name = "REPORT.json")]
         report: Option<PathBuf>,
+        /// Print every fusion decision with its proof or counterexample.
+        #[arg(long)]
+        explain: bool,
+        /// exact: same bits as the original on the same runtime; real: same bits as exact real arithmetic.
+        #[arg(long, value_enum, default_value = "exact")]
+        contract: ContractArg,
+        /// A fusion must be proven on every one of these ISA profiles.
+        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
+        ort_isa: IsaList,
+    },
+    /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
+    Audit {
+        input: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// ISA profiles to check: x86-sse2, x86-avx2, x86-avx512vnni, arm64-neon, or all.
+        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
+        ort_isa: IsaList,
+        /// The contract fusions are checked against.
+        #[arg(long, value_enum, default_value = "exact")]
+        contract: ContractArg,
+    },
+    /// Compare the quantization boundaries (DQ-fed consumer inputs) of two models.
+    Placement {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// Print op counts, Q/DQ counts and the QDQ groups with their quantization parameters.
     Inspect {
@@ -32,6 +60,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ContractArg {
+    Exact,
+    Real,
+}
+
+impl From<ContractArg> for Contract {
+    fn from(c: ContractArg) -> Contract {
+        match c {
+            ContractArg::Exact => Contract::Exact,
+            ContractArg::Real => Contract::Real,
+        }
+    }
+}
+
+/// A parsed `--ort-isa` list.
+#[derive(Clone)]
+struct IsaList(Vec<Isa>);
+
+fn parse_isas(s: &str) -> Result<IsaList, String> {
+    Isa::parse_list(s).map(IsaList)
 }
 
 fn main() -> ExitCode {
@@ -50,21 +101,42 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report } => {
-            let options = CompileOptions { fuse: !no_fuse, ..CompileOptions::default() };
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa } => {
+            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, ..CompileOptions::default() };
             let result = qdqc::compile(&input, &output, &options)?;
+            if explain {
+                print!("{}", result.explain());
+            }
             if let Some(path) = report {
                 let json = serde_json::to_string_pretty(&result).expect("report serializes");
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} regions); contract exact; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused); contract {:?}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
-                result.stats.regions,
+                result.fused,
+                result.decisions.len() - result.fused,
+                result.contract,
                 result.session_profile.describe()
             );
+        }
+        Command::Audit { input, json, ort_isa, contract } => {
+            let audit = qdqc::audit(&input, &ort_isa.0, contract.into())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&audit).expect("audit serializes"));
+            } else {
+                print!("{}", qdqc::audit_text(&audit));
+            }
+        }
+        Command::Placement { a, b, json } => {
+            let p = qdqc::placement(&a, &b)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p).expect("placement serializes"));
+            } else {
+                print!("{}", p.text());
+            }
         }
         Command::Inspect { input, json } => {
             let inspection = qdqc::inspect(&input)?;

@@ -2,7 +2,7 @@
 //! Everything qdqc does not rewrite — opset imports, functions, metadata, doc strings,
 //! value_info, inputs, outputs, initializers and their order — is carried over untouched.
 
-use qdqc_lang::onnx::{GraphProto, ModelProto};
+use qdqc_lang::onnx::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use qdqc_lang::save::{SaveOptions, Saved, save};
 use qdqc_lang::{Error, Model, Result};
 use qdqc_lower::lowered::{Computation, LoweredGraph};
@@ -13,6 +13,7 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
     let mut proto = model.proto.clone();
     let graph = proto.graph.as_mut().expect("checked at load");
     rebuild(graph, lowered).map_err(|p| Error::compile(&model.path, p))?;
+    import_created_domains(&mut proto, lowered);
     Ok(proto)
 }
 
@@ -39,14 +40,52 @@ fn rebuild(graph: &mut GraphProto, lowered: &LoweredGraph) -> Result<(), String>
     graph.node = lowered
         .nodes
         .iter()
-        .map(|n| match n.computation {
-            Computation::Authored { node } => {
-                let mut proto = authored[node].clone();
-                proto.input.clone_from(&n.inputs);
-                proto.output.clone_from(&n.outputs);
-                proto
-            }
+        .map(|n| {
+            let mut proto = match &n.computation {
+                Computation::Authored { node } => authored[*node].clone(),
+                Computation::Created { op_type, domain, name, attributes, .. } => NodeProto {
+                    op_type: Some(op_type.clone()),
+                    domain: Some(domain.clone()).filter(|d| !d.is_empty()),
+                    name: Some(name.clone()),
+                    attribute: attributes.iter().map(|a| a.to_proto()).collect(),
+                    ..NodeProto::default()
+                },
+            };
+            proto.input.clone_from(&n.inputs);
+            proto.output.clone_from(&n.outputs);
+            proto
         })
         .collect();
+    graph.initializer.extend(lowered.constants.iter().map(|c| TensorProto {
+        name: Some(c.name.clone()),
+        dims: c.dims.clone(),
+        data_type: Some(c.dtype as i32),
+        raw_data: Some(c.bytes.clone().into()),
+        ..TensorProto::default()
+    }));
     Ok(())
+}
+
+/// Domains of created nodes that the model does not import yet, each at version 1.
+fn import_created_domains(proto: &mut ModelProto, lowered: &LoweredGraph) {
+    let mut domains = std::collections::BTreeSet::new();
+    collect_domains(lowered, &mut domains);
+    for d in domains {
+        if !proto.opset_import.iter().any(|o| o.domain.as_deref().unwrap_or("") == d) {
+            proto.opset_import.push(OperatorSetIdProto { domain: Some(d), version: Some(1) });
+        }
+    }
+}
+
+fn collect_domains(g: &LoweredGraph, out: &mut std::collections::BTreeSet<String>) {
+    for n in &g.nodes {
+        if let Computation::Created { domain, .. } = &n.computation
+            && !domain.is_empty()
+        {
+            out.insert(domain.clone());
+        }
+    }
+    for s in &g.subgraphs {
+        collect_domains(&s.graph, out);
+    }
 }

@@ -2,6 +2,7 @@
 //! exact f32 bit patterns) and the interval of integer codes. Rewrites read these facts to decide
 //! which proof obligation applies; they never re-derive them from the protobuf.
 
+use crate::attr::Attribute;
 use crate::onnx::DataType;
 use crate::term::{NodeTag, Op, Term, ValueRef};
 use egg::{Analysis, DidMerge, EGraph, Id};
@@ -39,9 +40,9 @@ pub struct Constant {
     pub int_range: Option<Interval>,
 }
 
-/// Constants up to this many elements keep their values in the environment (per-channel
-/// scales of any realistic layer fit).
-pub const SMALL_CONSTANT: usize = 1 << 16;
+/// Constants up to this many elements keep their values in the environment: scales, zero
+/// points, and the weights that fusion proofs read channel by channel.
+pub const SMALL_CONSTANT: usize = 1 << 22;
 
 /// What the model says about one value.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,13 +51,22 @@ pub struct ValueFacts {
     pub dtype: Option<DataType>,
     pub shape: Option<Vec<Dim>>,
     pub constant: Option<Constant>,
+    /// Set for constants qdqc creates (an explicit zero point, a lookup table): the little-endian
+    /// bytes of a tensor of `dtype` and the dims in `constant`.
+    pub created: Option<Vec<u8>>,
 }
 
 /// What the region needs to know about one node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TagFacts {
-    /// Position of the node in its graph's node list.
+    /// Position of the node in its graph's node list; for a node qdqc creates, the position of
+    /// the authored node whose place it takes (it keeps the graph's order there).
     pub node: usize,
+    /// Whether qdqc created the node (a proven fusion) rather than the author.
+    pub created: bool,
+    /// Its attributes that are plain values (graph and tensor attributes are left out: authored
+    /// nodes are emitted from their protobuf, which keeps them).
+    pub attributes: Vec<Attribute>,
     pub op_type: String,
     pub domain: String,
     pub name: String,
@@ -192,7 +202,7 @@ impl Analysis<Term> for QdqAnalysis {
                 };
                 egraph[term.args[1]].data.outputs.get(index).cloned().unwrap_or_default()
             }
-            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque => {
+            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel => {
                 let Some(tag) = Self::tag_of(egraph, term) else { return Facts::default() };
                 let tag = env.tag(tag);
                 let outputs: Vec<Facts> = tag

@@ -8,6 +8,7 @@
 //! * [`canon`]: the canonical text form used by snapshots.
 
 pub mod analysis;
+pub mod attr;
 pub mod canon;
 pub mod error;
 pub mod ir;

@@ -89,6 +89,9 @@ pub enum Op {
     Float(FloatOp),
     /// `(opaque tag inputs..)`: any other op; its type and attributes live in the tag.
     Opaque,
+    /// `(kernel tag inputs..)`: a node qdqc creates (a fused kernel, an op on codes); its type,
+    /// domain and attributes live in the tag.
+    Kernel,
 }
 
 /// One e-node: an operator and its children.
@@ -96,6 +99,13 @@ pub enum Op {
 pub struct Term {
     pub op: Op,
     pub args: Box<[Id]>,
+}
+
+impl Op {
+    /// Whether this is a node of the graph (as opposed to a leaf or a projection).
+    pub fn is_node(self) -> bool {
+        matches!(self, Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel)
+    }
 }
 
 impl Term {
@@ -109,10 +119,7 @@ impl Term {
 
     /// The tag of an op node (its first child's leaf is looked up by the caller).
     pub fn tag_child(&self) -> Option<Id> {
-        match self.op {
-            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque => self.args.first().copied(),
-            _ => None,
-        }
+        if self.op.is_node() { self.args.first().copied() } else { None }
     }
 }
 
@@ -148,6 +155,7 @@ impl fmt::Display for Op {
             Op::Quantize => f.write_str("q"),
             Op::Float(op) => f.write_str(op.name()),
             Op::Opaque => f.write_str("opaque"),
+            Op::Kernel => f.write_str("kernel"),
         }
     }
 }
@@ -174,6 +182,7 @@ impl FromOp for Term {
             "proj" => Op::Proj,
             "absent" => Op::Absent,
             "opaque" => Op::Opaque,
+            "kernel" => Op::Kernel,
             _ => match op.strip_prefix('#').and_then(|i| i.parse().ok()) {
                 Some(i) => Op::Index(i),
                 None => Op::Float(FloatOp::from_name(op).ok_or_else(|| UnknownOp(op.to_string()))?),

@@ -2,7 +2,8 @@
 //! inputs named after the chosen children.
 
 use crate::extract::Extraction;
-use crate::lowered::{Computation, LoweredNode};
+use crate::lowered::{Computation, LoweredConstant, LoweredNode};
+use qdqc_lang::onnx::DataType;
 use egg::Id;
 use qdqc_lang::analysis::QdqEGraph;
 use qdqc_lang::term::{NodeTag, Op};
@@ -24,7 +25,7 @@ pub fn emit(egraph: &QdqEGraph, extraction: &Extraction) -> Result<Vec<LoweredNo
                 };
                 output_name(egraph, tag, k as usize)?
             }
-            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque => {
+            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel => {
                 let tag = tag_of(egraph, extraction, id).ok_or("op without tag")?;
                 output_name(egraph, tag, 0)?
             }
@@ -34,7 +35,7 @@ pub fn emit(egraph: &QdqEGraph, extraction: &Extraction) -> Result<Vec<LoweredNo
     let mut seen = BTreeSet::new();
     let mut nodes = Vec::new();
     for (&id, term) in &extraction.chosen {
-        if !matches!(term.op, Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque) {
+        if !term.op.is_node() {
             continue;
         }
         let tag = tag_of(egraph, extraction, id).ok_or("op without tag")?;
@@ -44,9 +45,44 @@ pub fn emit(egraph: &QdqEGraph, extraction: &Extraction) -> Result<Vec<LoweredNo
         let facts = env.tag(tag);
         let inputs = term.args[1..].iter().map(|&c| name_of(c)).collect::<Result<_, _>>()?;
         let outputs = facts.outputs.iter().map(|o| o.map(|v| env.value(v).name.clone()).unwrap_or_default()).collect();
-        nodes.push(LoweredNode { computation: Computation::Authored { node: facts.node }, inputs, outputs });
+        let computation = if facts.created {
+            Computation::Created {
+                op_type: facts.op_type.clone(),
+                domain: facts.domain.clone(),
+                name: facts.name.clone(),
+                attributes: facts.attributes.clone(),
+                anchor: facts.node,
+            }
+        } else {
+            Computation::Authored { node: facts.node }
+        };
+        nodes.push(LoweredNode { computation, inputs, outputs });
     }
     Ok(nodes)
+}
+
+/// The created constants the extraction reads.
+pub fn constants(egraph: &QdqEGraph, extraction: &Extraction) -> Vec<LoweredConstant> {
+    let env = &egraph.analysis.env;
+    let mut out: Vec<LoweredConstant> = extraction
+        .chosen
+        .values()
+        .filter_map(|t| match t.op {
+            Op::Value(v) => {
+                let facts = env.value(v);
+                let bytes = facts.created.clone()?;
+                Some(LoweredConstant {
+                    name: facts.name.clone(),
+                    dtype: facts.dtype.unwrap_or(DataType::Undefined),
+                    dims: facts.constant.as_ref().map(|c| c.dims.clone()).unwrap_or_default(),
+                    bytes,
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 fn tag_of(egraph: &QdqEGraph, extraction: &Extraction, id: Id) -> Option<NodeTag> {

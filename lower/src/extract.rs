@@ -24,7 +24,7 @@ impl CostModel for NodeCount {
     fn cost(&self, term: &Term, _env: &Env) -> u64 {
         match term.op {
             Op::Value(_) | Op::Tag(_) | Op::Index(_) | Op::Absent | Op::Proj => 0,
-            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque => 1,
+            Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel => 1,
         }
     }
 }

@@ -37,6 +37,13 @@ impl<'m> Scopes<'m> {
         })
     }
 
+    /// Dims and every value of an integer initializer (weights, biases), whatever its size.
+    pub fn int_tensor(&self, model: &Model, name: &str) -> Option<(Vec<i64>, Vec<i64>)> {
+        let t = self.initializer(name)?;
+        let dt = tensor::data_type(t).ok()?;
+        Some((t.dims.clone(), tensor::ints(dt, &model.payload(t).ok()?)?))
+    }
+
     /// Everything the model states about `name`.
     pub fn facts(&self, model: &Model, name: &str) -> ValueFacts {
         let mut facts = ValueFacts { name: name.to_string(), ..ValueFacts::default() };

@@ -16,6 +16,7 @@ use facts::Scopes;
 use lowered::{LoweredGraph, LoweredSubgraph};
 use qdqc_lang::onnx::GraphProto;
 use qdqc_lang::{Error, Model, Result, ir};
+use qdqc_rewrites::{Decision, Log, RuleOptions};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -35,8 +36,9 @@ impl Default for Limits {
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// Run the rewrite catalog; `false` is `--no-fuse`: lift and extract only.
-    pub fuse: bool,
+    /// What the rewrite catalog proves its fusions against; `None` is `--no-fuse`: lift and
+    /// extract only.
+    pub rules: Option<RuleOptions>,
     pub limits: Limits,
 }
 
@@ -55,18 +57,21 @@ pub struct Stats {
 pub struct Lowering {
     pub graph: LoweredGraph,
     pub stats: Stats,
+    /// Every rule decision, fired or refused, in the order made.
+    pub decisions: Vec<Decision>,
 }
 
 pub fn lower(model: &Model, options: &Options) -> Result<Lowering> {
-    let rules = if options.fuse { qdqc_rewrites::catalog() } else { Vec::new() };
+    let log = Log::default();
+    let rules = options.rules.as_ref().map(|o| qdqc_rewrites::catalog(o, &log)).unwrap_or_default();
     let mut stats = Stats::default();
     let graph = lower_graph(model, &model.graph, &Scopes::main(model), options, &rules, &mut stats)?;
-    Ok(Lowering { graph, stats })
+    Ok(Lowering { graph, stats, decisions: log.take() })
 }
 
 /// Names of the catalog's rules, in the order they run.
-pub fn rule_names() -> Vec<String> {
-    qdqc_rewrites::catalog().iter().map(|r| r.name.to_string()).collect()
+pub fn rule_names(options: &RuleOptions) -> Vec<String> {
+    qdqc_rewrites::catalog(options, &Log::default()).iter().map(|r| r.name.to_string()).collect()
 }
 
 fn lower_graph(
@@ -81,12 +86,15 @@ fn lower_graph(
     let fail = |problem: String| Error::compile(&model.path, format!("{problem}{}", graph.location));
     stats.graphs += 1;
     let mut nodes = Vec::with_capacity(proto.node.len());
+    let mut constants = Vec::new();
     for region in region::regions(graph, proto) {
         let lifted = lift::lift(model, graph, scopes, &region);
         let runner = egg::Runner::default()
             .with_iter_limit(options.limits.iterations)
             .with_node_limit(options.limits.nodes)
             .with_time_limit(options.limits.time)
+            // Regions are small; no rule may be silently banned by the backoff scheduler.
+            .with_scheduler(egg::SimpleScheduler)
             .with_egraph(lifted.egraph)
             .run(rules);
         let reason = runner.stop_reason.as_ref().map(|r| format!("{r:?}")).unwrap_or_default();
@@ -99,6 +107,7 @@ fn lower_graph(
         let extraction = extract::extract(&runner.egraph, &roots, &extract::NodeCount).map_err(&fail)?;
         extract::check_acyclic(&extraction, &runner.egraph).map_err(&fail)?;
         nodes.extend(emit::emit(&runner.egraph, &extraction).map_err(&fail)?);
+        constants.extend(emit::constants(&runner.egraph, &extraction));
     }
     let nodes = order::stable_topological(nodes, graph).map_err(&fail)?;
     let mut subgraphs = Vec::new();
@@ -107,7 +116,9 @@ fn lower_graph(
         let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), options, rules, stats)?;
         subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), index: sub.index, graph: lowered });
     }
-    Ok(LoweredGraph { nodes, subgraphs })
+    constants.sort_by(|a: &lowered::LoweredConstant, b| a.name.cmp(&b.name));
+    constants.dedup_by(|a, b| a.name == b.name);
+    Ok(LoweredGraph { nodes, constants, subgraphs })
 }
 
 fn subgraph_proto<'m>(proto: &'m GraphProto, sub: &ir::Subgraph) -> Option<&'m GraphProto> {

@@ -4,6 +4,7 @@ use crate::facts::Scopes;
 use crate::region::{NodeKind, Region, kind};
 use egg::Id;
 use qdqc_lang::analysis::{Env, QdqAnalysis, QdqEGraph, TagFacts};
+use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::NodeProto;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
 use qdqc_lang::{Model, ir};
@@ -118,6 +119,8 @@ impl Lifter<'_> {
         let tag = NodeTag(env.tags.len() as u32);
         env.tags.push(TagFacts {
             node: pos,
+            created: false,
+            attributes: node.attribute.iter().filter_map(Attribute::from_proto).collect(),
             op_type: node.op_type.clone().unwrap_or_default(),
             domain: node.domain.clone().unwrap_or_default(),
             name: node.name.clone().unwrap_or_default(),

@@ -8,9 +8,7 @@ use std::collections::{BinaryHeap, HashMap};
 /// Kahn's algorithm, always taking the ready node that came first in the authored graph, so an
 /// unchanged graph keeps its exact order. Subgraph reads of outer values count as inputs.
 pub fn stable_topological(nodes: Vec<LoweredNode>, graph: &ir::Graph) -> Result<Vec<LoweredNode>, String> {
-    let key = |n: &LoweredNode| match n.computation {
-        Computation::Authored { node } => node,
-    };
+    let key = |n: &LoweredNode| n.computation.anchor();
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in n.outputs.iter().filter(|o| !o.is_empty()) {
@@ -20,7 +18,11 @@ pub fn stable_topological(nodes: Vec<LoweredNode>, graph: &ir::Graph) -> Result<
     let mut waiting = vec![0usize; nodes.len()];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
-        let implicit = graph.subgraphs_of(key(n)).flat_map(|s| s.graph.outer_refs.iter());
+        let owner = match n.computation {
+            Computation::Authored { node } => Some(node),
+            Computation::Created { .. } => None,
+        };
+        let implicit = owner.into_iter().flat_map(|p| graph.subgraphs_of(p)).flat_map(|s| s.graph.outer_refs.iter());
         let mut deps: Vec<usize> = n
             .inputs
             .iter()

@@ -1,0 +1,151 @@
+//! What every rule does with a matched group: read its parameters from the e-class facts,
+//! decide on every ISA profile, create the fused node and log the decision.
+
+use super::{Decision, Log, RuleOptions};
+use crate::exact::reference::CodeType;
+use crate::exact::{QParam, Verdict};
+use crate::ort::Isa;
+use egg::{Id, Subst, Var};
+use qdqc_lang::analysis::{Constant, Dim, QdqEGraph, TagFacts, ValueFacts};
+use qdqc_lang::attr::Attribute;
+use qdqc_lang::onnx::DataType;
+use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
+
+/// The e-class bound to `var` (rules only use variables their pattern binds).
+pub fn var(subst: &Subst, name: &str) -> Id {
+    subst[name.parse::<Var>().expect("a pattern variable")]
+}
+
+pub fn tag(eg: &QdqEGraph, id: Id) -> Option<NodeTag> {
+    match eg[id].data.leaf {
+        Some(Op::Tag(t)) => Some(t),
+        _ => None,
+    }
+}
+
+fn value(eg: &QdqEGraph, id: Id) -> Option<ValueRef> {
+    match eg[id].data.leaf {
+        Some(Op::Value(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn absent(eg: &QdqEGraph, id: Id) -> bool {
+    eg[id].data.leaf == Some(Op::Absent)
+}
+
+/// The constant behind a leaf, with its facts.
+fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
+    let facts = eg.analysis.env.value(value(eg, id)?);
+    Some((facts, facts.constant.as_ref()?))
+}
+
+/// Per-channel scales and zero points of a (scale, zero point) pair of leaves, and the zero
+/// point's type when it has one.
+pub fn channels(eg: &QdqEGraph, scale: Id, zp: Id) -> Result<(Vec<f32>, Vec<i64>, Option<DataType>), String> {
+    let (sf, sc) = constant(eg, scale).ok_or("the scale is not a constant")?;
+    let bits = sc.f32_bits.as_ref().ok_or_else(|| format!("scale '{}' is not a constant f32 tensor", sf.name))?;
+    let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+    if absent(eg, zp) {
+        let zeros = vec![0; scales.len()];
+        return Ok((scales, zeros, None));
+    }
+    let (zf, zc) = constant(eg, zp).ok_or("the zero point is not a constant")?;
+    let zps = zc.ints.clone().ok_or_else(|| format!("zero point '{}' is not a constant integer tensor", zf.name))?;
+    if zps.len() != scales.len() {
+        return Err(format!("{} scales but {} zero points", scales.len(), zps.len()));
+    }
+    Ok((scales, zps, zf.dtype))
+}
+
+/// Per-tensor parameters of the codes `codes` quantized with (`scale`, `zp`).
+pub fn qparam(eg: &QdqEGraph, codes: Option<Id>, scale: Id, zp: Id) -> Result<QParam, String> {
+    let (scales, zps, zp_type) = channels(eg, scale, zp)?;
+    let ([s], [z]) = (&scales[..], &zps[..]) else { return Err("per-channel parameters where per-tensor are needed".into()) };
+    let dtype = codes.and_then(|c| eg[c].data.dtype).or(zp_type).unwrap_or(DataType::Uint8);
+    let code = CodeType::from_dtype(dtype).ok_or_else(|| format!("codes of type {} are not integers", dtype.as_str_name()))?;
+    Ok(QParam::new(*s, *z, code))
+}
+
+/// Static shape of an e-class, when every dim is known.
+pub fn shape(eg: &QdqEGraph, id: Id) -> Option<Vec<i64>> {
+    eg[id]
+        .data
+        .shape
+        .as_ref()?
+        .iter()
+        .map(|d| match d {
+            Dim::Known(k) => Some(*k),
+            Dim::Symbolic(_) => None,
+        })
+        .collect()
+}
+
+/// Runs `prove` on every selected ISA; a fusion fires only if every verdict is exact.
+pub fn decide(options: &RuleOptions, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
+    let verdicts: Vec<(Isa, Verdict)> = options.isas.iter().map(|&isa| (isa, prove(isa))).collect();
+    (verdicts.iter().all(|(_, v)| v.is_exact()), verdicts)
+}
+
+/// The group's names for the report, and the output tensor that identifies it.
+pub struct Group {
+    pub nodes: Vec<String>,
+    pub output: String,
+    /// The Q node the fused node replaces.
+    pub q: NodeTag,
+}
+
+impl Group {
+    pub fn new(eg: &QdqEGraph, tags: &[Id], q: Id) -> Option<Group> {
+        let env = &eg.analysis.env;
+        let q = tag(eg, q)?;
+        let output = env.tag(q).outputs.first().copied().flatten().map(|v| env.value(v).name.clone())?;
+        let mut nodes: Vec<String> = tags.iter().filter_map(|&t| tag(eg, t)).map(|t| env.tag(t).name.clone()).collect();
+        nodes.push(env.tag(q).name.clone());
+        Some(Group { nodes, output, q })
+    }
+
+    pub fn log(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>) {
+        log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired });
+    }
+
+    /// Adds the fused node in place of the group's Q: same outputs, a name derived from them.
+    pub fn add_kernel(&self, eg: &mut QdqEGraph, op_type: &str, domain: &str, attributes: Vec<Attribute>, inputs: Vec<Id>) -> Id {
+        let env = &mut eg.analysis.env;
+        let q = env.tag(self.q).clone();
+        let t = NodeTag(env.tags.len() as u32);
+        env.tags.push(TagFacts {
+            node: q.node,
+            created: true,
+            attributes,
+            op_type: op_type.to_string(),
+            domain: domain.to_string(),
+            name: format!("{}/qdqc_{op_type}", self.output),
+            outputs: q.outputs.clone(),
+            ..TagFacts::default()
+        });
+        let tag = eg.add(Term::leaf(Op::Tag(t)));
+        let mut args = vec![tag];
+        args.extend(inputs);
+        eg.add(Term::new(Op::Kernel, args))
+    }
+}
+
+/// `zp` itself, or a created scalar zero of `code` when the zero point was omitted: fused ops
+/// get explicit zero points (ORT's defaults differ from QuantizeLinear's).
+pub fn explicit_zero_point(eg: &mut QdqEGraph, zp: Id, code: CodeType, name: &str) -> Id {
+    if !absent(eg, zp) {
+        return zp;
+    }
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    let bytes = if code.bits() <= 8 { vec![0u8] } else { vec![0u8; code.bits() as usize / 8] };
+    env.values.push(ValueFacts {
+        name: name.to_string(),
+        dtype: Some(code.dtype()),
+        shape: Some(Vec::new()),
+        constant: Some(Constant { dims: Vec::new(), ints: Some(vec![0]), ..Constant::default() }),
+        created: Some(bytes),
+    });
+    eg.add(Term::leaf(Op::Value(v)))
+}

@@ -1,0 +1,68 @@
+//! The proof-gated rewrite rules (spec §5), as egg rules over [`Term`].
+//!
+//! Every rule matches a QDQ group and hands its concrete parameters to the exactness engine; it
+//! adds the fused form and unions it with the group's output only when the fusion is proven
+//! exact, under the chosen contract, on every selected ISA profile. Each decision, fired or
+//! refused, is logged with its proofs and counterexamples for the report. The policy every rule
+//! follows is in `rewrites/README.md`.
+
+pub mod binary;
+mod drop;
+mod group;
+
+use crate::exact::{Contract, Verdict};
+use crate::ort::Isa;
+use qdqc_lang::analysis::QdqAnalysis;
+use qdqc_lang::term::Term;
+use std::sync::{Arc, Mutex};
+
+pub type Rewrite = egg::Rewrite<Term, QdqAnalysis>;
+
+/// What the rules are proven against.
+#[derive(Clone, Debug)]
+pub struct RuleOptions {
+    pub contract: Contract,
+    /// A fusion fires only if proven on every one of these.
+    pub isas: Vec<Isa>,
+}
+
+/// One decision of a rule on one group.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub rule: &'static str,
+    /// The fused op it would emit, e.g. `com.microsoft.QLinearAdd`.
+    pub fused_op: String,
+    /// Names of the authored nodes of the group: DQ inputs, target, Q output.
+    pub nodes: Vec<String>,
+    /// The quantized tensor the group's Q produces.
+    pub output: String,
+    pub verdicts: Vec<(Isa, Verdict)>,
+    pub fired: bool,
+}
+
+/// The decisions of one run, shared by the rules' appliers.
+#[derive(Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<Decision>>>);
+
+impl Log {
+    pub fn take(&self) -> Vec<Decision> {
+        std::mem::take(&mut self.0.lock().expect("no panics while logging"))
+    }
+
+    fn push(&self, d: Decision) {
+        self.0.lock().expect("no panics while logging").push(d);
+    }
+
+    /// Whether the group producing `output` was already decided by `rule` (appliers run once per
+    /// iteration on every match; a decision is made once).
+    fn decided(&self, rule: &str, output: &str) -> bool {
+        self.0.lock().expect("no panics while logging").iter().any(|d| d.rule == rule && d.output == output)
+    }
+}
+
+/// The catalog, in a fixed order, sharing `log`.
+pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
+    let mut rules = binary::rules(options, log);
+    rules.extend(drop::rules(options, log));
+    rules
+}

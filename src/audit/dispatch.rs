@@ -1,0 +1,264 @@
+//! From one group ORT would fuse to the prover that decides it, with the group's concrete
+//! parameters read from the model.
+
+use super::params::{ChannelParams, Ctx};
+use qdqc_rewrites::exact::p1::exhaustive;
+use qdqc_rewrites::exact::reference::{dequantize, quantize};
+use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
+use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind};
+use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
+use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
+use serde::Serialize;
+
+/// Parameters of one end of a group, as stored.
+#[derive(Clone, Debug, Serialize)]
+pub struct ParamJson {
+    pub tensor: String,
+    #[serde(rename = "type")]
+    pub code: String,
+    pub scale: Vec<f32>,
+    pub scale_bits: Vec<String>,
+    pub zero_point: Vec<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub axis: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ParamsJson {
+    /// One per DQ input, in target input order.
+    pub inputs: Vec<Option<ParamJson>>,
+    pub outputs: Vec<Option<ParamJson>>,
+}
+
+fn param_json(ctx: &Ctx, pos: usize, tensor: &str) -> Option<ParamJson> {
+    let p = ctx.channel_params(pos).ok()?;
+    Some(ParamJson {
+        tensor: tensor.to_string(),
+        code: p.code.name().to_string(),
+        scale_bits: p.scales.iter().map(|s| format!("0x{:08x}", s.to_bits())).collect(),
+        scale: p.scales,
+        zero_point: p.zero_points,
+        axis: p.axis,
+    })
+}
+
+pub fn params_json(ctx: &Ctx, f: &Fusion) -> Option<ParamsJson> {
+    let inputs = f.dq_inputs.iter().map(|&p| param_json(ctx, p, &ctx.node(p).input[0])).collect();
+    let outputs = f.q_outputs.iter().map(|&p| param_json(ctx, p, ctx.node(p).output.first().map(String::as_str).unwrap_or(""))).collect();
+    Some(ParamsJson { inputs, outputs })
+}
+
+pub fn prove(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Verdict {
+    prove_group(ctx, f, isa, contract).unwrap_or_else(|reason| Verdict::Unknown { reason })
+}
+
+fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Verdict, String> {
+    let op = ctx.node(f.target).op_type.as_deref().unwrap_or("");
+    let input = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
+    let x = |i: usize| input(i).and_then(|p| ctx.qparam(p));
+    let y = || f.q_outputs.first().ok_or_else(|| "no QuantizeLinear output".to_string()).and_then(|&p| ctx.qparam(p));
+    Ok(match (f.rule, op) {
+        ("2DQ", "Add" | "Mul") => {
+            let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };
+            prove_binary(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
+        }
+        ("Conv" | "MatMul" | "Gemm", _) if !f.q_outputs.is_empty() => requant::prove(&gemm_group(ctx, f, op)?, isa, contract),
+        ("MatMul" | "Gemm", _) => return Err(format!("{} sums in float after integer accumulation: never proven exact", f.fused_op)),
+        ("1DQ", "Sigmoid") => lut::prove_sigmoid(x(0)?, y()?, isa),
+        ("1DQ_CPU", "LeakyRelu") => lut::prove_leaky_relu(x(0)?, y()?, ctx.float_attr(f.target, "alpha").unwrap_or(0.01), contract),
+        ("1DQ_CPU", "Softmax") => softmax::prove(x(0)?, y()?, softmax_row(ctx, f.target)?, isa),
+        ("1DQ", "GlobalAveragePool") => {
+            let shape = ctx.shape(&ctx.node(f.target).input[0]).ok_or("the input's spatial size is not static")?;
+            pool::prove_global_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, shape.iter().skip(2).product::<i64>() as u64, contract)
+        }
+        ("1DQ", "AveragePool") => pool::prove_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, &pool_geometry(ctx, f)?, isa, contract),
+        ("*DQ", "Concat") => {
+            let inputs = (0..f.dq_inputs.len()).map(x).collect::<Result<Vec<_>, _>>()?;
+            lut::prove_concat(&inputs, y()?, contract)
+        }
+        ("Where", _) => lut::prove_where(x(1)?, x(2)?, y()?, contract),
+        ("dropDQ", "ArgMax") => argmax_on_codes(x(0)?),
+        (rule, _) if rule.starts_with("drop") => round_trip(x(0)?, y().unwrap_or(x(0)?), rule),
+        (rule, op) => return Err(format!("no prover for ORT rule {rule} on {op}")),
+    })
+}
+
+/// Length of the rows Softmax normalises: the axis dim (opset ≥ 13), or the product of the dims
+/// from the axis on (older opsets flatten).
+fn softmax_row(ctx: &Ctx, target: usize) -> Result<usize, String> {
+    let shape = ctx.shape(&ctx.node(target).input[0]).ok_or("the Softmax input shape is not static")?;
+    let rank = shape.len() as i64;
+    let opset = qdqc_lang::opset::default_domain_version(&ctx.model.proto).unwrap_or(13);
+    let axis = ctx.int_attr(target, "axis").unwrap_or(if opset >= 13 { -1 } else { 1 });
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(format!("Softmax axis {axis} out of range for rank {rank}"));
+    }
+    let len = if opset >= 13 { shape[axis as usize] } else { shape[axis as usize..].iter().product() };
+    usize::try_from(len).map_err(|_| "negative dimension".to_string())
+}
+
+/// The authored DQ feeding input `i` of the target, if the fusion absorbed one.
+fn dq_for_input(ctx: &Ctx, f: &Fusion, i: usize) -> Option<usize> {
+    let name = ctx.node(f.target).input.get(i)?;
+    f.dq_inputs.iter().copied().find(|&p| ctx.node(p).output.first() == Some(name))
+}
+
+/// Which broadcast layouts ORT may run: one when the shapes are known, all three otherwise.
+fn layouts(ctx: &Ctx, f: &Fusion) -> Vec<Broadcast> {
+    let target = ctx.node(f.target);
+    let shape = |i: usize| {
+        let dq = dq_for_input(ctx, f, i)?;
+        ctx.shape(&ctx.node(dq).input[0]).or_else(|| ctx.shape(&target.input[i]))
+    };
+    match (shape(0), shape(1)) {
+        (Some(a), _) if a.iter().product::<i64>() == 1 => vec![Broadcast::AScalar],
+        (_, Some(b)) if b.iter().product::<i64>() == 1 => vec![Broadcast::BScalar],
+        (Some(a), Some(b)) if a == b => vec![Broadcast::None],
+        _ => vec![Broadcast::None, Broadcast::BScalar, Broadcast::AScalar],
+    }
+}
+
+/// Exact only if exact for every layout ORT may run; the first refuted layout speaks.
+fn prove_binary(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa, contract: Contract) -> Verdict {
+    let mut last = None;
+    for &layout in layouts {
+        match binary::prove(op, p, layout, isa, contract) {
+            Verdict::Exact { proof } => last = Some(proof),
+            other => return other,
+        }
+    }
+    let mut proof = last.expect("at least one layout");
+    let names: Vec<&str> = layouts.iter().map(|l| l.name()).collect();
+    proof.detail = format!("{} (layouts: {})", proof.detail, names.join(", "));
+    Verdict::Exact { proof }
+}
+
+fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
+    let target = f.target;
+    let x_pos = dq_for_input(ctx, f, 0).ok_or("the activation is not DequantizeLinear'd by the model")?;
+    let w_pos = dq_for_input(ctx, f, 1).ok_or("the weight was quantized by ORT itself (WeightBiasQuantization)")?;
+    let x = ctx.qparam(x_pos)?;
+    let w = ctx.channel_params(w_pos)?;
+    let (dims, codes) = ctx.constant_codes(w_pos)?;
+    let y = ctx.qparam(f.q_outputs[0])?;
+    let (kind, weights) = match op {
+        "Conv" => {
+            let kernel_size = dims.iter().skip(2).product::<i64>() as usize;
+            let groups = ctx.int_attr(target, "group").unwrap_or(1) as usize;
+            (GemmKind::Conv { kernel_size, groups }, rows(&codes, dims.first().copied().unwrap_or(0) as usize))
+        }
+        "MatMul" => {
+            let [k, n] = dims[..] else { return Err(format!("MatMul weight of rank {} (only 2-D B is modelled)", dims.len())) };
+            (GemmKind::MatMul, columns(&codes, k as usize, n as usize))
+        }
+        _ => {
+            let [a, b] = dims[..] else { return Err("Gemm weight is not 2-D".into()) };
+            if ctx.int_attr(target, "transA").unwrap_or(0) != 0 {
+                return Err("Gemm with transA".into());
+            }
+            let alpha = ctx.float_attr(target, "alpha").unwrap_or(1.0);
+            let weights = if ctx.int_attr(target, "transB").unwrap_or(0) != 0 { rows(&codes, a as usize) } else { columns(&codes, a as usize, b as usize) };
+            (GemmKind::Gemm { alpha }, weights)
+        }
+    };
+    let mut group = GemmGroup::new(kind, x, w.code, weights, w.scales, w.zero_points, y);
+    if let Some(b_pos) = dq_for_input(ctx, f, 2) {
+        let ChannelParams { scales, zero_points, .. } = ctx.channel_params(b_pos)?;
+        group = group.with_bias(Bias { codes: ctx.constant_codes(b_pos)?.1, scales, zero_points });
+    } else if ctx.node(target).input.get(2).is_some_and(|b| !b.is_empty()) {
+        return Err("the bias is not an authored int32 DequantizeLinear".into());
+    }
+    Ok(group)
+}
+
+/// Row-major `[m, k]` codes as `m` channels of `k`.
+fn rows(codes: &[i64], m: usize) -> Vec<Vec<i64>> {
+    if m == 0 {
+        return Vec::new();
+    }
+    codes.chunks(codes.len() / m).map(<[i64]>::to_vec).collect()
+}
+
+/// Row-major `[k, n]` codes as `n` channels (columns) of `k`.
+fn columns(codes: &[i64], k: usize, n: usize) -> Vec<Vec<i64>> {
+    (0..n).map(|c| (0..k).map(|r| codes[r * n + c]).collect()).collect()
+}
+
+fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {
+    let t = f.target;
+    let shape = ctx.shape(&ctx.node(t).input[0]).ok_or("the input shape is not static")?;
+    let spatial: Vec<u64> = shape.iter().skip(2).map(|&d| d as u64).collect();
+    let n = spatial.len();
+    let ints = |name: &str, default: u64, len: usize| -> Vec<u64> {
+        ctx.ints_attr(t, name).filter(|v| !v.is_empty()).map(|v| v.iter().map(|&x| x as u64).collect()).unwrap_or(vec![default; len])
+    };
+    if ctx.node(t).attribute.iter().any(|a| a.name.as_deref() == Some("auto_pad") && a.s.as_deref().is_some_and(|s| s != b"NOTSET")) {
+        return Err("auto_pad is not modelled".into());
+    }
+    Ok(pool::PoolGeometry {
+        input: spatial,
+        kernel: ints("kernel_shape", 1, n),
+        strides: ints("strides", 1, n),
+        pads: ints("pads", 0, 2 * n),
+        dilations: ints("dilations", 1, n),
+        ceil_mode: ctx.int_attr(t, "ceil_mode").unwrap_or(0) != 0,
+        count_include_pad: ctx.int_attr(t, "count_include_pad").unwrap_or(0) != 0,
+    })
+}
+
+/// ORT's drop rules run the op on codes: exact when `Q(DQ(q)) = q` for every code (spec P4,
+/// checked here by P1 for the concrete parameters) and, for monotone ops, the scale is positive.
+fn round_trip(x: QParam, y: QParam, rule: &str) -> Verdict {
+    if x.scale.to_bits() != y.scale.to_bits() || x.zero_point != y.zero_point {
+        return Verdict::Unknown { reason: format!("{rule}: DQ and Q parameters differ") };
+    }
+    if rule.ends_with("positive_scale") && !(x.scale > 0.0) {
+        return Verdict::Unknown { reason: "a monotone op on codes needs a positive scale".into() };
+    }
+    match exhaustive(&[x.domain("q")], "Q(DQ(q)) = q", |q| quantize(dequantize(q[0], x.scale, x.zero_point), x.scale, x.zero_point, x.code), |q| q[0], |_| None) {
+        Verdict::Exact { proof } => Verdict::Exact {
+            proof: Certificate {
+                method: Method::P4Lemma("data movement and monotone ops commute with Q/DQ when Q(DQ(q)) = q".into()),
+                domain: proof.domain,
+                micros: proof.micros,
+                detail: "round trip checked over every code by P1".into(),
+            },
+        },
+        other => other,
+    }
+}
+
+/// ORT's dropDQ runs ArgMax on the codes: checked on every pair of codes.
+fn argmax_on_codes(x: QParam) -> Verdict {
+    let dq = |q: i64| dequantize(q, x.scale, x.zero_point);
+    let first_max = |a: f32, b: f32| i64::from(b > a);
+    exhaustive(&[x.domain("a"), x.domain("b")], "ArgMax of two elements, on values and on codes", |p| first_max(dq(p[0]), dq(p[1])), |p| i64::from(p[1] > p[0]), |_| None)
+}
+
+/// A verdict for one of ORT's other transformers, whose exactness the selector replay decided.
+pub fn rewrite_verdict(r: &Rewrite) -> Verdict {
+    if r.exact {
+        Verdict::Exact { proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 0, micros: 0, detail: r.transformer.to_string() } }
+    } else {
+        Verdict::Unknown { reason: format!("changes numerics: {}", r.detail) }
+    }
+}
+
+pub fn describe_rewrite(ctx: &Ctx, r: &Rewrite) -> super::Group {
+    super::Group {
+        rule: r.transformer.to_string(),
+        target: r.nodes.first().map(|&p| ctx.name(p)).unwrap_or_default(),
+        op: r.nodes.first().and_then(|&p| ctx.node(p).op_type.clone()).unwrap_or_default(),
+        fused_op: String::new(),
+        nodes: r.nodes.iter().map(|&p| ctx.name(p)).collect(),
+        outputs: r.nodes.iter().filter(|&&p| ctx.node(p).op_type.as_deref() == Some("QuantizeLinear")).filter_map(|&p| ctx.node(p).output.first().cloned()).collect(),
+        location: r.location.trim().to_string(),
+        verdict: Default::default(),
+        proof: Default::default(),
+        counterexample: Default::default(),
+        reason: Default::default(),
+        params: None,
+    }
+}

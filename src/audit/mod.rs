@@ -1,0 +1,146 @@
+//! `qdqc audit`: for every group ONNX Runtime's optimizer would fuse (per ISA profile), the
+//! engine's verdict — exact, refuted with a counterexample, or unknown — and every hazard of the
+//! exactness spec (§7).
+
+mod dispatch;
+mod params;
+mod table;
+
+use params::Ctx;
+use qdqc_lang::{Model, Result, ir};
+use qdqc_lower::facts::Scopes;
+use qdqc_rewrites::exact::{Certificate, Contract, Counterexample, Verdict};
+use qdqc_rewrites::hazards::hazards;
+use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::ort::selectors::{self, Fusion};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Audit {
+    pub file: String,
+    pub contract: Contract,
+    pub profiles: Vec<Isa>,
+    pub groups: Vec<Group>,
+    pub hazards: Vec<HazardJson>,
+}
+
+/// One group ORT changes, with the verdict per profile on which it changes it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    /// ORT's action or transformer name ("2DQ", "Conv", "drop", "ReluQuantRewrite", ...).
+    pub rule: String,
+    /// The target node (the float op the group is built around).
+    pub target: String,
+    /// Its op type.
+    pub op: String,
+    /// What ORT runs instead.
+    pub fused_op: String,
+    /// Every authored node of the group: DQ inputs, target, Q outputs.
+    pub nodes: Vec<String>,
+    /// Names of the quantized tensors the group's QuantizeLinear nodes produce.
+    pub outputs: Vec<String>,
+    /// Subgraph path, empty for the main graph.
+    pub location: String,
+    pub verdict: BTreeMap<Isa, &'static str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proof: BTreeMap<Isa, Certificate>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub counterexample: BTreeMap<Isa, Counterexample>,
+    /// Why a verdict is unknown (or refuted without a concrete input).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reason: BTreeMap<Isa, String>,
+    /// The quantization parameters the proof used, when the group has per-tensor ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<dispatch::ParamsJson>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HazardJson {
+    pub kind: String,
+    pub node: String,
+    pub message: String,
+}
+
+pub fn audit(path: &Path, profiles: &[Isa], contract: Contract) -> Result<Audit> {
+    let model = Model::load(path)?;
+    let mut groups: Vec<Group> = Vec::new();
+    // Graph contexts by location, so a fusion's node positions resolve in their own graph.
+    let mut contexts = Vec::new();
+    collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
+    for &isa in profiles {
+        let outcome = selectors::optimize(&model, &model.graph, model.proto.graph.as_ref().expect("checked at load"), isa);
+        for fusion in &outcome.fusions {
+            let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
+            let verdict = dispatch::prove(ctx, fusion, isa, contract);
+            record(&mut groups, describe(ctx, fusion), isa, verdict);
+        }
+        for rewrite in &outcome.rewrites {
+            let ctx = contexts.iter().find(|c| c.graph.location == rewrite.location).expect("every graph has a context");
+            record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, dispatch::rewrite_verdict(rewrite));
+        }
+    }
+    let hazards = hazards(&model).into_iter().map(|h| HazardJson { kind: h.kind.to_string(), node: h.node, message: h.message }).collect();
+    Ok(Audit { file: path.display().to_string(), contract, profiles: profiles.to_vec(), groups, hazards })
+}
+
+fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scopes<'m>, out: &mut Vec<Ctx<'m>>) {
+    let proto = scopes.current();
+    for sub in &graph.subgraphs {
+        let attr = proto.node[sub.node].attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()));
+        if let Some(g) = attr.and_then(|a| a.g.as_ref().filter(|_| a.graphs.is_empty()).or_else(|| a.graphs.get(sub.index))) {
+            collect(model, &sub.graph, scopes.enter(g), out);
+        }
+    }
+    out.push(Ctx { model, graph, scopes });
+}
+
+/// The group's identity and names, before any verdict.
+fn describe(ctx: &Ctx, f: &Fusion) -> Group {
+    let mut nodes: Vec<String> = f.dq_inputs.iter().map(|&p| ctx.name(p)).collect();
+    nodes.push(ctx.name(f.target));
+    nodes.extend(f.absorbed_clip.map(|p| ctx.name(p)));
+    nodes.extend(f.q_outputs.iter().map(|&p| ctx.name(p)));
+    Group {
+        rule: f.rule.to_string(),
+        target: ctx.name(f.target),
+        op: ctx.node(f.target).op_type.clone().unwrap_or_default(),
+        fused_op: f.fused_op.clone(),
+        nodes,
+        outputs: f.q_outputs.iter().filter_map(|&p| ctx.node(p).output.first().cloned()).collect(),
+        location: f.location.trim().to_string(),
+        verdict: BTreeMap::new(),
+        proof: BTreeMap::new(),
+        counterexample: BTreeMap::new(),
+        reason: BTreeMap::new(),
+        params: dispatch::params_json(ctx, f),
+    }
+}
+
+/// Adds `verdict` for `isa` to the group with the same rule and nodes, or a new group.
+fn record(groups: &mut Vec<Group>, group: Group, isa: Isa, verdict: Verdict) {
+    let slot = match groups.iter().position(|g| g.rule == group.rule && g.nodes == group.nodes && g.location == group.location) {
+        Some(i) => i,
+        None => {
+            groups.push(group);
+            groups.len() - 1
+        }
+    };
+    let g = &mut groups[slot];
+    g.verdict.insert(isa, verdict.word());
+    match verdict {
+        Verdict::Exact { proof } => {
+            g.proof.insert(isa, proof);
+        }
+        Verdict::Refuted { counterexample, proof } => {
+            g.proof.insert(isa, proof);
+            g.counterexample.insert(isa, counterexample);
+        }
+        Verdict::Unknown { reason } => {
+            g.reason.insert(isa, reason);
+        }
+    }
+}
+
+pub use table::text;
