@@ -17,7 +17,8 @@ pub struct Hazard {
     pub message: String,
 }
 
-/// Every hazard in the main graph and all subgraphs, in graph then node order.
+/// Every hazard in the main graph and all subgraphs, graph by graph: those of single nodes in node
+/// order, then those of fused groups by target.
 pub fn hazards(model: &Model) -> Vec<Hazard> {
     let mut out = Vec::new();
     let proto = model.proto.graph.as_ref().expect("checked at load");
@@ -60,12 +61,9 @@ impl<'m> Level<'_, '_, 'm> {
     fn check(&self, out: &mut Vec<Hazard>) {
         for (pos, node) in self.proto.node.iter().enumerate() {
             let mut report = |kind, message: String| out.push(Hazard { kind, node: self.describe(pos), message });
-            match node.op_type.as_deref().unwrap_or("") {
-                "QuantizeLinear" | "DequantizeLinear" => {
-                    self.scales(node, &mut report);
-                    self.zero_point_range(node, &mut report);
-                }
-                _ => {}
+            if matches!(node.op_type.as_deref(), Some("QuantizeLinear" | "DequantizeLinear")) {
+                self.scales(node, &mut report);
+                self.zero_point_range(node, &mut report);
             }
             self.quantize_input(node, &mut report);
             self.integer_wrap(node, &mut report);

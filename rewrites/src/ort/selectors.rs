@@ -47,7 +47,7 @@ pub struct Fusion {
     /// Position of the target node in its graph.
     pub target: usize,
     /// Positions of the authored DequantizeLinear nodes absorbed, in target input order. DQs that
-    /// ORT inserts itself (WeightBiasQuantization) are not listed.
+    /// ORT inserts itself (WeightBiasQuantization, QDQPropagation, WhereDummyDq) are not listed.
     pub dq_inputs: Vec<usize>,
     /// Positions of the QuantizeLinear nodes absorbed.
     pub q_outputs: Vec<usize>,
@@ -255,7 +255,7 @@ fn floats(dt: DataType, payload: &Payload<'_>) -> Option<Vec<f32>> {
 }
 
 /// IEEE binary16 → binary32, exact.
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
+fn f16_to_f32(h: u16) -> f32 {
     let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
     let exp = ((h >> 10) & 0x1f) as i32;
     let frac = (h & 0x3ff) as f32;
@@ -347,7 +347,7 @@ impl<'p, 'm> Scope<'p, 'm> {
 
     /// The element type the model declares or stores for `name`.
     pub fn dtype(&self, name: &str) -> Option<DataType> {
-        if let Some(c) = self.constant(name, true).or_else(|| self.any_initializer(name)) {
+        if let Some(c) = self.any_initializer(name) {
             return Some(c.dtype);
         }
         match &self.declared(name)?.value {
@@ -398,8 +398,8 @@ struct Node<'m> {
     since: i64,
     /// The authored node this one is, or was copied from, or serves.
     origin: usize,
-    /// False for nodes ORT inserts (WeightBiasQuantization's DQs); EnsureUniqueDQ's copies of an
-    /// authored DQ count as authored.
+    /// False for nodes ORT inserts (by WeightBiasQuantization, QDQPropagation, WhereDummyDq);
+    /// EnsureUniqueDQ's copies of an authored DQ count as authored.
     authored: bool,
     attrs: &'m [AttributeProto],
     inputs: Vec<String>,
@@ -504,13 +504,11 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     // ---- editing, keeping `uses` and `producer` in sync -----------------------------------
 
-    fn push(&mut self, node: Node<'m>) -> usize {
-        let id = self.nodes.len();
+    fn push(&mut self, node: Node<'m>) {
         if node.alive {
-            self.link(id, &node);
+            self.link(self.nodes.len(), &node);
         }
         self.nodes.push(node);
-        id
     }
 
     fn link(&mut self, id: usize, node: &Node<'m>) {
@@ -740,7 +738,8 @@ impl Work<'_, '_, '_> {
             return false;
         }
         let [Some(qs), Some(qz), Some(ds), Some(dz)] = params.map(|p| self.constant(p, true)) else { return false };
-        if qz.dtype != dz.dtype || qs.dtype != ds.dtype || qz.int_values(self.model) != dz.int_values(self.model) {
+        let same_zp = matches!((qz.int_values(self.model), dz.int_values(self.model)), (Some(a), Some(b)) if a == b);
+        if qz.dtype != dz.dtype || qs.dtype != ds.dtype || !same_zp {
             return false;
         }
         matches!(qs.dtype, DataType::Float | DataType::Float16 | DataType::Bfloat16)
@@ -785,9 +784,6 @@ impl Work<'_, '_, '_> {
     /// (float or float16); absent bounds are ∓FLT_MAX. `None` when a bound is not constant.
     fn clip_bounds(&self, clip: usize) -> Option<(f32, f32)> {
         let n = &self.nodes[clip];
-        if n.op == "Relu" {
-            return Some((0.0, f32::MAX));
-        }
         if n.since < 11 {
             return Some((n.attr_f("min", f32::MIN), n.attr_f("max", f32::MAX)));
         }
@@ -835,21 +831,12 @@ fn rint_to_i32(x: f32, isa: Isa) -> i32 {
     }
 }
 
-fn is_8_16_or_4_bit(dt: DataType, bits: &[u32]) -> bool {
-    let b = match dt {
-        DataType::Int16 | DataType::Uint16 => 16,
-        DataType::Int4 | DataType::Uint4 => 4,
-        _ => 0,
-    };
-    bits.contains(&b)
-}
-
 fn is_16bit(dt: Option<DataType>) -> bool {
-    dt.is_some_and(|d| is_8_16_or_4_bit(d, &[16]))
+    matches!(dt, Some(DataType::Int16 | DataType::Uint16))
 }
 
 fn is_4bit(dt: Option<DataType>) -> bool {
-    dt.is_some_and(|d| is_8_16_or_4_bit(d, &[4]))
+    matches!(dt, Some(DataType::Int4 | DataType::Uint4))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -929,13 +916,14 @@ impl<'m> Work<'m, '_, '_> {
         }
     }
 
-    /// `FindNewZeroPointAndScale`: `None` keeps the parameters (same initializers, or equal zero
-    /// points and `|s1 − s2| < 1e-20`); else the intersection range's scale and zero point,
-    /// computed in f32 as the C++ does.
+    /// `FindNewZeroPointAndScale`: the parameters are kept when both pairs use the same
+    /// initializers, or equal zero points and `|s1 − s2| < 1e-20`; otherwise the intersection of the
+    /// two ranges gets a new scale and zero point, computed in f32 as the C++ does. `None` when
+    /// the parameters are not float scales with zero points of one type (nothing is removed).
     fn merged_params(&self, dq1: usize, q2: usize, (qmin, qmax): (i64, i64)) -> Option<Merged> {
         let (a, b) = (&self.nodes[dq1], &self.nodes[q2]);
         if a.inputs[1] == b.inputs[1] && a.inputs[2] == b.inputs[2] {
-            return Some(Merged::Kept { same_names: true });
+            return Some(Merged::Kept { identical: true });
         }
         let [s1, z1, s2, z2] = [&a.inputs[1], &a.inputs[2], &b.inputs[1], &b.inputs[2]].map(|n| self.constant(n, true));
         let (s1, z1, s2, z2) = (s1?, z1?, s2?, z2?);
@@ -945,7 +933,7 @@ impl<'m> Work<'m, '_, '_> {
         let (z1, z2) = (z1.first_int(self.model)?, z2.first_int(self.model)?);
         let (s1, s2) = (s1.first_float(self.model)?, s2.first_float(self.model)?);
         if z1 == z2 && (s1 - s2).abs() < 1e-20 {
-            return Some(Merged::Kept { same_names: s1.to_bits() == s2.to_bits() });
+            return Some(Merged::Kept { identical: s1.to_bits() == s2.to_bits() });
         }
         let real = |q: i64, z: i64, s: f32| (q - z) as f32 * s;
         // std::max(a, b) is `a < b ? b : a`, std::min(a, b) is `b < a ? b : a`.
@@ -954,16 +942,16 @@ impl<'m> Work<'m, '_, '_> {
         let real_min = if lo1 < lo2 { lo2 } else { lo1 };
         let real_max = if hi2 < hi1 { hi2 } else { hi1 };
         let scale = (real_max - real_min) / (qmax - qmin) as f32;
-        // std::round (ties away from zero), then a narrowing cast that is undefined out of range;
-        // `as` saturates, which is what the report states.
+        // std::round (ties away from zero), then a narrowing cast, undefined out of range: clamped
+        // here, so the report shows a code of the type.
         let zp = ((qmin as f32) - real_min / scale).round() as i64;
         Some(Merged::New { scale, zp: zp.clamp(qmin, qmax), old: [(s1, z1), (s2, z2)] })
     }
 
     fn reduce_double_qdq(&mut self, c: DoubleQdq) {
         let (exact, detail) = match c.params {
-            Merged::Kept { same_names } => {
-                let exact = same_names && self.round_trip_exact(c.q1);
+            Merged::Kept { identical } => {
+                let exact = identical && self.round_trip_exact(c.q1);
                 (
                     exact,
                     format!(
@@ -1487,8 +1475,15 @@ fn attrs_key(attrs: &[AttributeProto]) -> String {
 
 #[derive(Clone, Copy, Debug)]
 enum Merged {
-    Kept { same_names: bool },
-    New { scale: f32, zp: i64, old: [(f32, i64); 2] },
+    /// Parameters kept; `identical` unless they differed by less than 1e-20.
+    Kept {
+        identical: bool,
+    },
+    New {
+        scale: f32,
+        zp: i64,
+        old: [(f32, i64); 2],
+    },
 }
 
 struct DoubleQdq {
@@ -2754,6 +2749,9 @@ mod tests {
     fn int8_activations_fuse_on_x86_only_after_their_pairs_become_uint8() {
         let l = conv("z8", 0.001, 0).load();
         assert_eq!(on_all(&l).len(), 1, "QDQS8ToU8 turns both int8 pairs to uint8 on x86");
+        let codes = |isa| run(&l, isa).fusions.into_iter().map(|f| (f.input_codes, f.output_codes)).next().unwrap();
+        assert_eq!(codes(Isa::X86Avx2), (vec![Some(Uint8), Some(Int8), Some(Int32)], vec![Some(Uint8)]));
+        assert_eq!(codes(Isa::Arm64Neon), (vec![Some(Int8), Some(Int8), Some(Int32)], vec![Some(Int8)]));
         // A second consumer of the activation DQ: EnsureUniqueDQ copies the DQ, the Q then has two
         // DQ consumers, so QDQS8ToU8 leaves it int8 and the x86 Conv selector refuses int8 x.
         let shared = conv("z8", 0.001, 0).output("r").op("Relu", &["dx"], &["r"]).load();
