@@ -8,21 +8,31 @@
 //! optimizing small models and reading back the graph), the comment says "1.31:".
 //!
 //! ORT transforms a graph in this order (optimizer/graph_transformer_utils.cc, session/inference_session.cc),
-//! and [`Work`] replays the QDQ-relevant steps on a light copy of each graph, in the same order:
+//! and [`Work`] replays the steps that decide or change QDQ groups on a light copy of each graph,
+//! in the same order:
 //!
-//! 1. `EnsureUniqueDQForNodeUnit`, once before level 1 and again inside it;
-//! 2. level 1: `DoubleQDQPairsRemover` (repeated, as the level loops until nothing changes),
-//!    `WeightBiasQuantization`;
+//! 1. `EnsureUniqueDQForNodeUnit`, once before level 1;
+//! 2. level 1, repeated until nothing changes: `DoubleQDQPairsRemover`, `ConstantSharing` and
+//!    `CommonSubexpressionElimination`, `QDQPropagationTransformer`, `WeightBiasQuantization`,
+//!    `EnsureUniqueDQForNodeUnit`, `WhereDummyDq`;
 //! 3. level 2: the `ClipQuantRewrite` / `ReluQuantRewrite` rules, `QDQS8ToU8Transformer` (x86 only),
-//!    `QDQSelectorActionTransformer`, and last `QDQFinalCleanupTransformer`.
+//!    `QDQSelectorActionTransformer`, and last `QDQFinalCleanupTransformer` (DQ→Q only, its default).
+//!
+//! Not replayed: the float-only fusions and constant folding of other values (they do not touch
+//! Q/DQ), `TransposeOptimizer`, the Cast variant of DQ→MatMulNBits, and a second pass of level 2
+//! (its fusions leave nothing a second pass would select). Default session options are assumed.
+//! A differential run of 126 small models against the onnxruntime 1.31.1 wheel (x86, and with
+//! `session.qdqisint8allowed=1` for the ARM selectors) agreed on every group; the only differences
+//! were outside this module (ConvActivationFusion turning an unfused Conv+Clip into FusedConv) or
+//! not observable on x86 hardware (ARM's saturating float→int32 cast in IsClipMadeRedundantByQ).
 //!
 //! Subgraphs (If/Loop/Scan bodies) are replayed the same way; they see the constant initializers of
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
 
 use super::Isa;
 use crate::exact::reference::{CodeType, quantize};
-use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto, NodeProto, TensorProto, TypeProto, type_proto};
 use qdqc_lang::onnx::tensor_shape_proto::dimension;
+use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto, NodeProto, TensorProto, TypeProto, type_proto};
 use qdqc_lang::tensor::{self, Payload};
 use qdqc_lang::{Model, ir};
 use std::collections::{HashMap, HashSet};
@@ -37,12 +47,17 @@ pub struct Fusion {
     /// Position of the target node in its graph.
     pub target: usize,
     /// Positions of the authored DequantizeLinear nodes absorbed, in target input order. DQs that
-    /// ORT inserts itself (WeightBiasQuantization) are not listed.
+    /// ORT inserts itself (WeightBiasQuantization, QDQPropagation, WhereDummyDq) are not listed.
     pub dq_inputs: Vec<usize>,
     /// Positions of the QuantizeLinear nodes absorbed.
     pub q_outputs: Vec<usize>,
     /// A Relu or Clip between target and Q that the selector treats as redundant and drops.
     pub absorbed_clip: Option<usize>,
+    /// Code types the fused kernel reads, one per DQ of the group in input order (ORT-inserted
+    /// DQs included), as ORT sees them after QDQS8ToU8; `None` when the type is not known.
+    pub input_codes: Vec<Option<DataType>>,
+    /// Code types it writes, one per Q.
+    pub output_codes: Vec<Option<DataType>>,
     /// Where the graph is: empty for the main graph, else the subgraph path.
     pub location: String,
 }
@@ -113,12 +128,15 @@ fn subgraph_proto<'m>(proto: &'m GraphProto, sub: &ir::Subgraph) -> Option<&'m G
 }
 
 /// The optimizer's pipeline on one graph (its subgraphs are replayed separately).
-pub(crate) fn optimize_graph<'m>(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &Scope<'_, 'm>, isa: Isa) -> Outcome {
-    run_pipeline(model, graph, proto, scope, isa).out
-}
-
-fn run_pipeline<'m, 's, 'p>(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &'s Scope<'p, 'm>, isa: Isa) -> Work<'m, 's, 'p> {
+pub(crate) fn optimize_graph<'m>(
+    model: &'m Model,
+    graph: &ir::Graph,
+    proto: &'m GraphProto,
+    scope: &Scope<'_, 'm>,
+    isa: Isa,
+) -> Outcome {
     let mut w = Work::new(model, graph, proto, scope, isa);
+    // Before level 1, unconditionally (session/inference_session.cc, TransformGraph).
     w.ensure_unique_dq();
     // Level 1 repeats its transformers until none changes the graph (at most 10 times,
     // `max_num_graph_transformation_steps`); these are its QDQ-relevant ones, in order.
@@ -140,7 +158,7 @@ fn run_pipeline<'m, 's, 'p>(model: &'m Model, graph: &ir::Graph, proto: &'m Grap
     }
     w.select_and_fuse();
     w.final_cleanup();
-    w
+    w.out
 }
 
 /// `QDQIsInt8Allowed()` (selectors_actions/qdq_selector_action_transformer.h): compile-time false on
@@ -237,7 +255,7 @@ fn floats(dt: DataType, payload: &Payload<'_>) -> Option<Vec<f32>> {
 }
 
 /// IEEE binary16 → binary32, exact.
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
+fn f16_to_f32(h: u16) -> f32 {
     let sign = if h & 0x8000 != 0 { -1.0f32 } else { 1.0 };
     let exp = ((h >> 10) & 0x1f) as i32;
     let frac = (h & 0x3ff) as f32;
@@ -329,7 +347,7 @@ impl<'p, 'm> Scope<'p, 'm> {
 
     /// The element type the model declares or stores for `name`.
     pub fn dtype(&self, name: &str) -> Option<DataType> {
-        if let Some(c) = self.constant(name, true).or_else(|| self.any_initializer(name)) {
+        if let Some(c) = self.any_initializer(name) {
             return Some(c.dtype);
         }
         match &self.declared(name)?.value {
@@ -341,10 +359,15 @@ impl<'p, 'm> Scope<'p, 'm> {
     /// The declared shape, when every dim is known.
     fn declared_dims(&self, name: &str) -> Option<Vec<i64>> {
         let Some(type_proto::Value::TensorType(t)) = &self.declared(name)?.value else { return None };
-        t.shape.as_ref()?.dim.iter().map(|d| match d.value {
-            Some(dimension::Value::DimValue(v)) => Some(v),
-            _ => None,
-        }).collect()
+        t.shape
+            .as_ref()?
+            .dim
+            .iter()
+            .map(|d| match d.value {
+                Some(dimension::Value::DimValue(v)) => Some(v),
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -375,8 +398,8 @@ struct Node<'m> {
     since: i64,
     /// The authored node this one is, or was copied from, or serves.
     origin: usize,
-    /// False for nodes ORT inserts (WeightBiasQuantization's DQs); EnsureUniqueDQ's copies of an
-    /// authored DQ count as authored.
+    /// False for nodes ORT inserts (by WeightBiasQuantization, QDQPropagation, WhereDummyDq);
+    /// EnsureUniqueDQ's copies of an authored DQ count as authored.
     authored: bool,
     attrs: &'m [AttributeProto],
     inputs: Vec<String>,
@@ -462,7 +485,18 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
             let implicit = graph.subgraphs_of(pos).flat_map(|s| s.graph.outer_refs.iter().cloned()).collect();
             // Constant nodes become initializers when ORT loads the graph (Scope::new).
             let alive = op != "Constant";
-            let node = Node { op, domain, since, origin: pos, authored: true, attrs: &n.attribute, inputs: n.input.clone(), outputs: n.output.clone(), implicit, alive };
+            let node = Node {
+                op,
+                domain,
+                since,
+                origin: pos,
+                authored: true,
+                attrs: &n.attribute,
+                inputs: n.input.clone(),
+                outputs: n.output.clone(),
+                implicit,
+                alive,
+            };
             w.push(node);
         }
         w
@@ -470,13 +504,11 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     // ---- editing, keeping `uses` and `producer` in sync -----------------------------------
 
-    fn push(&mut self, node: Node<'m>) -> usize {
-        let id = self.nodes.len();
+    fn push(&mut self, node: Node<'m>) {
         if node.alive {
-            self.link(id, &node);
+            self.link(self.nodes.len(), &node);
         }
         self.nodes.push(node);
-        id
     }
 
     fn link(&mut self, id: usize, node: &Node<'m>) {
@@ -492,14 +524,20 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
     }
 
     fn remove(&mut self, id: usize) {
-        let node = std::mem::replace(&mut self.nodes[id].alive, false);
-        if !node {
+        if !std::mem::replace(&mut self.nodes[id].alive, false) {
             return;
         }
-        for uses in self.uses.values_mut() {
-            uses.retain(|u| u.node != id);
+        let n = &self.nodes[id];
+        for name in n.inputs.iter().chain(&n.implicit) {
+            if let Some(uses) = self.uses.get_mut(name) {
+                uses.retain(|u| u.node != id);
+            }
         }
-        self.producer.retain(|_, p| *p != id);
+        for name in &n.outputs {
+            if self.producer.get(name) == Some(&id) {
+                self.producer.remove(name);
+            }
+        }
     }
 
     fn set_input(&mut self, id: usize, slot: usize, name: &str) {
@@ -534,7 +572,12 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
     /// Output edges of a node, with the output slot they leave from (Node::OutputEdges).
     fn out_edges(&self, id: usize) -> Vec<(usize, Use)> {
         let n = &self.nodes[id];
-        n.outputs.iter().enumerate().filter(|(_, s)| !s.is_empty()).flat_map(|(slot, name)| self.uses_of(name).into_iter().map(move |u| (slot, u))).collect()
+        n.outputs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .flat_map(|(slot, name)| self.uses_of(name).into_iter().map(move |u| (slot, u)))
+            .collect()
     }
 
     fn out_edge_count(&self, id: usize) -> usize {
@@ -583,7 +626,9 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     /// `NodeArgIsConstant(name) && GetInitializedTensor(name)`: a constant of this very graph.
     fn local_constant(&self, name: &str) -> Option<&Const<'m>> {
-        self.created.get(name).or_else(|| self.scope.local_initializer(name).filter(|_| self.scope.constant(name, true).is_some()))
+        self.created
+            .get(name)
+            .or_else(|| self.scope.local_initializer(name).filter(|_| self.scope.constant(name, true).is_some()))
     }
 
     /// `optimizer_utils::IsScalar` on a value: from a constant's dims, else the declared shape.
@@ -693,7 +738,8 @@ impl Work<'_, '_, '_> {
             return false;
         }
         let [Some(qs), Some(qz), Some(ds), Some(dz)] = params.map(|p| self.constant(p, true)) else { return false };
-        if qz.dtype != dz.dtype || qs.dtype != ds.dtype || qz.int_values(self.model) != dz.int_values(self.model) {
+        let same_zp = matches!((qz.int_values(self.model), dz.int_values(self.model)), (Some(a), Some(b)) if a == b);
+        if qz.dtype != dz.dtype || qs.dtype != ds.dtype || !same_zp {
             return false;
         }
         matches!(qs.dtype, DataType::Float | DataType::Float16 | DataType::Bfloat16)
@@ -738,9 +784,6 @@ impl Work<'_, '_, '_> {
     /// (float or float16); absent bounds are ∓FLT_MAX. `None` when a bound is not constant.
     fn clip_bounds(&self, clip: usize) -> Option<(f32, f32)> {
         let n = &self.nodes[clip];
-        if n.op == "Relu" {
-            return Some((0.0, f32::MAX));
-        }
         if n.since < 11 {
             return Some((n.attr_f("min", f32::MIN), n.attr_f("max", f32::MAX)));
         }
@@ -772,7 +815,9 @@ impl Work<'_, '_, '_> {
 
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
 fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
-    matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16).then(|| tensor::int_range(dt)).flatten()
+    matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16)
+        .then(|| tensor::int_range(dt))
+        .flatten()
 }
 
 /// `static_cast<int32_t>(rint(x))` as the CPU executes it.
@@ -786,21 +831,12 @@ fn rint_to_i32(x: f32, isa: Isa) -> i32 {
     }
 }
 
-fn is_8_16_or_4_bit(dt: DataType, bits: &[u32]) -> bool {
-    let b = match dt {
-        DataType::Int16 | DataType::Uint16 => 16,
-        DataType::Int4 | DataType::Uint4 => 4,
-        _ => 0,
-    };
-    bits.contains(&b)
-}
-
 fn is_16bit(dt: Option<DataType>) -> bool {
-    dt.is_some_and(|d| is_8_16_or_4_bit(d, &[16]))
+    matches!(dt, Some(DataType::Int16 | DataType::Uint16))
 }
 
 fn is_4bit(dt: Option<DataType>) -> bool {
-    dt.is_some_and(|d| is_8_16_or_4_bit(d, &[4]))
+    matches!(dt, Some(DataType::Int4 | DataType::Uint4))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -880,13 +916,14 @@ impl<'m> Work<'m, '_, '_> {
         }
     }
 
-    /// `FindNewZeroPointAndScale`: `None` keeps the parameters (same initializers, or equal zero
-    /// points and `|s1 − s2| < 1e-20`); else the intersection range's scale and zero point,
-    /// computed in f32 as the C++ does.
+    /// `FindNewZeroPointAndScale`: the parameters are kept when both pairs use the same
+    /// initializers, or equal zero points and `|s1 − s2| < 1e-20`; otherwise the intersection of the
+    /// two ranges gets a new scale and zero point, computed in f32 as the C++ does. `None` when
+    /// the parameters are not float scales with zero points of one type (nothing is removed).
     fn merged_params(&self, dq1: usize, q2: usize, (qmin, qmax): (i64, i64)) -> Option<Merged> {
         let (a, b) = (&self.nodes[dq1], &self.nodes[q2]);
         if a.inputs[1] == b.inputs[1] && a.inputs[2] == b.inputs[2] {
-            return Some(Merged::Kept { same_names: true });
+            return Some(Merged::Kept { identical: true });
         }
         let [s1, z1, s2, z2] = [&a.inputs[1], &a.inputs[2], &b.inputs[1], &b.inputs[2]].map(|n| self.constant(n, true));
         let (s1, z1, s2, z2) = (s1?, z1?, s2?, z2?);
@@ -896,7 +933,7 @@ impl<'m> Work<'m, '_, '_> {
         let (z1, z2) = (z1.first_int(self.model)?, z2.first_int(self.model)?);
         let (s1, s2) = (s1.first_float(self.model)?, s2.first_float(self.model)?);
         if z1 == z2 && (s1 - s2).abs() < 1e-20 {
-            return Some(Merged::Kept { same_names: s1.to_bits() == s2.to_bits() });
+            return Some(Merged::Kept { identical: s1.to_bits() == s2.to_bits() });
         }
         let real = |q: i64, z: i64, s: f32| (q - z) as f32 * s;
         // std::max(a, b) is `a < b ? b : a`, std::min(a, b) is `b < a ? b : a`.
@@ -905,17 +942,24 @@ impl<'m> Work<'m, '_, '_> {
         let real_min = if lo1 < lo2 { lo2 } else { lo1 };
         let real_max = if hi2 < hi1 { hi2 } else { hi1 };
         let scale = (real_max - real_min) / (qmax - qmin) as f32;
-        // std::round (ties away from zero), then a narrowing cast that is undefined out of range;
-        // `as` saturates, which is what the report states.
+        // std::round (ties away from zero), then a narrowing cast, undefined out of range: clamped
+        // here, so the report shows a code of the type.
         let zp = ((qmin as f32) - real_min / scale).round() as i64;
         Some(Merged::New { scale, zp: zp.clamp(qmin, qmax), old: [(s1, z1), (s2, z2)] })
     }
 
     fn reduce_double_qdq(&mut self, c: DoubleQdq) {
         let (exact, detail) = match c.params {
-            Merged::Kept { same_names } => {
-                let exact = same_names && self.round_trip_exact(c.q1);
-                (exact, format!("removes {} → {}: the pairs share parameters, Q(DQ(q)) = q", self.describe(c.dq1), self.describe(c.q2)))
+            Merged::Kept { identical } => {
+                let exact = identical && self.round_trip_exact(c.q1);
+                (
+                    exact,
+                    format!(
+                        "removes {} → {}: the pairs share parameters, Q(DQ(q)) = q",
+                        self.describe(c.dq1),
+                        self.describe(c.q2)
+                    ),
+                )
             }
             Merged::New { scale, zp, old } => {
                 let dt = self.q_zp_type(c.q1).expect("checked");
@@ -927,7 +971,14 @@ impl<'m> Work<'m, '_, '_> {
                 }
                 let detail = format!(
                     "removes {} → {} and re-quantizes {} and its DQs with scale {} ({scale:e}) zero point {zp} instead of (0x{:08x}, {}) then (0x{:08x}, {}): one rounding on the intersected range",
-                    self.describe(c.dq1), self.describe(c.q2), self.describe(c.q1), hex(scale), old[0].0.to_bits(), old[0].1, old[1].0.to_bits(), old[1].1
+                    self.describe(c.dq1),
+                    self.describe(c.q2),
+                    self.describe(c.q1),
+                    hex(scale),
+                    old[0].0.to_bits(),
+                    old[0].1,
+                    old[1].0.to_bits(),
+                    old[1].1
                 );
                 (false, detail)
             }
@@ -945,15 +996,26 @@ impl<'m> Work<'m, '_, '_> {
     /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
     /// normal f32 and no code's product overflows (ort-kernels.md §5.2).
     fn round_trip_exact(&self, id: usize) -> bool {
-        let Some(s) = self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model)) else { return false };
-        let span = self.q_zp_type(id).and_then(|dt| tensor::int_range(dt)).map_or(0, |(lo, hi)| hi - lo);
+        let Some(s) =
+            self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model))
+        else {
+            return false;
+        };
+        let span = self.q_zp_type(id).and_then(tensor::int_range).map_or(0, |(lo, hi)| hi - lo);
         s.is_normal() && (span as f32 * s.abs()).is_finite()
     }
 
     fn report(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String) {
-        let mut authored: Vec<usize> = nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
+        let mut authored: Vec<usize> =
+            nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
         authored.dedup();
-        self.out.rewrites.push(Rewrite { transformer, nodes: authored, exact, detail, location: self.location.clone() });
+        self.out.rewrites.push(Rewrite {
+            transformer,
+            nodes: authored,
+            exact,
+            detail,
+            location: self.location.clone(),
+        });
     }
 
     /// `WeightBiasQuantization` (qdq_transformer/weight_bias_quantization.cc): a Conv,
@@ -988,7 +1050,7 @@ impl<'m> Work<'m, '_, '_> {
         let weight = n.input(1)?;
         let dq1 = self.producer.get(weight).copied().filter(|&p| self.nodes[p].is("DequantizeLinear"));
         // Without a DQ the weight must be a float32 initializer of this graph.
-        if dq1.is_none() && !self.scope.local_initializer(weight).is_some_and(|c| c.dtype == DataType::Float) {
+        if dq1.is_none() && self.scope.local_initializer(weight).is_none_or(|c| c.dtype != DataType::Float) {
             return None;
         }
         let bias = match n.input(2) {
@@ -1019,7 +1081,9 @@ impl<'m> Work<'m, '_, '_> {
         (dims == [bias_size] && d.attr_i("block_size", 0) == 0).then_some(())?;
         let mut axis = d.attr_i("axis", 1);
         if axis < 0 {
-            let rank = d.input(0).and_then(|w| self.constant(w, true).map(|c| c.dims.len()).or_else(|| self.scope.declared_dims(w).map(|v| v.len())))?;
+            let rank = d.input(0).and_then(|w| {
+                self.constant(w, true).map(|c| c.dims.len()).or_else(|| self.scope.declared_dims(w).map(|v| v.len()))
+            })?;
             axis += rank as i64;
         }
         let n = &self.nodes[id];
@@ -1054,19 +1118,28 @@ impl<'m> Work<'m, '_, '_> {
         let op = self.nodes[id].op.clone();
         let mut changed = Vec::new();
         let weight_scale = match plan.dq1 {
-            Some(dq1) => self.nodes[dq1].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model)),
+            Some(dq1) => {
+                self.nodes[dq1].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model))
+            }
             None => {
                 let w = self.scope.local_initializer(&plan.weight).expect("checked by the plan");
                 let (dims, params) = (w.dims.clone(), w.float_values(self.model).map(|v| int8_weight_params(&v)));
                 let codes = self.create_const("weight_int8", Const { dtype: DataType::Int8, dims, data: Data::Opaque });
                 let (scale, zp) = match params {
                     Some((s, z)) => (Const::floats(vec![], vec![s]), Const::ints(DataType::Int8, vec![], vec![z])),
-                    None => (Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque }, Const { dtype: DataType::Int8, dims: vec![], data: Data::Opaque }),
+                    None => (
+                        Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
+                        Const { dtype: DataType::Int8, dims: vec![], data: Data::Opaque },
+                    ),
                 };
                 let [scale, zp] = [self.create_const("weight_scale", scale), self.create_const("weight_zp", zp)];
                 self.insert_dq(id, 1, [codes, scale, zp]);
                 changed.push(match params {
-                    Some((s, z)) => format!("float weight '{}' quantized to int8 with scale {} ({s:e}) zero point {z}", plan.weight, hex(s)),
+                    Some((s, z)) => format!(
+                        "float weight '{}' quantized to int8 with scale {} ({s:e}) zero point {z}",
+                        plan.weight,
+                        hex(s)
+                    ),
                     None => format!("float weight '{}' quantized to int8 per tensor", plan.weight),
                 });
                 params.map(|(s, _)| vec![s])
@@ -1076,7 +1149,10 @@ impl<'m> Work<'m, '_, '_> {
             let dims = self.scope.any_initializer(bias).map(|c| c.dims.clone()).unwrap_or_default();
             let codes = self.create_const("bias_int32", Const { dtype: DataType::Int32, dims, data: Data::Opaque });
             // Mul(x_scale, w_scale), constant-folded: one f32 product per weight channel.
-            let x_scale = self.nodes[plan.dq0].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model));
+            let x_scale = self.nodes[plan.dq0]
+                .input(1)
+                .and_then(|s| self.constant(s, true))
+                .and_then(|c| c.first_float(self.model));
             let scale = match (x_scale, weight_scale) {
                 (Some(x), Some(w)) => Const::floats(vec![w.len() as i64], w.iter().map(|&w| x * w).collect()),
                 _ => Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
@@ -1085,7 +1161,11 @@ impl<'m> Work<'m, '_, '_> {
             self.insert_dq(id, 2, [codes, scale, String::new()]);
             changed.push(format!("float bias '{bias}' rounded to int32 at scale fl(x_scale·w_scale)"));
         }
-        let detail = format!("{op} #{}: {}; the fused kernel computes with these instead of the float values", self.nodes[id].origin, changed.join(", "));
+        let detail = format!(
+            "{op} #{}: {}; the fused kernel computes with these instead of the float values",
+            self.nodes[id].origin,
+            changed.join(", ")
+        );
         self.report("WeightBiasQuantization", vec![id], false, detail);
     }
 
@@ -1095,7 +1175,18 @@ impl<'m> Work<'m, '_, '_> {
         let out = format!("qdqc:dq#{}", self.nodes.len());
         let inputs = params.into_iter().filter(|p| !p.is_empty()).collect();
         let since = since_version(self.model, "DequantizeLinear", "");
-        let dq = Node { op: "DequantizeLinear".into(), domain: String::new(), since, origin, authored: false, attrs: &[], inputs, outputs: vec![out.clone()], implicit: vec![], alive: true };
+        let dq = Node {
+            op: "DequantizeLinear".into(),
+            domain: String::new(),
+            since,
+            origin,
+            authored: false,
+            attrs: &[],
+            inputs,
+            outputs: vec![out.clone()],
+            implicit: vec![],
+            alive: true,
+        };
         self.push(dq);
         self.set_input(id, slot, &out);
     }
@@ -1114,7 +1205,9 @@ impl<'m> Work<'m, '_, '_> {
             let c = self.constant(&name, false).expect("shareable");
             let values = match c.dtype {
                 DataType::Int32 | DataType::Int64 => c.int_values(self.model).map(|v| format!("{v:?}")),
-                _ => c.float_values(self.model).map(|v| format!("{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())),
+                _ => c
+                    .float_values(self.model)
+                    .map(|v| format!("{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())),
             };
             let Some(values) = values else { continue };
             let key = format!("{:?}/{}/{}/{values}", c.dtype, c.dims.len(), c.len());
@@ -1156,12 +1249,19 @@ impl<'m> Work<'m, '_, '_> {
             if !n.alive || n.op == "EPContext" {
                 continue;
             }
-            let inputs: Vec<String> = n.inputs.iter().map(|i| class_of.get(i).cloned().unwrap_or_else(|| format!("value:{i}"))).collect();
-            let key = if self.cse_supported(id) { format!("{}|{}|{}|{inputs:?}", n.op, n.domain, attrs_key(n.attrs)) } else { format!("node:{id}") };
+            let inputs: Vec<String> =
+                n.inputs.iter().map(|i| class_of.get(i).cloned().unwrap_or_else(|| format!("value:{i}"))).collect();
+            let key = if self.cse_supported(id) {
+                format!("{}|{}|{}|{inputs:?}", n.op, n.domain, attrs_key(n.attrs))
+            } else {
+                format!("node:{id}")
+            };
             for (slot, out) in n.outputs.iter().enumerate().filter(|(_, o)| !o.is_empty()) {
                 let class = format!("{key}#{slot}");
                 match representative.get(&class) {
-                    Some(rep) if !self.scope.outputs.contains(out.as_str()) => replace.push((id, out.clone(), rep.clone())),
+                    Some(rep) if !self.scope.outputs.contains(out.as_str()) => {
+                        replace.push((id, out.clone(), rep.clone()))
+                    }
                     Some(_) => {}
                     None => {
                         representative.insert(class.clone(), out.clone());
@@ -1186,7 +1286,8 @@ impl<'m> Work<'m, '_, '_> {
         let n = &self.nodes[id];
         let has_subgraph = n.attrs.iter().any(|a| a.g.is_some() || !a.graphs.is_empty());
         let deterministic = match n.domain.as_str() {
-            "" => !["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Dropout"].contains(&n.op.as_str()),
+            "" => !["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Dropout"]
+                .contains(&n.op.as_str()),
             "com.microsoft" => n.op == "QuantizeLinear" || n.op == "DequantizeLinear",
             _ => false,
         };
@@ -1262,7 +1363,9 @@ impl<'m> Work<'m, '_, '_> {
         let mut queue = std::collections::VecDeque::from([self.nodes[dq].outputs[0].clone()]);
         while let Some(value) = queue.pop_front() {
             // The next group: the output 0 of the node this value feeds, if that node propagates.
-            let Some(dst) = self.uses_of(&value).first().map(|u| u.node).filter(|&d| self.can_propagate(d)) else { continue };
+            let Some(dst) = self.uses_of(&value).first().map(|u| u.node).filter(|&d| self.can_propagate(d)) else {
+                continue;
+            };
             if self.scope.outputs.contains(value.as_str()) {
                 continue;
             }
@@ -1353,7 +1456,8 @@ impl<'m> Work<'m, '_, '_> {
             (None, p2) if is_dq(p2) => (1, p2?),
             _ => return None,
         };
-        let value = self.scope.local_initializer(n.input(slot)?).filter(|c| c.dims.is_empty() && c.dtype == DataType::Float)?;
+        let value =
+            self.scope.local_initializer(n.input(slot)?).filter(|c| c.dims.is_empty() && c.dtype == DataType::Float)?;
         let d = &self.nodes[dq];
         // The DQ's scale and zero point must be initializers of this graph, the zero point 8/16-bit.
         self.scope.local_initializer(d.input(1)?)?;
@@ -1371,8 +1475,15 @@ fn attrs_key(attrs: &[AttributeProto]) -> String {
 
 #[derive(Clone, Copy, Debug)]
 enum Merged {
-    Kept { same_names: bool },
-    New { scale: f32, zp: i64, old: [(f32, i64); 2] },
+    /// Parameters kept; `identical` unless they differed by less than 1e-20.
+    Kept {
+        identical: bool,
+    },
+    New {
+        scale: f32,
+        zp: i64,
+        old: [(f32, i64); 2],
+    },
 }
 
 struct DoubleQdq {
@@ -1436,7 +1547,11 @@ impl<'m> Work<'m, '_, '_> {
                     self.report(transformer, vec![id, q], exact, detail);
                 }
                 Some(ClipVerdict::Throws { q }) => {
-                    let detail = format!("{} before {} whose zero point is not 8- or 16-bit: ORT_THROW in GetQConstantLowerUpper aborts session creation", self.describe(id), self.describe(q));
+                    let detail = format!(
+                        "{} before {} whose zero point is not 8- or 16-bit: ORT_THROW in GetQConstantLowerUpper aborts session creation",
+                        self.describe(id),
+                        self.describe(q)
+                    );
                     self.report(transformer, vec![id, q], false, detail);
                 }
                 None => {}
@@ -1497,7 +1612,9 @@ impl<'m> Work<'m, '_, '_> {
     /// the code range (min to qmin, max to qmax), with s < 0 the other way round, per channel.
     /// NaN passes through ORT's Relu and Clip, so it reaches Q either way.
     fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String) {
-        let Some(params) = self.q_params(q) else { return (false, "the Q's scale or zero point is not constant".into()) };
+        let Some(params) = self.q_params(q) else {
+            return (false, "the Q's scale or zero point is not constant".into());
+        };
         for (s, z) in params.scales.iter().zip(params.zps.iter().cycle()) {
             if !s.is_finite() || *s == 0.0 {
                 return (false, format!("scale {} is zero or not finite", hex(*s)));
@@ -1506,7 +1623,15 @@ impl<'m> Work<'m, '_, '_> {
             let (at_min, at_max) = (quantize(min, *s, *z, params.code), quantize(max, *s, *z, params.code));
             let want = if *s > 0.0 { (lo, hi) } else { (hi, lo) };
             if (at_min, at_max) != want {
-                return (false, format!("with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change", hex(*s), want.0, want.1));
+                return (
+                    false,
+                    format!(
+                        "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
+                        hex(*s),
+                        want.0,
+                        want.1
+                    ),
+                );
             }
         }
         (true, "the Q's range lies inside the bounds".into())
@@ -1571,7 +1696,12 @@ impl<'m> Work<'m, '_, '_> {
                 let targets: Vec<String> = qs.iter().map(|&q| self.describe(q)).collect();
                 let holds = if exact { "holds" } else { "fails for this scale" };
                 let detail = format!("removes {} → {}: Q(DQ(q)) = q {holds}", self.describe(dq), targets.join(", "));
-                self.report("QDQFinalCleanupTransformer", std::iter::once(dq).chain(qs.iter().copied()).collect(), exact, detail);
+                self.report(
+                    "QDQFinalCleanupTransformer",
+                    std::iter::once(dq).chain(qs.iter().copied()).collect(),
+                    exact,
+                    detail,
+                );
                 let codes = self.nodes[dq].inputs[0].clone();
                 for q in qs {
                     let out = self.nodes[q].outputs[0].clone();
@@ -1616,7 +1746,12 @@ enum Rule {
     /// `dropSplitQDQ`: SplitSelector(req_equal_quant_params=true, allow_4bit=false).
     Split,
     /// DropQDQNodesSelector(allow_16bit, allow_4bit, allow_nonpositive_scale).
-    Drop { name: &'static str, allow_16bit: bool, allow_4bit: bool, positive_scale: bool },
+    Drop {
+        name: &'static str,
+        allow_16bit: bool,
+        allow_4bit: bool,
+        positive_scale: bool,
+    },
     /// `dropDQ`: DropDQNodesSelector(allow_16bit=false, allow_4bit=false).
     DropDq,
     /// UnarySelector (8-bit only).
@@ -1634,16 +1769,20 @@ enum Rule {
 
 /// The rules for a node's op type and SinceVersion, in registration order.
 fn rules_for(op: &str, since: i64) -> Vec<Rule> {
-    let drop = |name, allow_16bit, allow_4bit, positive_scale| Rule::Drop { name, allow_16bit, allow_4bit, positive_scale };
+    let drop =
+        |name, allow_16bit, allow_4bit, positive_scale| Rule::Drop { name, allow_16bit, allow_4bit, positive_scale };
     match op {
         "Split" => vec![Rule::Split],
         // 1.31: DepthToSpace is still dropped (the 1.25 tree registers it with Resize).
         "Resize" | "DepthToSpace" => vec![drop("drop_no_int16_support", false, false, false)],
         // The 1.25 tree registers MaxPool {12} only; 1.31 also drops MaxPool-22. The selector's
         // arguments (false, true, false) let 4-bit through.
-        "MaxPool" if matches!(since, 12 | 22) => vec![drop("drop_no_int16_support_and_positive_scale", false, true, true)],
+        "MaxPool" if matches!(since, 12 | 22) => {
+            vec![drop("drop_no_int16_support_and_positive_scale", false, true, true)]
+        }
         "ReduceMax" | "ReduceMin" => vec![drop("drop_no_int16_support_and_positive_scale", false, true, true)],
-        "Expand" | "Flatten" | "Gather" | "GatherElements" | "Reshape" | "Slice" | "Squeeze" | "Tile" | "Transpose" | "Unsqueeze" => {
+        "Expand" | "Flatten" | "Gather" | "GatherElements" | "Reshape" | "Slice" | "Squeeze" | "Tile" | "Transpose"
+        | "Unsqueeze" => {
             vec![drop("drop", true, false, false)]
         }
         "ArgMax" => vec![Rule::DropDq],
@@ -1706,7 +1845,8 @@ impl<'m> Work<'m, '_, '_> {
         match rule {
             Rule::Split => self.check_split(sel).then(|| ("dropSplitQDQ", on_codes())),
             Rule::Drop { name, allow_16bit, allow_4bit, positive_scale } => {
-                let ok = self.check_drop(sel, allow_16bit, allow_4bit, positive_scale) && self.resize_is_nearest(sel.target);
+                let ok =
+                    self.check_drop(sel, allow_16bit, allow_4bit, positive_scale) && self.resize_is_nearest(sel.target);
                 ok.then(|| (name, on_codes()))
             }
             Rule::DropDq => self.check_drop_dq(sel).then(|| ("dropDQ", on_codes())),
@@ -1717,7 +1857,9 @@ impl<'m> Work<'m, '_, '_> {
             Rule::MatMul => self.check_matmul(sel).map(|op| ("MatMul", op.to_string())),
             Rule::Gemm => self.check_gemm(sel).then(|| ("Gemm", "com.microsoft.QGemm".to_string())),
             Rule::Where => self.check_where(sel).then(|| ("Where", "com.microsoft.QLinearWhere".to_string())),
-            Rule::DqMatMulNBits => self.check_dq_matmul_nbits(sel).then(|| ("DQMatMulToMatMulNBits", "com.microsoft.MatMulNBits".to_string())),
+            Rule::DqMatMulNBits => self
+                .check_dq_matmul_nbits(sel)
+                .then(|| ("DQMatMulToMatMulNBits", "com.microsoft.MatMulNBits".to_string())),
         }
     }
 
@@ -1741,7 +1883,8 @@ impl<'m> Work<'m, '_, '_> {
         // Per output: consumers are all Q or all non-Q, and an output feeding Qs is no graph output.
         let target = &self.nodes[sel.target];
         target.outputs.iter().filter(|o| !o.is_empty()).all(|o| {
-            let consumers: Vec<bool> = self.uses_of(o).iter().map(|u| self.nodes[u.node].op == "QuantizeLinear").collect();
+            let consumers: Vec<bool> =
+                self.uses_of(o).iter().map(|u| self.nodes[u.node].op == "QuantizeLinear").collect();
             let all_q = consumers.first().is_some_and(|&q| q);
             consumers.iter().all(|&q| q == all_q) && !(all_q && self.scope.outputs.contains(o.as_str()))
         })
@@ -1750,15 +1893,25 @@ impl<'m> Work<'m, '_, '_> {
     /// `NodeGroupSelector::CheckQDQNodes`: one DQ per existing input (or `num_dq_inputs`), a valid
     /// node group, and — unless no Q is allowed — one Q per output, all its output edges to Qs, no
     /// graph output.
-    fn check_qdq_nodes(&self, sel: &Selection, clip: Option<usize>, num_dq_inputs: Option<usize>, empty_q_allowed: bool) -> bool {
+    fn check_qdq_nodes(
+        &self,
+        sel: &Selection,
+        clip: Option<usize>,
+        num_dq_inputs: Option<usize>,
+        empty_q_allowed: bool,
+    ) -> bool {
         let target = &self.nodes[sel.target];
-        if num_dq_inputs.unwrap_or_else(|| target.existing_inputs()) != sel.dqs.len() || !self.can_create_node_group(sel, clip) {
+        if num_dq_inputs.unwrap_or_else(|| target.existing_inputs()) != sel.dqs.len()
+            || !self.can_create_node_group(sel, clip)
+        {
             return false;
         }
         if sel.qs.is_empty() {
             return empty_q_allowed;
         }
-        target.existing_outputs() == sel.qs.len() && sel.qs.len() == self.out_edge_count(sel.target) && !self.produces_graph_output(sel.target)
+        target.existing_outputs() == sel.qs.len()
+            && sel.qs.len() == self.out_edge_count(sel.target)
+            && !self.produces_graph_output(sel.target)
     }
 
     fn in_type(&self, sel: &Selection, i: usize) -> Option<DataType> {
@@ -1858,12 +2011,18 @@ impl<'m> Work<'m, '_, '_> {
     /// constant zero. The tolerance lets through a scale a few ulps off, which changes results: the
     /// `bias-scale` hazard reports it.
     fn conv_bias_matches(&self, sel: &Selection) -> bool {
-        let scales = |dq: usize| self.nodes[dq].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model));
-        let (Some(xs), Some(ws), Some(bs)) = (scales(sel.dqs[0]), scales(sel.dqs[1]), scales(sel.dqs[2])) else { return false };
+        let scales = |dq: usize| {
+            self.nodes[dq].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model))
+        };
+        let (Some(xs), Some(ws), Some(bs)) = (scales(sel.dqs[0]), scales(sel.dqs[1]), scales(sel.dqs[2])) else {
+            return false;
+        };
         let bias = &self.nodes[sel.dqs[2]];
         let zp_zero = match bias.input(2) {
             None => true,
-            Some(z) => self.constant(z, true).and_then(|c| c.int_values(self.model)).is_some_and(|v| v.iter().all(|&x| x == 0)),
+            Some(z) => {
+                self.constant(z, true).and_then(|c| c.int_values(self.model)).is_some_and(|v| v.iter().all(|&x| x == 0))
+            }
         };
         let channels = ws.len().max(bs.len());
         let broadcast = |v: &[f32]| v.len() == 1 || v.len() == channels;
@@ -1883,7 +2042,8 @@ impl<'m> Work<'m, '_, '_> {
             return None;
         }
         let (a, b) = (self.in_type(sel, 0), self.in_type(sel, 1));
-        let types_ok = (a != Some(DataType::Int8) || (int8_allowed(self.isa) && b == a)) && eight_bit_ok(a) && eight_bit_ok(b);
+        let types_ok =
+            (a != Some(DataType::Int8) || (int8_allowed(self.isa) && b == a)) && eight_bit_ok(a) && eight_bit_ok(b);
         if !types_ok {
             return None;
         }
@@ -1900,11 +2060,18 @@ impl<'m> Work<'m, '_, '_> {
             return false;
         }
         let (a, b) = (self.in_type(sel, 0), self.in_type(sel, 1));
-        let types_ok = (a != Some(DataType::Int8) || b == a) && (sel.qs.is_empty() || same(a, self.out_type(sel))) && eight_bit_ok(a) && eight_bit_ok(b);
+        let types_ok = (a != Some(DataType::Int8) || b == a)
+            && (sel.qs.is_empty() || same(a, self.out_type(sel)))
+            && eight_bit_ok(a)
+            && eight_bit_ok(b);
         // 1.31 (checked on the wheel): with a bias, alpha must also be exactly 1, as QGemm adds the
         // int32 bias before scaling by alpha; the bias scale itself is not checked.
         let gemm = &self.nodes[sel.target];
-        let bias_ok = || gemm.attr_f("beta", 1.0) == 1.0 && gemm.attr_f("alpha", 1.0) == 1.0 && self.in_type(sel, 2) == Some(DataType::Int32);
+        let bias_ok = || {
+            gemm.attr_f("beta", 1.0) == 1.0
+                && gemm.attr_f("alpha", 1.0) == 1.0
+                && self.in_type(sel, 2) == Some(DataType::Int32)
+        };
         types_ok && (sel.dqs.len() < 3 || bias_ok())
     }
 
@@ -1927,7 +2094,11 @@ impl<'m> Work<'m, '_, '_> {
         if sel.clip.is_some() || !sel.qs.is_empty() || !count_ok {
             return false;
         }
-        let Some(&weight_dq) = sel.dqs.iter().find(|&&dq| target.input(1) == self.nodes[dq].outputs.first().map(String::as_str)) else { return false };
+        let Some(&weight_dq) =
+            sel.dqs.iter().find(|&&dq| target.input(1) == self.nodes[dq].outputs.first().map(String::as_str))
+        else {
+            return false;
+        };
         if !self.check_output_edges(weight_dq, 1) {
             return false;
         }
@@ -1952,8 +2123,11 @@ impl<'m> Work<'m, '_, '_> {
             return false;
         }
         let Some(bias) = n.input(2) else { return true };
-        let weight_n = self.nodes[weight_dq].input(0).and_then(|w| self.value_dims(w)).filter(|d| d.len() == 2).map(|d| d[1]);
-        near_one(n.attr_f("beta", 1.0)) && weight_n.is_some() && self.value_dims(bias).is_some_and(|d| d.len() == 1 && Some(d[0]) == weight_n)
+        let weight_n =
+            self.nodes[weight_dq].input(0).and_then(|w| self.value_dims(w)).filter(|d| d.len() == 2).map(|d| d[1]);
+        near_one(n.attr_f("beta", 1.0))
+            && weight_n.is_some()
+            && self.value_dims(bias).is_some_and(|d| d.len() == 1 && Some(d[0]) == weight_n)
     }
 
     fn value_dims(&self, name: &str) -> Option<Vec<i64>> {
@@ -1968,10 +2142,16 @@ impl<'m> Work<'m, '_, '_> {
             use DataType::*;
             matches!(dt, Some(Int2 | Uint2 | Int4 | Uint4 | Int8 | Uint8))
         };
-        if !matches!(n.input(1).and_then(|s| self.dtype(s)), Some(DataType::Float | DataType::Float16)) || !nbits(self.dq_type(dq)) {
+        if !matches!(n.input(1).and_then(|s| self.dtype(s)), Some(DataType::Float | DataType::Float16))
+            || !nbits(self.dq_type(dq))
+        {
             return false;
         }
-        let (Some(w), Some(s)) = (n.input(0).and_then(|w| self.constant(w, true)), n.input(1).and_then(|s| self.constant(s, true))) else { return false };
+        let (Some(w), Some(s)) =
+            (n.input(0).and_then(|w| self.constant(w, true)), n.input(1).and_then(|s| self.constant(s, true)))
+        else {
+            return false;
+        };
         let zp = match n.inputs.get(2) {
             Some(z) => match self.constant(z, true) {
                 Some(c) => Some(c),
@@ -2005,7 +2185,8 @@ impl<'m> Work<'m, '_, '_> {
     fn weight_not_shared(&self, dq: usize) -> bool {
         let n = &self.nodes[dq];
         [n.input(0), n.input(1)].into_iter().flatten().all(|name| {
-            let mut consumers: Vec<usize> = self.uses_of(name).iter().filter(|u| u.slot.is_some()).map(|u| u.node).collect();
+            let mut consumers: Vec<usize> =
+                self.uses_of(name).iter().filter(|u| u.slot.is_some()).map(|u| u.node).collect();
             consumers.dedup();
             consumers.len() <= 1
         })
@@ -2014,7 +2195,9 @@ impl<'m> Work<'m, '_, '_> {
     /// Records the fusion and replaces the group by one node that reads the DQs' inputs and writes
     /// the Qs' outputs (or the target's, without Q), as the action's value moves do.
     fn fuse(&mut self, rule: &'static str, fused_op: String, sel: Selection) {
-        let authored = |w: &Self, ids: &[usize]| ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect();
+        let authored = |w: &Self, ids: &[usize]| {
+            ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect()
+        };
         self.out.fusions.push(Fusion {
             rule,
             fused_op: fused_op.clone(),
@@ -2022,6 +2205,8 @@ impl<'m> Work<'m, '_, '_> {
             dq_inputs: authored(self, &sel.dqs),
             q_outputs: authored(self, &sel.qs),
             absorbed_clip: sel.clip.map(|c| self.nodes[c].origin),
+            input_codes: sel.dqs.iter().map(|&dq| self.dq_type(dq)).collect(),
+            output_codes: sel.qs.iter().map(|&q| self.q_type(q)).collect(),
             location: self.location.clone(),
         });
         let target = self.nodes[sel.target].clone();
@@ -2032,11 +2217,23 @@ impl<'m> Work<'m, '_, '_> {
                 None => inputs.push(i.clone()),
             }
         }
-        let outputs = if sel.qs.is_empty() { target.outputs.clone() } else { sel.qs.iter().map(|&q| self.nodes[q].outputs[0].clone()).collect() };
+        let outputs = if sel.qs.is_empty() {
+            target.outputs.clone()
+        } else {
+            sel.qs.iter().map(|&q| self.nodes[q].outputs[0].clone()).collect()
+        };
         for id in sel.dqs.iter().chain(&sel.qs).chain(sel.clip.iter()).copied().chain([sel.target]) {
             self.remove(id);
         }
-        self.push(Node { op: fused_op, domain: "com.microsoft".into(), since: 1, inputs, outputs, attrs: &[], ..target });
+        self.push(Node {
+            op: fused_op,
+            domain: "com.microsoft".into(),
+            since: 1,
+            inputs,
+            outputs,
+            attrs: &[],
+            ..target
+        });
     }
 }
 
@@ -2080,14 +2277,23 @@ pub(crate) mod testing {
             Uint16 | Int16 => vals.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
             Int32 => vals.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
             Int64 => vals.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-            Uint4 | Int4 => vals.chunks(2).map(|c| (c[0] as u8 & 0xf) | ((c.get(1).copied().unwrap_or(0) as u8 & 0xf) << 4)).collect(),
+            Uint4 | Int4 => vals
+                .chunks(2)
+                .map(|c| (c[0] as u8 & 0xf) | ((c.get(1).copied().unwrap_or(0) as u8 & 0xf) << 4))
+                .collect(),
             other => panic!("no packing for {other:?}"),
         };
         raw_tensor(name, dt, dims, raw)
     }
 
     fn raw_tensor(name: &str, dt: DataType, dims: &[i64], raw: Vec<u8>) -> TensorProto {
-        TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(dt as i32), raw_data: Some(raw.into()), ..Default::default() }
+        TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(dt as i32),
+            raw_data: Some(raw.into()),
+            ..Default::default()
+        }
     }
 
     pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -2101,35 +2307,67 @@ pub(crate) mod testing {
     }
 
     pub fn attr_i(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
-        n.attribute.push(AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Int as i32), i: Some(v), ..Default::default() });
+        n.attribute.push(AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(v),
+            ..Default::default()
+        });
         n
     }
 
     pub fn attr_f(mut n: NodeProto, name: &str, v: f32) -> NodeProto {
-        n.attribute.push(AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Float as i32), f: Some(v), ..Default::default() });
+        n.attribute.push(AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Float as i32),
+            f: Some(v),
+            ..Default::default()
+        });
         n
     }
 
     pub fn attr_s(mut n: NodeProto, name: &str, v: &str) -> NodeProto {
-        let a = AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::String as i32), s: Some(v.as_bytes().to_vec().into()), ..Default::default() };
+        let a = AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::String as i32),
+            s: Some(v.as_bytes().to_vec().into()),
+            ..Default::default()
+        };
         n.attribute.push(a);
         n
     }
 
     pub fn attr_ints(mut n: NodeProto, name: &str, v: &[i64]) -> NodeProto {
-        n.attribute.push(AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() });
+        n.attribute.push(AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Ints as i32),
+            ints: v.to_vec(),
+            ..Default::default()
+        });
         n
     }
 
     pub fn attr_graph(mut n: NodeProto, name: &str, g: GraphProto) -> NodeProto {
-        n.attribute.push(AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() });
+        n.attribute.push(AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Graph as i32),
+            g: Some(g),
+            ..Default::default()
+        });
         n
     }
 
     pub fn value(name: &str, dt: DataType, dims: &[i64]) -> ValueInfoProto {
-        let dim = dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect();
+        let dim = dims
+            .iter()
+            .map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() })
+            .collect();
         let tensor = type_proto::Tensor { elem_type: Some(dt as i32), shape: Some(TensorShapeProto { dim }) };
-        ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(tensor)), ..Default::default() }), ..Default::default() }
+        ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(tensor)), ..Default::default() }),
+            ..Default::default()
+        }
     }
 
     /// A graph under construction: nodes in order, initializers, float inputs/outputs of shape [4]
@@ -2336,7 +2574,11 @@ mod tests {
     fn maxpool_is_dropped_for_opsets_12_and_22_with_positive_scale() {
         let mp = || attr_ints(unary_op("MaxPool"), "kernel_shape", &[2]);
         for opset in [12, 21, 22] {
-            assert_eq!(on_all(&unary(opset, mp(), "z", "s", "z").load()), one("drop_no_int16_support_and_positive_scale", "MaxPool (on codes)", 2), "opset {opset}");
+            assert_eq!(
+                on_all(&unary(opset, mp(), "z", "s", "z").load()),
+                one("drop_no_int16_support_and_positive_scale", "MaxPool (on codes)", 2),
+                "opset {opset}"
+            );
         }
         assert!(on_all(&unary(11, mp(), "z", "s", "z").load()).is_empty(), "MaxPool-11");
         assert!(on_all(&unary_scaled(21, mp(), "sneg", "z", "sneg", "z").load()).is_empty(), "negative scale");
@@ -2350,7 +2592,11 @@ mod tests {
         let argmax = |sx: &str, with_zp: bool| {
             let dq_in: &[&str] = if with_zp { &["q_x", sx, "z"] } else { &["q_x", sx] };
             let g = G::new(13).params().init(scalar("sneg", -0.1)).input("x").typed_output("y", DataType::Int64);
-            g.op("QuantizeLinear", &["x", sx, "z"], &["q_x"]).op("DequantizeLinear", dq_in, &["dx"]).node(attr_i(node("ArgMax", &["dx"], &["y"]), "axis", 0))
+            g.op("QuantizeLinear", &["x", sx, "z"], &["q_x"]).op("DequantizeLinear", dq_in, &["dx"]).node(attr_i(
+                node("ArgMax", &["dx"], &["y"]),
+                "axis",
+                0,
+            ))
         };
         assert_eq!(on_all(&argmax("s", true).load()), one("dropDQ", "ArgMax (on codes)", 2));
         assert!(on_all(&argmax("s", false).load()).is_empty());
@@ -2360,9 +2606,19 @@ mod tests {
 
     #[test]
     fn unary_ops_become_qlinear_kernels_in_8_bit_only() {
-        for (op, rule) in [("Sigmoid", "1DQ"), ("AveragePool", "1DQ"), ("GlobalAveragePool", "1DQ"), ("LeakyRelu", "1DQ_CPU"), ("Softmax", "1DQ_CPU")] {
+        for (op, rule) in [
+            ("Sigmoid", "1DQ"),
+            ("AveragePool", "1DQ"),
+            ("GlobalAveragePool", "1DQ"),
+            ("LeakyRelu", "1DQ_CPU"),
+            ("Softmax", "1DQ_CPU"),
+        ] {
             let n = if op == "AveragePool" { attr_ints(unary_op(op), "kernel_shape", &[2]) } else { unary_op(op) };
-            assert_eq!(on_all(&unary(13, n, "z", "s", "z").load()), one(rule, &format!("com.microsoft.QLinear{op}"), 2), "{op}");
+            assert_eq!(
+                on_all(&unary(13, n, "z", "s", "z").load()),
+                one(rule, &format!("com.microsoft.QLinear{op}"), 2),
+                "{op}"
+            );
         }
         assert!(on_all(&unary(21, unary_op("Sigmoid"), "z16", "s", "z16").load()).is_empty(), "16-bit");
         // Input and output codes must have the same type; scales may differ.
@@ -2370,7 +2626,9 @@ mod tests {
         assert!(on_all(&unary(21, unary_op("Sigmoid"), "z", "s", "z16").load()).is_empty());
         // No CPU rule for Pad, Sub, Relu, … : they keep running in float.
         let pad = node("Pad", &["dx", "pads"], &["c"]);
-        assert!(on_all(&unary(21, pad, "z", "s", "z").init(ints("pads", DataType::Int64, &[2], &[1, 1])).load()).is_empty());
+        assert!(
+            on_all(&unary(21, pad, "z", "s", "z").init(ints("pads", DataType::Int64, &[2], &[1, 1])).load()).is_empty()
+        );
     }
 
     /// a, b → Q/DQ → op(da, db) → Q/DQ → y; the op is node 4.
@@ -2390,13 +2648,20 @@ mod tests {
         assert!(on_all(&binary("Add", "z16", "z16", "z16").load()).is_empty(), "16-bit");
         assert!(on_all(&binary("Add", "z", "z16", "z").load()).is_empty(), "mixed types");
         // The same DQ on both inputs: EnsureUniqueDQ gives each input its own copy.
-        let same = G::new(21).params().input("a").output("y").qdq("a", "s", "z", "da").op("Add", &["da", "da"], &["c"]).qdq("c", "s", "z", "y");
+        let same = G::new(21)
+            .params()
+            .input("a")
+            .output("y")
+            .qdq("a", "s", "z", "da")
+            .op("Add", &["da", "da"], &["c"])
+            .qdq("c", "s", "z", "y");
         assert_eq!(on_all(&same.load()).len(), 1);
     }
 
     #[test]
     fn a_float_input_or_an_exposed_output_blocks_a_group() {
-        let float_b = G::new(21).params().init(f32s("bf", &[4], &[1.0; 4])).input("a").output("y").qdq("a", "s", "z", "da");
+        let float_b =
+            G::new(21).params().init(f32s("bf", &[4], &[1.0; 4])).input("a").output("y").qdq("a", "s", "z", "da");
         assert!(on_all(&float_b.op("Add", &["da", "bf"], &["c"]).qdq("c", "s", "z", "y").load()).is_empty());
         assert!(on_all(&binary("Add", "z", "z", "z").output("c").load()).is_empty(), "target output is a graph output");
         let mixed = binary("Add", "z", "z", "z").output("r").op("Relu", &["c"], &["r"]);
@@ -2405,17 +2670,36 @@ mod tests {
 
     #[test]
     fn concat_where_and_split_have_their_own_rules() {
-        let concat = G::new(21).params().input("a").input("b").output("y").qdq("a", "s", "z", "da").qdq("b", "s2", "z", "db");
-        let concat = concat.init(scalar("s2", 0.2)).node(attr_i(node("Concat", &["da", "db"], &["c"]), "axis", 0)).qdq("c", "s", "z", "y");
+        let concat =
+            G::new(21).params().input("a").input("b").output("y").qdq("a", "s", "z", "da").qdq("b", "s2", "z", "db");
+        let concat = concat
+            .init(scalar("s2", 0.2))
+            .node(attr_i(node("Concat", &["da", "db"], &["c"]), "axis", 0))
+            .qdq("c", "s", "z", "y");
         assert_eq!(on_all(&concat.load()), one("*DQ", "com.microsoft.QLinearConcat", 4));
         let g = G::new(21).params().typed_input("cond", DataType::Bool, &[4]).input("a").input("b").output("y");
-        let wh = g.clone().qdq("a", "s", "z", "da").qdq("b", "s", "z", "db").op("Where", &["cond", "da", "db"], &["c"]).qdq("c", "s", "z", "y");
+        let wh = g
+            .clone()
+            .qdq("a", "s", "z", "da")
+            .qdq("b", "s", "z", "db")
+            .op("Where", &["cond", "da", "db"], &["c"])
+            .qdq("c", "s", "z", "y");
         assert_eq!(on_all(&wh.load()), one("Where", "com.microsoft.QLinearWhere", 4));
         // WhereDummyDq gives a scalar float branch a DQ, so the Where still fuses.
-        let scalar_branch = g.init(scalar("k", 0.5)).qdq("a", "s", "z", "da").op("Where", &["cond", "da", "k"], &["c"]).qdq("c", "s", "z", "y");
+        let scalar_branch = g
+            .init(scalar("k", 0.5))
+            .qdq("a", "s", "z", "da")
+            .op("Where", &["cond", "da", "k"], &["c"])
+            .qdq("c", "s", "z", "y");
         assert_eq!(on_all(&scalar_branch.load()), one("Where", "com.microsoft.QLinearWhere", 2));
         let split = |s2: &str| {
-            let g = G::new(18).params().init(scalar("s2", 0.2)).input("x").output("y1").output("y2").qdq("x", "s", "z", "dx");
+            let g = G::new(18)
+                .params()
+                .init(scalar("s2", 0.2))
+                .input("x")
+                .output("y1")
+                .output("y2")
+                .qdq("x", "s", "z", "dx");
             let n = attr_i(attr_i(node("Split", &["dx"], &["c1", "c2"]), "axis", 0), "num_outputs", 2);
             g.node(n).qdq("c1", "s", "z", "y1").qdq("c2", s2, "z", "y2")
         };
@@ -2455,7 +2739,8 @@ mod tests {
         let mut int8_bias = conv("z", 0.001, 0).init(ints("b8", Int8, &[2], &[3, -2])).proto();
         int8_bias.graph.as_mut().unwrap().node[3].input = vec!["b8".into(), "sb".into(), "z8".into()];
         assert!(on_all(&load(int8_bias)).is_empty());
-        let mut int4_weight = conv("z", 0.001, 0).init(ints("w4", Int4, &[2, 2, 3], &[1; 12])).init(ints("z4", Int4, &[], &[0])).proto();
+        let mut int4_weight =
+            conv("z", 0.001, 0).init(ints("w4", Int4, &[2, 2, 3], &[1; 12])).init(ints("z4", Int4, &[], &[0])).proto();
         int4_weight.graph.as_mut().unwrap().node[2].input = vec!["w4".into(), "sw".into(), "z4".into()];
         assert!(on_all(&load(int4_weight)).is_empty());
     }
@@ -2464,6 +2749,9 @@ mod tests {
     fn int8_activations_fuse_on_x86_only_after_their_pairs_become_uint8() {
         let l = conv("z8", 0.001, 0).load();
         assert_eq!(on_all(&l).len(), 1, "QDQS8ToU8 turns both int8 pairs to uint8 on x86");
+        let codes = |isa| run(&l, isa).fusions.into_iter().map(|f| (f.input_codes, f.output_codes)).next().unwrap();
+        assert_eq!(codes(Isa::X86Avx2), (vec![Some(Uint8), Some(Int8), Some(Int32)], vec![Some(Uint8)]));
+        assert_eq!(codes(Isa::Arm64Neon), (vec![Some(Int8), Some(Int8), Some(Int32)], vec![Some(Int8)]));
         // A second consumer of the activation DQ: EnsureUniqueDQ copies the DQ, the Q then has two
         // DQ consumers, so QDQS8ToU8 leaves it int8 and the x86 Conv selector refuses int8 x.
         let shared = conv("z8", 0.001, 0).output("r").op("Relu", &["dx"], &["r"]).load();
@@ -2474,8 +2762,17 @@ mod tests {
 
     /// a → Q/DQ → MatMul(DQ(w)) → [Q/DQ] → y; MatMul is node 3.
     fn matmul(za: &str, with_q: bool) -> G {
-        let g = G::new(21).params().init(ints("w", Int8, &[4, 4], &[1; 16])).init(scalar("sw", 0.01)).input("a").output("y");
-        let g = g.qdq("a", "s", za, "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]).op("MatMul", &["da", "dw"], &["c"]);
+        let g = G::new(21)
+            .params()
+            .init(ints("w", Int8, &[4, 4], &[1; 16]))
+            .init(scalar("sw", 0.01))
+            .input("a")
+            .output("y");
+        let g = g.qdq("a", "s", za, "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]).op(
+            "MatMul",
+            &["da", "dw"],
+            &["c"],
+        );
         if with_q { g.qdq("c", "s", za, "y") } else { g.op("Sigmoid", &["c"], &["y"]) }
     }
 
@@ -2500,8 +2797,14 @@ mod tests {
 
     /// a → Q/DQ → Gemm(DQ(w), [DQ(b)]) → [Q/DQ] → y; Gemm is node 3 or 4.
     fn gemm(bias: bool, with_q: bool, alpha: f32, beta: f32) -> G {
-        let g = G::new(21).params().init(ints("w", Int8, &[4, 4], &[1; 16])).init(scalar("sw", 0.01)).input("a").output("y");
-        let g = g.init(ints("b", Int32, &[4], &[1, 2, 3, 4])).init(scalar("sb", 0.001)).init(ints("zb", Int32, &[], &[0]));
+        let g = G::new(21)
+            .params()
+            .init(ints("w", Int8, &[4, 4], &[1; 16]))
+            .init(scalar("sw", 0.01))
+            .input("a")
+            .output("y");
+        let g =
+            g.init(ints("b", Int32, &[4], &[1, 2, 3, 4])).init(scalar("sb", 0.001)).init(ints("zb", Int32, &[], &[0]));
         let mut g = g.qdq("a", "s", "z", "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]);
         let mut inputs = vec!["da", "dw"];
         if bias {
@@ -2525,7 +2828,11 @@ mod tests {
     fn nbits(block: i64, shared: bool) -> G {
         let blocks = 32 / block;
         let g = G::new(21).typed_input("x", DataType::Float, &[2, 32]).output("y");
-        let g = g.init(ints("w", Int4, &[32, 8], &[1; 256])).init(f32s("sw", &[blocks, 8], &vec![0.01; (blocks * 8) as usize]));
+        let g = g.init(ints("w", Int4, &[32, 8], &[1; 256])).init(f32s(
+            "sw",
+            &[blocks, 8],
+            &vec![0.01; (blocks * 8) as usize],
+        ));
         let dq = attr_i(attr_i(node("DequantizeLinear", &["w", "sw"], &["dw"]), "axis", 0), "block_size", block);
         let g = g.node(dq).op("MatMul", &["x", "dw"], &["y"]);
         if shared { g.output("y2").op("MatMul", &["x", "dw"], &["y2"]) } else { g }
@@ -2544,13 +2851,21 @@ mod tests {
     fn a_redundant_relu_or_clip_before_q_is_absorbed() {
         // Relu → Q without zero point: ReluQuantRewrite needs an explicit zero point, but the
         // selector's IsClipMadeRedundantByQ takes the implicit uint8 0.
-        let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).op("Relu", &["c"], &["r"]);
+        let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).op(
+            "Relu",
+            &["c"],
+            &["r"],
+        );
         let l = g.op("QuantizeLinear", &["r", "s"], &["qr"]).op("DequantizeLinear", &["qr", "s"], &["y"]).load();
         let f = &run(&l, Isa::X86Sse2).fusions;
         assert_eq!((f.len(), f[0].absorbed_clip), (1, Some(3)));
         // A Clip with no max: rint(FLT_MAX / s) does not fit an int32; x86 converts it to INT_MIN,
         // so the Clip is not redundant there, while ARM saturates.
-        let g = G::new(21).params().init(scalar("lo", 0.04)).input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]);
+        let g = G::new(21).params().init(scalar("lo", 0.04)).input("x").output("y").qdq("x", "s", "z", "dx").op(
+            "Sigmoid",
+            &["dx"],
+            &["c"],
+        );
         let l = g.op("Clip", &["c", "lo"], &["r"]).qdq("r", "s", "z", "y").load();
         assert!(fused(&l, Isa::X86Avx512Vnni).is_empty());
         assert_eq!(fused(&l, Isa::Arm64Neon).len(), 1);
@@ -2559,28 +2874,57 @@ mod tests {
     #[test]
     fn ort_quantizes_a_float_weight_and_bias_itself_then_fuses() {
         let w: Vec<f32> = (0..12).map(|i| i as f32 * 0.1 - 0.6).collect();
-        let g = G::new(21).params().init(f32s("wf", &[2, 2, 3], &w)).init(f32s("bf", &[2], &[0.3, -0.2])).typed_input("x", DataType::Float, &[1, 2, 5]);
-        let l = g.output("y").qdq("x", "s", "z", "dx").op("Conv", &["dx", "wf", "bf"], &["c"]).qdq("c", "s", "z", "y").load();
+        let g = G::new(21).params().init(f32s("wf", &[2, 2, 3], &w)).init(f32s("bf", &[2], &[0.3, -0.2])).typed_input(
+            "x",
+            DataType::Float,
+            &[1, 2, 5],
+        );
+        let l = g
+            .output("y")
+            .qdq("x", "s", "z", "dx")
+            .op("Conv", &["dx", "wf", "bf"], &["c"])
+            .qdq("c", "s", "z", "y")
+            .load();
         let out = run(&l, Isa::X86Avx2);
-        assert_eq!(out.fusions.iter().map(|f| (f.rule, f.target, f.dq_inputs.clone())).collect::<Vec<_>>(), vec![("Conv", 2, vec![1])]);
+        assert_eq!(
+            out.fusions.iter().map(|f| (f.rule, f.target, f.dq_inputs.clone())).collect::<Vec<_>>(),
+            vec![("Conv", 2, vec![1])]
+        );
         let wbq: Vec<&Rewrite> = out.rewrites.iter().filter(|r| r.transformer == "WeightBiasQuantization").collect();
         assert_eq!(wbq.len(), 1);
-        assert!(!wbq[0].exact && wbq[0].detail.contains("'wf' quantized to int8") && wbq[0].detail.contains("'bf' rounded"), "{}", wbq[0].detail);
+        assert!(
+            !wbq[0].exact && wbq[0].detail.contains("'wf' quantized to int8") && wbq[0].detail.contains("'bf' rounded"),
+            "{}",
+            wbq[0].detail
+        );
     }
 
     #[test]
     fn propagated_and_merged_qdq_let_neighbours_fuse() {
         // QDQPropagation copies the DQ across the Transpose, so the Sigmoid gets a DQ input.
         let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx");
-        let l = g.node(attr_ints(node("Transpose", &["dx"], &["t"]), "perm", &[0])).op("Sigmoid", &["t"], &["c"]).qdq("c", "s", "z", "y").load();
-        assert_eq!(on_all(&l), vec![("drop", "Transpose (on codes)".into(), 2), ("1DQ", "com.microsoft.QLinearSigmoid".into(), 3)]);
+        let l = g
+            .node(attr_ints(node("Transpose", &["dx"], &["t"]), "perm", &[0]))
+            .op("Sigmoid", &["t"], &["c"])
+            .qdq("c", "s", "z", "y")
+            .load();
+        assert_eq!(
+            on_all(&l),
+            vec![("drop", "Transpose (on codes)".into(), 2), ("1DQ", "com.microsoft.QLinearSigmoid".into(), 3)]
+        );
         // Two identical Qs of one value are merged by CSE into one Q with two DQs.
-        let g = G::new(21).params().input("x").output("y1").output("y2").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]);
+        let g = G::new(21).params().input("x").output("y1").output("y2").qdq("x", "s", "z", "dx").op(
+            "Sigmoid",
+            &["dx"],
+            &["c"],
+        );
         let g = g.op("QuantizeLinear", &["c", "s", "z"], &["q1"]).op("QuantizeLinear", &["c", "s", "z"], &["q2"]);
-        let l = g.op("DequantizeLinear", &["q1", "s", "z"], &["y1"]).op("DequantizeLinear", &["q2", "s", "z"], &["y2"]).load();
+        let l = g
+            .op("DequantizeLinear", &["q1", "s", "z"], &["y1"])
+            .op("DequantizeLinear", &["q2", "s", "z"], &["y2"])
+            .load();
         assert_eq!(on_all(&l), one("1DQ", "com.microsoft.QLinearSigmoid", 2));
     }
-
 
     /// (transformer, exact) of every rewrite.
     fn rewritten(l: &Loaded) -> Vec<(&'static str, bool)> {
@@ -2589,7 +2933,12 @@ mod tests {
 
     /// x → Q/DQ → Sigmoid → act → Q/DQ(sq, zq) → y; the activation is node 3.
     fn activation_before_q(act: NodeProto, sq: &str, zq: &str) -> G {
-        let g = G::new(21).params().init(scalar("sneg", -0.1)).init(ints("zb", Uint8, &[], &[3])).init(ints("z4", Int4, &[], &[3]));
+        let g = G::new(21).params().init(scalar("sneg", -0.1)).init(ints("zb", Uint8, &[], &[3])).init(ints(
+            "z4",
+            Int4,
+            &[],
+            &[3],
+        ));
         g.input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).node(act).qdq("r", sq, zq, "y")
     }
 
@@ -2610,7 +2959,9 @@ mod tests {
     #[test]
     fn clip_before_q_goes_when_it_covers_the_q_range_within_flt_epsilon() {
         let clip = |lo: f32, hi: f32| (node("Clip", &["c", "lo", "hi"], &["r"]), scalar("lo", lo), scalar("hi", hi));
-        let with = |(n, lo, hi): (NodeProto, TensorProto, TensorProto), z: &str| activation_before_q(n, "s", z).init(lo).init(hi).load();
+        let with = |(n, lo, hi): (NodeProto, TensorProto, TensorProto), z: &str| {
+            activation_before_q(n, "s", z).init(lo).init(hi).load()
+        };
         // Q covers [0, 25.5]: Clip(0, 25.5) is redundant.
         assert_eq!(rewritten(&with(clip(0.0, 25.5), "z")), vec![("ClipQuantRewrite", true)]);
         assert!(rewritten(&with(clip(0.0, 6.0), "z")).is_empty(), "Clip(0, 6) clips inside the Q range");
@@ -2621,32 +2972,59 @@ mod tests {
 
     #[test]
     fn double_qdq_pairs_keep_or_recompute_parameters() {
-        let chain = |s2: &str| G::new(21).params().init(scalar("s2", 0.2)).input("x").output("y").qdq("x", "s", "z", "d1").qdq("d1", s2, "z", "y");
+        let chain = |s2: &str| {
+            G::new(21)
+                .params()
+                .init(scalar("s2", 0.2))
+                .input("x")
+                .output("y")
+                .qdq("x", "s", "z", "d1")
+                .qdq("d1", s2, "z", "y")
+        };
         assert_eq!(rewritten(&chain("s").load()), vec![("DoubleQDQPairsRemover", true)]);
         // (0.1, 0) then (0.2, 0) on uint8: the intersection [0, 25.5] gets scale 0.1, zero point 0.
         let r = run(&chain("s2").load(), Isa::X86Avx2).rewrites;
         assert_eq!((r.len(), r[0].exact, r[0].nodes.clone()), (1, false, vec![0, 1, 2, 3]));
-        assert!(r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "), "{}", r[0].detail);
+        assert!(
+            r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "),
+            "{}",
+            r[0].detail
+        );
     }
 
     #[test]
     fn dq_q_pairs_with_equal_parameters_are_removed_last() {
         let g = G::new(21).params().init(scalar("s2", 0.2)).typed_input("xq", Uint8, &[4]).output("y");
-        let pair = |s_q: &str| g.clone().op("DequantizeLinear", &["xq", "s", "z"], &["d"]).op("QuantizeLinear", &["d", s_q, "z"], &["q"]).op("DequantizeLinear", &["q", "s2", "z"], &["y"]);
+        let pair = |s_q: &str| {
+            g.clone()
+                .op("DequantizeLinear", &["xq", "s", "z"], &["d"])
+                .op("QuantizeLinear", &["d", s_q, "z"], &["q"])
+                .op("DequantizeLinear", &["q", "s2", "z"], &["y"])
+        };
         assert_eq!(rewritten(&pair("s").load()), vec![("QDQFinalCleanupTransformer", true)]);
         assert!(rewritten(&pair("s2").load()).is_empty());
     }
 
     #[test]
     fn subgraphs_are_searched_with_the_constants_of_enclosing_graphs() {
-        let body = G::new(21).output("ty").qdq("a", "s", "z", "da").qdq("b", "s", "z", "db").op("Add", &["da", "db"], &["c"]).qdq("c", "s", "z", "ty");
+        let body = G::new(21)
+            .output("ty")
+            .qdq("a", "s", "z", "da")
+            .qdq("b", "s", "z", "db")
+            .op("Add", &["da", "db"], &["c"])
+            .qdq("c", "s", "z", "ty");
         let other = G::new(21).output("ey").op("Identity", &["a"], &["ey"]);
         let iff = attr_graph(attr_graph(node("If", &["cond"], &["y"]), "then_branch", body.g), "else_branch", other.g);
-        let l = G::new(21).params().typed_input("cond", DataType::Bool, &[]).input("a").input("b").output("y").node(iff).load();
+        let l = G::new(21)
+            .params()
+            .typed_input("cond", DataType::Bool, &[])
+            .input("a")
+            .input("b")
+            .output("y")
+            .node(iff)
+            .load();
         let f = &run(&l, Isa::X86Avx2).fusions;
         assert_eq!(f.len(), 1);
         assert_eq!((f[0].rule, f[0].target, f[0].location.as_str()), ("2DQ", 4, " in If 'y'.then_branch"));
     }
-
-
 }
