@@ -9,6 +9,8 @@
 pub mod binary;
 mod drop;
 mod group;
+mod lut;
+mod pool;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -64,5 +66,7 @@ impl Log {
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(drop::rules(options, log));
+    rules.extend(lut::rules(options, log));
+    rules.extend(pool::rules(options, log));
     rules
 }
