@@ -380,6 +380,8 @@ struct Channel<'a> {
     sy: Dyadic,
     /// The same value as integers on one grid, for fast evaluation.
     numerator: Numerator,
+    /// `real`: the exact quotient by `sy` as an affine rounding of `acc`, when it fits i128.
+    real_form: Option<Affine>,
 }
 
 /// `acc·unit + b·sb = (a·acc + b)·2^exp`.
@@ -440,7 +442,9 @@ impl<'a> Channel<'a> {
         };
         let (Some(unit), Some(bias_value)) = (unit, bias_value) else { return unknown("exact scale products overflow") };
         let Some(numerator) = Numerator::new(unit, bias_value) else { return unknown("exact scale products overflow") };
-        Ok(Channel { g, c, isa, contract, d, u, acc, step, bias, m: g.multiplier(c), unit, bias_value, sy: exact(g.y.scale)?, numerator })
+        let sy = exact(g.y.scale)?;
+        let real_form = numerator.over(sy);
+        Ok(Channel { g, c, isa, contract, d, u, acc, step, bias, m: g.multiplier(c), unit, bias_value, sy, numerator, real_form })
     }
 
     /// Number of accumulators checked, or why not exact.
@@ -497,7 +501,7 @@ impl<'a> Channel<'a> {
 
     fn real_reference(&self, acc: i64) -> i64 {
         let (y, (lo, hi)) = (self.y(), self.y().code.range());
-        if let Some(v) = self.numerator.over(self.sy).and_then(|f| f.round(acc)) {
+        if let Some(v) = self.real_form.and_then(|f| f.round(acc)) {
             return (v + y.zero_point as i128).clamp(lo as i128, hi as i128) as i64;
         }
         // Beyond i128 the quotient saturates: only its sign matters.
@@ -660,7 +664,7 @@ impl<'a> Channel<'a> {
         if self.contract == Contract::Exact && (self.sy.mant != 1 || self.numerator.exp - self.sy.exp < -126) {
             return None; // fl(v/sy) may round
         }
-        let per_acc = self.numerator.over(self.sy)?;
+        let per_acc = self.real_form?;
         let reference = Affine { a: per_acc.a.checked_mul(self.step as i128)?, ..per_acc };
         Some((kernel, reference))
     }
