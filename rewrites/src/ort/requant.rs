@@ -622,9 +622,8 @@ impl<'a> Channel<'a> {
             return Failure::Unknown(format!("{why} (through padding)"));
         }
         let fixed = [(ov.k.0, ov.x.0 - zx), (ov.k.1, ov.x.1 - zx)];
-        let base: i64 = fixed.iter().map(|&(k, u)| u * self.d[k]).sum();
         for target in self.reference_window_samples() {
-            let Some(u) = reach(&self.d, self.u, target - base, &fixed) else { continue };
+            let Some(u) = reach(&self.d, self.u, target, &fixed) else { continue };
             let x: Vec<i64> = u.iter().map(|&v| v + zx).collect();
             let acc: i64 = u.iter().zip(&self.d).map(|(a, b)| a * b).sum();
             let (unfused, fused) = (self.reference(acc), self.kernel_on(&x));
