@@ -9,6 +9,7 @@
 pub mod binary;
 mod drop;
 mod group;
+mod lookup;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -64,5 +65,6 @@ impl Log {
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(drop::rules(options, log));
+    rules.extend(lookup::rules(options, log));
     rules
 }
