@@ -125,7 +125,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
         .map(group_json)
-        .filter(|g| !g.outputs.iter().any(|o| decisions.iter().any(|d| d.output == o.tensor)))
+        .filter(|g| !decisions.iter().any(|d| d.nodes.contains(&g.node) || g.outputs.iter().any(|o| d.output == o.tensor)))
         .collect();
     let s = lowering.stats;
     Ok(CompileReport {

@@ -134,3 +134,20 @@ fn per_channel_asymmetric_zero_points_stay_unfused_on_codes() {
     let g = graph("per_channel", dq, vec![], vec![value("qr", U8, &[6])], inits);
     case("per_channel_asymmetric", &model(g, 21));
 }
+
+/// DQ → Relu → Mul(0.5) → Q becomes a lookup table; DQ → Sqrt → Q over codes below the zero point
+/// would quantize NaN and is refused.
+#[test]
+fn elementwise_chains_become_lookup_tables() {
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_x", &["x", "s", "z"], &["dx"]),
+        node("Relu", "Relu", &["dx"], &["r"]),
+        node("Mul", "Half", &["r", "half"], &["h"]),
+        node("QuantizeLinear", "Q_h", &["h", "s_out", "z"], &["qh"]),
+        node("Sqrt", "Sqrt", &["dx"], &["sq"]),
+        node("QuantizeLinear", "Q_sq", &["sq", "s_out", "z"], &["qsq"]),
+    ];
+    let inits = vec![f32s("s", &[], &[0.07]), f32s("s_out", &[], &[0.03]), f32s("half", &[], &[0.5]), u8s("z", &[], &[100])];
+    let g = graph("chains", nodes, vec![value("x", U8, &[4])], vec![value("qh", U8, &[4]), value("qsq", U8, &[4])], inits);
+    case("lookup_tables", &model(g, 21));
+}
