@@ -1,0 +1,86 @@
+"""`qdqc compile` with its proof-gated fusions, under the default `exact` contract on every ISA
+profile, against ONNX Runtime: the compiled model's outputs are byte-identical to the original's
+under ORT_DISABLE_ALL, and under ORT_ENABLE_ALL with the session profile qdqc prints. Its Q/DQ
+boundaries differ from the original's only inside the groups it fused.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from oracle_util import describe, full_check_error, model_path, random_inputs, run_qdqc, session_inputs
+
+N_INPUTS = 16
+PROFILE = {
+    "session.disable_quant_qdq": "1",
+    "session.disable_double_qdq_remover": "1",
+    "optimization.disable_specified_optimizers": "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;ConstantFolding;NchwcTransformer;NhwcTransformer",
+}
+
+
+def session(path, level, config=None) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def compiled_exact(qdqc, tmp_path_factory):
+    cache = {}
+
+    def get(entry):
+        if entry["name"] not in cache:
+            out_dir = tmp_path_factory.mktemp(entry["name"])
+            out, report = out_dir / "out.onnx", out_dir / "report.json"
+            r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report)
+            assert r.returncode == 0, describe(r)
+            printed = dict(kv.split("=", 1) for kv in r.stdout.split("any level with ", 1)[1].split())
+            assert printed == PROFILE, f"the printed profile is not the one tested: {printed}"
+            cache[entry["name"]] = (out, json.loads(report.read_text()))
+        return cache[entry["name"]]
+
+    return get
+
+
+def test_outputs_byte_identical_under_both_profiles(compiled_exact, entry):
+    src = model_path(entry)
+    out, report = compiled_exact(entry)
+    if entry["full_check"]:
+        assert full_check_error(out) is None, full_check_error(out)
+    original = session(src, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    plain = session(out, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    profiled = session(out, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, PROFILE)
+    for i, feed in enumerate(random_inputs(entry["name"], session_inputs(original), N_INPUTS)):
+        want = original.run(None, feed)
+        for label, sess in [("ORT_DISABLE_ALL", plain), ("ORT_ENABLE_ALL + profile", profiled)]:
+            got = sess.run(None, feed)
+            for k, (a, b) in enumerate(zip(want, got)):
+                assert a.dtype == b.dtype and a.shape == b.shape, (label, k)
+                assert a.tobytes() == b.tobytes(), (
+                    f"{label}: output {k} differs on input {i} ({int(np.sum(a != b))} elements); "
+                    f"fused: {[d['output'] for d in report['decisions'] if d['fired']]}"
+                )
+
+
+def test_only_fused_boundaries_disappear(qdqc, compiled_exact, entry):
+    src = model_path(entry)
+    out, report = compiled_exact(entry)
+    r = run_qdqc(qdqc, "placement", src, out, "--json")
+    assert r.returncode == 0, describe(r)
+    placement = json.loads(r.stdout)
+    fused_nodes = {n for d in report["decisions"] if d["fired"] for n in d["nodes"]}
+    stray = [e for e in placement["a_only"] if e["consumer"] not in fused_nodes]
+    assert not stray, f"boundaries removed outside fused groups: {stray}"
+    assert not placement["b_only"], placement["b_only"]
+    same = run_qdqc(qdqc, "placement", src, src, "--json")
+    p = json.loads(same.stdout)
+    assert not p["a_only"] and not p["b_only"], p
