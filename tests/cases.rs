@@ -151,3 +151,16 @@ fn elementwise_chains_become_lookup_tables() {
     let g = graph("chains", nodes, vec![value("x", U8, &[4])], vec![value("qh", U8, &[4]), value("qsq", U8, &[4])], inits);
     case("lookup_tables", &model(g, 21));
 }
+
+/// Q/DQ written without their optional zero point (two inputs): rules see them like the others,
+/// the fused node gets explicit zero points, and authored nodes keep their two inputs.
+#[test]
+fn omitted_zero_points() {
+    let mut m = add([(0.25, 0), (0.5, 0), (-1.0, 0)], &["db"]);
+    let g = m.graph.as_mut().unwrap();
+    for n in &mut g.node {
+        n.input.truncate(2);
+    }
+    g.initializer.retain(|t| !t.name.as_deref().unwrap_or("").starts_with("z_"));
+    case("omitted_zero_points", &m);
+}

@@ -28,8 +28,13 @@ impl<'m> Scopes<'m> {
         self.chain.last().expect("never empty")
     }
 
+    /// The initializer holding `name`'s value. An initializer that is also a graph input is only
+    /// a default the caller may override: not a constant.
     fn initializer(&self, name: &str) -> Option<&'m TensorProto> {
-        self.chain.iter().rev().find_map(|g| g.initializer.iter().find(|t| tensor::name(t) == name))
+        self.chain.iter().rev().find_map(|g| {
+            let overridable = g.input.iter().any(|i| i.name.as_deref() == Some(name));
+            g.initializer.iter().find(|t| tensor::name(t) == name).filter(|_| !overridable)
+        })
     }
 
     fn declared_type(&self, name: &str) -> Option<&'m TypeProto> {

@@ -163,7 +163,7 @@ impl Applier<Term, qdqc_lang::analysis::QdqAnalysis> for Table {
         if self.log.decided(RULE, &group.output) || tag(eg, var(s, "?tq")).is_none() {
             return vec![];
         }
-        let params = qparam(eg, Some(codes), sx, zx).and_then(|x| Ok((x, qparam(eg, None, var(s, "?s"), var(s, "?z"))?)));
+        let params = qparam(eg, Some(codes), sx, zx).and_then(|x| Ok((x, qparam(eg, Some(eclass), var(s, "?s"), var(s, "?z"))?)));
         let eight_bit = |p: &QParam| matches!(p.code, CodeType::U8 | CodeType::I8);
         let (fired, verdicts) = match &params {
             Ok((x, y)) if eight_bit(x) && eight_bit(y) => decide(&self.options, |_| prove(*x, *y, &steps)),
