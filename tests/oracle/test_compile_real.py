@@ -44,6 +44,14 @@ ON_CODES = {
     "MaxPool", "ReduceMax", "ReduceMin", "ArgMax",
 }
 
+# Lookup tables (rule `lookup-table`, a Gather) and the QLinear* lookup and pooling kernels: their rules
+# prove them by P1 over every code (every reachable sum for pools) against the `real`-contract
+# reference; this oracle re-derives the Conv/MatMul/Gemm/Add/Mul groups the spec names.
+PROVEN_PER_CODE = {
+    "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearWhere",
+    "QLinearGlobalAveragePool", "QLinearAveragePool",
+}
+
 # Fused op → (the float op its group contains, {fused-node input position: float-op input position})
 # for the integer (code) inputs. Scales and zero points are read from the original group instead.
 LAYOUT = {
@@ -423,6 +431,8 @@ def check_model(qdqc, entry, tmp) -> Result:
         _, op = split_op(d["fused_op"])
         if op in LAYOUT:
             groups.append(locate(entry, d, compiled, orig))
+        elif op in PROVEN_PER_CODE or d["rule"] == "lookup-table":
+            res.on_codes += 1
         elif op in ON_CODES:
             res.on_codes += 1
         else:

@@ -1,9 +1,10 @@
 //! A chain of elementwise IEEE ops between a DequantizeLinear and a QuantizeLinear over 8-bit
 //! codes becomes a lookup table: `Gather(table, Cast(codes → int32))` (spec §5, "unary chain").
 //!
-//! Obligation: by construction — the table holds the reference evaluation (the same correctly
-//! rounded f32 operations every conforming runtime performs) of every code — and checked by P1
-//! against the chain. Only ops whose f32 result is one correct rounding qualify (Relu, Neg, Abs,
+//! Obligation: by construction — the table holds the reference evaluation of every code (under
+//! `exact` the same correctly rounded f32 operations every conforming runtime performs; under
+//! `real` exact rational arithmetic, which Div and Sqrt do not have) — and checked by P1 against
+//! the chain. Only ops whose f32 result is one correct rounding qualify (Relu, Neg, Abs,
 //! Sqrt, Floor, Ceil, Reciprocal, and Add/Sub/Mul/Div/Max/Min with a scalar constant); library
 //! functions (Exp, Sigmoid, …) are not IEEE-determined and stay out. A chain that produces NaN
 //! or ±Inf for some code is refused: runtimes quantize those differently.
@@ -13,8 +14,9 @@
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use crate::exact::p1::exhaustive;
-use crate::exact::reference::{CodeType, dequantize, quantize};
-use crate::exact::{QParam, Verdict};
+use crate::exact::num::Dyadic;
+use crate::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
+use crate::exact::{Contract, QParam, Verdict};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{Constant, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;
@@ -59,6 +61,35 @@ impl Step {
                 }
             }
             Step::Clip { lo, hi } => x.max(lo).min(hi),
+        }
+    }
+}
+
+impl Step {
+    /// The step in exact arithmetic (the `real` contract); `None` where the result is not a
+    /// dyadic rational (Div, Sqrt) or leaves i128.
+    fn apply_exact(self, x: Dyadic) -> Option<Dyadic> {
+        use FloatOp::*;
+        let max = |a: Dyadic, b: Dyadic| Some(if a.checked_add(b.neg())?.mant >= 0 { a } else { b });
+        let min = |a: Dyadic, b: Dyadic| Some(if a.checked_add(b.neg())?.mant <= 0 { a } else { b });
+        match self {
+            Step::Unary(Relu) => max(x, Dyadic::ZERO),
+            Step::Unary(Neg) => Some(x.neg()),
+            Step::Unary(Abs) => Some(if x.mant < 0 { x.neg() } else { x }),
+            Step::Unary(_) => None,
+            Step::Scalar { op, c, left } => {
+                let c = Dyadic::from_f32(c)?;
+                let (a, b) = if left { (c, x) } else { (x, c) };
+                match op {
+                    Add => a.checked_add(b),
+                    Sub => a.checked_add(b.neg()),
+                    Mul => a.checked_mul(b),
+                    Max => max(a, b),
+                    Min => min(a, b),
+                    _ => None,
+                }
+            }
+            Step::Clip { lo, hi } => min(max(x, Dyadic::from_f32(lo)?)?, Dyadic::from_f32(hi)?),
         }
     }
 }
@@ -111,19 +142,33 @@ struct Table {
 /// The table indexed as ONNX Gather indexes it with the codes cast to int32: codes 0..=255 for
 /// uint8; for int8, non-negative codes first, negative ones from the end (Gather's negative
 /// indices count from the end).
-fn table(x: QParam, y: QParam, steps: &[Step]) -> Result<Vec<i64>, String> {
-    let eval = |c: i64| -> Result<i64, String> {
-        let v = steps.iter().fold(dequantize(c, x.scale, x.zero_point), |v, s| s.apply(v));
-        if !v.is_finite() {
-            return Err(format!("code {c} gives {v} (runtimes quantize it differently)"));
-        }
-        Ok(quantize(v, y.scale, y.zero_point, y.code))
-    };
+fn table(x: QParam, y: QParam, steps: &[Step], contract: Contract) -> Result<Vec<i64>, String> {
+    let eval = |c: i64| reference(x, y, steps, contract, c);
     (0..256).map(|i| eval(if x.code == CodeType::I8 && i >= 128 { i - 256 } else { i })).collect()
 }
 
-fn prove(x: QParam, y: QParam, steps: &[Step]) -> Verdict {
-    let t = match table(x, y, steps) {
+/// `Q(chain(DQ(c)))` under the contract: f32 operations for `exact`, exact rationals for `real`.
+fn reference(x: QParam, y: QParam, steps: &[Step], contract: Contract, c: i64) -> Result<i64, String> {
+    match contract {
+        Contract::Exact => {
+            let v = steps.iter().fold(dequantize(c, x.scale, x.zero_point), |v, s| s.apply(v));
+            if !v.is_finite() {
+                return Err(format!("code {c} gives {v} (runtimes quantize it differently)"));
+            }
+            Ok(quantize(v, y.scale, y.zero_point, y.code))
+        }
+        Contract::Real => {
+            let v = steps
+                .iter()
+                .try_fold(dequantize_real(c, x.scale, x.zero_point).ok_or("scale is not finite")?, |v, s| s.apply_exact(v))
+                .ok_or("a step (Div, Sqrt) has no exact rational value")?;
+            quantize_real(v, y.scale, y.zero_point, y.code).ok_or_else(|| "the output scale is not finite and non-zero".to_string())
+        }
+    }
+}
+
+fn prove(x: QParam, y: QParam, steps: &[Step], contract: Contract) -> Verdict {
+    let t = match table(x, y, steps, contract) {
         Ok(t) => t,
         Err(reason) => return Verdict::Unknown { reason },
     };
@@ -131,7 +176,7 @@ fn prove(x: QParam, y: QParam, steps: &[Step]) -> Verdict {
     exhaustive(
         &[x.domain("q")],
         "Gather(table, q) against Q(chain(DQ(q))) for every code",
-        |c| quantize(steps.iter().fold(dequantize(c[0], x.scale, x.zero_point), |v, s| s.apply(v)), y.scale, y.zero_point, y.code),
+        |c| reference(x, y, steps, contract, c[0]).unwrap_or(i64::MIN),
         |c| t[index(c[0])],
         |_| None,
     )
@@ -166,7 +211,7 @@ impl Applier<Term, qdqc_lang::analysis::QdqAnalysis> for Table {
         let params = qparam(eg, Some(codes), sx, zx).and_then(|x| Ok((x, qparam(eg, Some(eclass), var(s, "?s"), var(s, "?z"))?)));
         let eight_bit = |p: &QParam| matches!(p.code, CodeType::U8 | CodeType::I8);
         let (fired, verdicts) = match &params {
-            Ok((x, y)) if eight_bit(x) && eight_bit(y) => decide(&self.options, |_| prove(*x, *y, &steps)),
+            Ok((x, y)) if eight_bit(x) && eight_bit(y) => decide(&self.options, |_| prove(*x, *y, &steps, self.options.contract)),
             Ok(_) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: "lookup tables are for 8-bit codes".into() })).collect()),
             Err(reason) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
         };
@@ -175,7 +220,7 @@ impl Applier<Term, qdqc_lang::analysis::QdqAnalysis> for Table {
         if !fired {
             return vec![];
         }
-        let Ok(entries) = table(x, y, &steps) else { return vec![] };
+        let Ok(entries) = table(x, y, &steps, self.options.contract) else { return vec![] };
         let bytes: Vec<u8> = entries.iter().map(|&e| e as u8).collect();
         let table = value(eg, format!("{}/qdqc_table", group.output), y.code.dtype(), Some(vec![256]), Some(bytes));
         let table = eg.add(Term::leaf(Op::Value(table)));
