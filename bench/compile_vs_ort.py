@@ -5,7 +5,8 @@
     cargo build --release
     "$PY" bench/compile_vs_ort.py [--json] [--runs 5] [--corpus DIR] [--qdqc BIN]
 
-qdqc:  wall clock of the whole `qdqc compile IN -o OUT --no-fuse` process (median of N runs).
+qdqc:  wall clock of the whole qdqc process (median of N runs) for `compile --no-fuse`, `compile`
+       (proof-gated fusion on every ISA profile) and `audit --json`.
 ORT:   wall clock of onnxruntime.InferenceSession(IN) with ORT_ENABLE_ALL on CPUExecutionProvider
        (median of N runs, in this process, after one untimed warm-up session).
 ratio: qdqc / ORT (below 1 means qdqc compiles faster than ORT prepares the model).
@@ -50,13 +51,21 @@ def ensure_corpus(corpus_dir: Path) -> dict:
     return json.loads(manifest.read_text())
 
 
-def time_qdqc(qdqc: Path, src: Path, runs: int):
+# The qdqc commands timed: lift/extract only, compile with proof-gated fusion, audit.
+COMMANDS = {
+    "no_fuse": lambda src, out: ["compile", src, "-o", out, "--no-fuse"],
+    "compile": lambda src, out: ["compile", src, "-o", out],
+    "audit": lambda src, out: ["audit", src, "--json"],
+}
+
+
+def time_qdqc(qdqc: Path, src: Path, runs: int, command: str = "no_fuse"):
     times = []
     with tempfile.TemporaryDirectory(prefix="qdqc-bench-") as tmp:
         out = Path(tmp) / "out.onnx"
         for _ in range(runs):
             t0 = time.perf_counter()
-            r = subprocess.run([str(qdqc), "compile", str(src), "-o", str(out), "--no-fuse"], capture_output=True)
+            r = subprocess.run([str(qdqc), *map(str, COMMANDS[command](src, out))], capture_output=True)
             dt = time.perf_counter() - t0
             if r.returncode != 0:
                 err = r.stderr.decode(errors="replace").strip().splitlines()
@@ -113,15 +122,22 @@ def main():
     for m in manifest["models"]:
         src = args.corpus / m["file"]
         q, q_err = time_qdqc(args.qdqc, src, args.runs)
+        f, f_err = time_qdqc(args.qdqc, src, args.runs, "compile")
+        a, a_err = time_qdqc(args.qdqc, src, args.runs, "audit")
         o, o_err = time_ort(src, args.runs)
+        both = o is not None
         rows.append(
             {
                 "name": m["name"],
                 "kind": m["kind"],
                 "qdqc_compile_s": q,
+                "qdqc_fuse_s": f,
+                "qdqc_audit_s": a,
                 "ort_session_s": o,
-                "ratio": (q / o) if q is not None and o is not None else None,
-                "qdqc_error": q_err,
+                "ratio": (q / o) if q is not None and both else None,
+                "fuse_ratio": (f / o) if f is not None and both else None,
+                "audit_ratio": (a / o) if a is not None and both else None,
+                "qdqc_error": q_err or f_err or a_err,
                 "ort_error": o_err,
             }
         )
@@ -132,6 +148,10 @@ def main():
         "geomean_qdqc_compile_s": geomean([r["qdqc_compile_s"] for r in ok]),
         "geomean_ort_session_s": geomean([r["ort_session_s"] for r in ok]),
         "geomean_ratio": geomean([r["ratio"] for r in ok]),
+        "geomean_qdqc_fuse_s": geomean([r["qdqc_fuse_s"] for r in ok]),
+        "geomean_fuse_ratio": geomean([r["fuse_ratio"] for r in ok]),
+        "geomean_qdqc_audit_s": geomean([r["qdqc_audit_s"] for r in ok]),
+        "geomean_audit_ratio": geomean([r["audit_ratio"] for r in ok]),
     }
     meta = {
         "qdqc": str(args.qdqc),
@@ -148,23 +168,25 @@ def main():
 
     w = max(len(r["name"]) for r in rows + [{"name": "geomean"}])
     print(
-        f"qdqc compile --no-fuse vs ORT session creation (ORT_ENABLE_ALL, onnxruntime {ort.__version__}); "
-        f"median of {args.runs}, milliseconds"
+        f"qdqc (--no-fuse, compile with fusion, audit) vs ORT session creation (ORT_ENABLE_ALL, onnxruntime "
+        f"{ort.__version__}); median of {args.runs}, milliseconds; ratios are qdqc/ORT"
     )
-    header = f"{'model':<{w}}  {'kind':<8}  {'qdqc ms':>9}  {'ORT ms':>9}  {'qdqc/ORT':>8}  note"
+    header = (f"{'model':<{w}}  {'kind':<8}  {'no-fuse':>8}  {'compile':>8}  {'audit':>8}  {'ORT':>8}  "
+              f"{'nf/ORT':>7}  {'cmp/ORT':>7}  {'aud/ORT':>7}  note")
     print(header)
     print("-" * len(header))
+    ratio = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for r in rows:
         note = "; ".join(x for x in (r["qdqc_error"] and f"qdqc: {r['qdqc_error']}",
                                        r["ort_error"] and f"ORT: {r['ort_error']}") if x)
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
-        print(f"{r['name']:<{w}}  {r['kind']:<8}  {fmt_ms(r['qdqc_compile_s']):>9}  {fmt_ms(r['ort_session_s']):>9}  "
-              f"{ratio:>8}  {note}")
+        print(f"{r['name']:<{w}}  {r['kind']:<8}  {fmt_ms(r['qdqc_compile_s']):>8}  {fmt_ms(r['qdqc_fuse_s']):>8}  "
+              f"{fmt_ms(r['qdqc_audit_s']):>8}  {fmt_ms(r['ort_session_s']):>8}  {ratio(r['ratio']):>7}  "
+              f"{ratio(r['fuse_ratio']):>7}  {ratio(r['audit_ratio']):>7}  {note}")
     print("-" * len(header))
     g = summary
-    gr = "-" if g["geomean_ratio"] is None else f"{g['geomean_ratio']:.3f}"
-    print(f"{'geomean':<{w}}  {'':<8}  {fmt_ms(g['geomean_qdqc_compile_s']):>9}  {fmt_ms(g['geomean_ort_session_s']):>9}  "
-          f"{gr:>8}  over {g['measured']} of {g['models']} models")
+    print(f"{'geomean':<{w}}  {'':<8}  {fmt_ms(g['geomean_qdqc_compile_s']):>8}  {fmt_ms(g['geomean_qdqc_fuse_s']):>8}  "
+          f"{fmt_ms(g['geomean_qdqc_audit_s']):>8}  {fmt_ms(g['geomean_ort_session_s']):>8}  {ratio(g['geomean_ratio']):>7}  "
+          f"{ratio(g['geomean_fuse_ratio']):>7}  {ratio(g['geomean_audit_ratio']):>7}  over {g['measured']} of {g['models']} models")
     return 0
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust workspace (unit, snapshot, bad-input, round-trip tests), then the
-# Python oracle (ONNX Runtime differential tests on the generated corpus). Installs what it needs:
-# cargo fetches crates; tests/oracle/setup.sh creates the pinned venv under target/.
+# Runs every test. Installs what it needs: cargo fetches crates; tests/oracle/setup.sh creates the
+# pinned Python venv (onnxruntime, onnx) under target/, which both the Rust differential kernel
+# tests (tests/ort_*.rs) and the Python oracle (tests/oracle) use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PY=$(bash tests/oracle/setup.sh | tail -n1)
+export QDQC_PYTHON="$PY"
+
 cargo build --locked --bins
 cargo test --locked --workspace
-
-PY=$(bash tests/oracle/setup.sh | tail -n1)
 "$PY" -m pytest -p no:cacheprovider tests/oracle -q

@@ -5,7 +5,7 @@
 #
 # The venv lives at ${QDQC_VENV:-<repo>/target/venv}. It is (re)built when missing or when
 # requirements.txt changed (a sha256 stamp is kept inside the venv). Idempotent and fast when
-# already set up. Set QDQC_PYTHON to choose the base interpreter (default: python3).
+# already set up. Set QDQC_BASE_PYTHON to choose the base interpreter (default: python3).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +13,7 @@ REPO="$(cd "$HERE/../.." && pwd)"
 REQ="$HERE/requirements.txt"
 VENV="${QDQC_VENV:-$REPO/target/venv}"
 STAMP="$VENV/.qdqc-requirements.sha256"
-BASE_PY="${QDQC_PYTHON:-python3}"
+BASE_PY="${QDQC_BASE_PYTHON:-python3}"
 
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"
 have=""
@@ -21,7 +21,7 @@ if [[ -f "$STAMP" ]]; then have="$(cat "$STAMP")"; fi
 
 if [[ ! -x "$VENV/bin/python" || "$want" != "$have" ]]; then
     if ! command -v "$BASE_PY" >/dev/null 2>&1; then
-        echo "setup.sh: base interpreter '$BASE_PY' not found (set QDQC_PYTHON)" >&2
+        echo "setup.sh: base interpreter '$BASE_PY' not found (set QDQC_BASE_PYTHON)" >&2
         exit 1
     fi
     if [[ -d "$VENV" ]]; then

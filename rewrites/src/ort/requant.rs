@@ -380,6 +380,8 @@ struct Channel<'a> {
     sy: Dyadic,
     /// The same value as integers on one grid, for fast evaluation.
     numerator: Numerator,
+    /// `real`: the exact quotient by `sy` as an affine rounding of `acc`, when it fits i128.
+    real_form: Option<Affine>,
 }
 
 /// `acc·unit + b·sb = (a·acc + b)·2^exp`.
@@ -440,7 +442,9 @@ impl<'a> Channel<'a> {
         };
         let (Some(unit), Some(bias_value)) = (unit, bias_value) else { return unknown("exact scale products overflow") };
         let Some(numerator) = Numerator::new(unit, bias_value) else { return unknown("exact scale products overflow") };
-        Ok(Channel { g, c, isa, contract, d, u, acc, step, bias, m: g.multiplier(c), unit, bias_value, sy: exact(g.y.scale)?, numerator })
+        let sy = exact(g.y.scale)?;
+        let real_form = numerator.over(sy);
+        Ok(Channel { g, c, isa, contract, d, u, acc, step, bias, m: g.multiplier(c), unit, bias_value, sy, numerator, real_form })
     }
 
     /// Number of accumulators checked, or why not exact.
@@ -497,7 +501,7 @@ impl<'a> Channel<'a> {
 
     fn real_reference(&self, acc: i64) -> i64 {
         let (y, (lo, hi)) = (self.y(), self.y().code.range());
-        if let Some(v) = self.numerator.over(self.sy).and_then(|f| f.round(acc)) {
+        if let Some(v) = self.real_form.and_then(|f| f.round(acc)) {
             return (v + y.zero_point as i128).clamp(lo as i128, hi as i128) as i64;
         }
         // Beyond i128 the quotient saturates: only its sign matters.
@@ -580,13 +584,17 @@ impl<'a> Channel<'a> {
                     continue;
                 }
                 let unfused = quantize(p + bias_f, y.scale, y.zero_point, y.code);
-                let mut x = vec![zx; self.d.len()];
-                x[k] = xk;
-                let fused = self.kernel_on(&x);
+                let fused = if g.pairs_saturate(self.isa) {
+                    let mut x = vec![zx; self.d.len()];
+                    x[k] = xk;
+                    self.kernel_on(&x)
+                } else {
+                    self.kernel((xk - zx) * dk)
+                };
                 if unfused != fused {
                     differing += 1;
                     let acc = (xk - zx) * dk;
-                    if best.is_none_or(|b| (acc.unsigned_abs(), acc) < (b.0, b.1)) {
+                    if best.is_none_or(|b| (acc.unsigned_abs(), acc < 0) < (b.0, b.1 < 0)) {
                         best = Some((acc.unsigned_abs(), acc, k, unfused, fused));
                     }
                 }
@@ -614,9 +622,8 @@ impl<'a> Channel<'a> {
             return Failure::Unknown(format!("{why} (through padding)"));
         }
         let fixed = [(ov.k.0, ov.x.0 - zx), (ov.k.1, ov.x.1 - zx)];
-        let base: i64 = fixed.iter().map(|&(k, u)| u * self.d[k]).sum();
         for target in self.reference_window_samples() {
-            let Some(u) = reach(&self.d, self.u, target - base, &fixed) else { continue };
+            let Some(u) = reach(&self.d, self.u, target, &fixed) else { continue };
             let x: Vec<i64> = u.iter().map(|&v| v + zx).collect();
             let acc: i64 = u.iter().zip(&self.d).map(|(a, b)| a * b).sum();
             let (unfused, fused) = (self.reference(acc), self.kernel_on(&x));
@@ -656,7 +663,7 @@ impl<'a> Channel<'a> {
         if self.contract == Contract::Exact && (self.sy.mant != 1 || self.numerator.exp - self.sy.exp < -126) {
             return None; // fl(v/sy) may round
         }
-        let per_acc = self.numerator.over(self.sy)?;
+        let per_acc = self.real_form?;
         let reference = Affine { a: per_acc.a.checked_mul(self.step as i128)?, ..per_acc };
         Some((kernel, reference))
     }
@@ -951,21 +958,24 @@ mod tests {
 
     #[test]
     fn exact_contract_without_p2_is_refuted_by_a_single_product_or_unknown() {
-        let (sx, sw, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3c08_baab), f32::from_bits(0x3d78_611e));
+        // Generic scales: P2 fails. One input with a single nonzero product has a unique float
+        // value, Q(fl(DQ(11)·DQ(−33))) = 208, where the kernel gives 209 (found by search).
+        let (sx, sw, sy) = (f32::from_bits(0x3b04_b3a2), f32::from_bits(0x3c23_1245), f32::from_bits(0x3a7d_6521));
+        let g = matmul(sx, vec![vec![1, 127, -33]], vec![sw], sy);
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
+        assert_eq!(proof.method, Method::P2Representable);
+        let x = input(c, 3);
+        assert_eq!(x.iter().filter(|&&v| v != 128).count(), 1, "one nonzero product: {c}");
+        let k = x.iter().position(|&v| v != 128).unwrap();
+        let p = dequantize(x[k], sx, 128) * dequantize(g.weights[0][k], sw, 0);
+        assert_eq!(quantize(p, sy, 128, U8), c.unfused);
+        assert_eq!(requantize(c.inputs[1].1 as i32, g.multiplier(0), 128, U8, Isa::X86Avx512Vnni), c.fused);
+        assert_eq!((c.inputs[1].1, c.unfused, c.fused), (3861, 208, 209), "{c}");
+        // Without such an input the answer is unknown, never exact.
         let g = matmul(sx, vec![vec![1, 127]], vec![sw], sy);
-        match prove(&g, Isa::X86Avx512Vnni, Contract::Exact) {
-            Verdict::Refuted { counterexample: c, proof } => {
-                assert_eq!(proof.method, Method::P2Representable);
-                let x = input(&c, 2);
-                assert_eq!(x.iter().filter(|&&v| v != 128).count(), 1, "one nonzero product: {c}");
-                let k = x.iter().position(|&v| v != 128).unwrap();
-                let p = dequantize(x[k], sx, 128) * dequantize(g.weights[0][k], sw, 0);
-                assert_eq!(quantize(p, sy, 128, U8), c.unfused);
-                assert_eq!(requantize(c.inputs[1].1 as i32, g.multiplier(0), 128, U8, Isa::X86Avx512Vnni), c.fused);
-            }
-            Verdict::Unknown { reason } => assert!(reason.contains("P2"), "{reason}"),
-            other => panic!("{other:?}"),
-        }
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("P2")), "{v:?}");
     }
 
     #[test]

@@ -9,6 +9,9 @@
 pub mod binary;
 mod drop;
 mod group;
+mod lookup;
+mod lut;
+mod pool;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -64,5 +67,8 @@ impl Log {
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(drop::rules(options, log));
+    rules.extend(lookup::rules(options, log));
+    rules.extend(lut::rules(options, log));
+    rules.extend(pool::rules(options, log));
     rules
 }

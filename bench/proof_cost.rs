@@ -1,0 +1,84 @@
+//! Proof cost: `cargo bench --bench proof_cost`. Prints the time of the 65 536-pair P1 check
+//! (QLinearAdd, per ISA profile and contract) and of the P3 requantization proof per output
+//! channel (K = 64 random int8 weights), medians over seeded random parameter sets.
+
+use qdqc_rewrites::exact::reference::CodeType;
+use qdqc_rewrites::exact::{Contract, QParam, Verdict};
+use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_rewrites::ort::requant::{self, GemmGroup, GemmKind};
+use std::time::Instant;
+
+const SETS: usize = 21;
+
+/// xorshift64*, seeded: the same parameter sets every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Log-uniform in [lo, hi).
+    fn scale(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (lo as f64 * (hi as f64 / lo as f64).powf(u)) as f32
+    }
+
+    fn code(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Milliseconds taken by one proof, and its verdict.
+fn time(f: impl FnOnce() -> Verdict) -> (f64, &'static str) {
+    let t = Instant::now();
+    let v = std::hint::black_box(f());
+    (t.elapsed().as_secs_f64() * 1e3, v.word())
+}
+
+/// `median ms (e exact / r refuted / u unknown)` over the runs.
+fn summary(runs: Vec<(f64, &'static str)>) -> String {
+    let count = |w: &str| runs.iter().filter(|(_, v)| *v == w).count();
+    let (e, r, u) = (count("exact"), count("refuted"), count("unknown"));
+    format!("{:>8.2} ({e:>2}/{r:>2}/{u:>2})", median(runs.into_iter().map(|(t, _)| t).collect()))
+}
+
+fn main() {
+    let mut rng = Rng(0x5eed_0f_9a0f_c0de);
+    println!("P1: QLinearAdd over all 65 536 code pairs (median of {SETS} parameter sets, ms)");
+    println!("{:<16} {:>22} {:>22}", "profile", "exact (e/r/u)", "real (e/r/u)");
+    let sets: Vec<BinaryParams> = (0..SETS)
+        .map(|_| {
+            let q = |r: &mut Rng| QParam::new(r.scale(1e-3, 1.0), r.code(0, 255), CodeType::U8);
+            BinaryParams { a: q(&mut rng), b: q(&mut rng), c: q(&mut rng) }
+        })
+        .collect();
+    for isa in Isa::ALL {
+        let ms = |contract| summary(sets.iter().map(|p| time(|| binary::prove(BinaryOp::Add, p, Broadcast::None, isa, contract))).collect());
+        println!("{:<16} {:>22} {:>22}", isa.name(), ms(Contract::Exact), ms(Contract::Real));
+    }
+
+    println!("\nP3: QLinearMatMul requantization, one output channel of K = 64 int8 weights (median of {SETS}, ms)");
+    println!("{:<16} {:>22} {:>22}", "profile", "exact (e/r/u)", "real (e/r/u)");
+    let groups: Vec<GemmGroup> = (0..SETS)
+        .map(|_| {
+            let weights = vec![(0..64).map(|_| rng.code(-127, 127)).collect()];
+            let x = QParam::new(rng.scale(1e-3, 0.1), rng.code(0, 255), CodeType::U8);
+            let y = QParam::new(rng.scale(1e-2, 1.0), rng.code(0, 255), CodeType::U8);
+            GemmGroup::new(GemmKind::MatMul, x, CodeType::I8, weights, vec![rng.scale(1e-3, 0.1)], vec![0], y)
+        })
+        .collect();
+    for isa in Isa::ALL {
+        let ms = |contract| summary(groups.iter().map(|g| time(|| requant::prove(g, isa, contract))).collect());
+        println!("{:<16} {:>22} {:>22}", isa.name(), ms(Contract::Exact), ms(Contract::Real));
+    }
+}
