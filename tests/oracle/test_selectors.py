@@ -315,7 +315,11 @@ def compare(report: dict, seen: Observed, isa: str) -> list[str]:
                     diff.append(f"{fmt(k)}: ORT's node does not read {n.input[0]!r}, the codes of DQ {name!r} the audit absorbs")
             # the code types the fused kernel reads and writes (QDQS8ToU8 on x86)
             types = seen.types[loc]
-            for name, code in sorted(g.get("codes", {}).get(isa, {}).items()):
+            codes = g.get("codes", {}).get(isa, {})
+            absorbed = sorted({n for n in g["nodes"] if n in nodes and is_qdq(nodes[n]) and n != target})
+            if sorted(codes) != absorbed:
+                diff.append(f"{fmt(k)}: the audit gives code types for {sorted(codes)}, the group absorbs {absorbed}")
+            for name, code in sorted(codes.items()):
                 n = nodes[name]
                 value, side = (n.input[0], "inputs") if n.op_type == "DequantizeLinear" else (n.output[0], "outputs")
                 there = sorted(alias(value) & set(o[side]))
