@@ -77,6 +77,7 @@ impl<'m> Level<'_, '_, 'm> {
             self.pair_overflow(fused, &mut report);
             self.softmax_output(fused, &mut report);
             self.pool_dilations(fused, &mut report);
+            self.per_channel_activations(fused, &mut report);
         }
     }
 
@@ -344,8 +345,10 @@ impl<'m> Level<'_, '_, 'm> {
         }
     }
 
-    /// QLinearConv enforces one weight zero point for all output channels (qlinearconv.cc,
-    /// ComputeOffset): a fused Conv with unequal ones fails at run time.
+    /// QLinearConv of ORT 1.25 enforces one weight zero point for all output channels
+    /// (qlinearconv.cc, ComputeOffset): a fused Conv with unequal ones fails at run time. 1.31.1
+    /// runs it and honours each channel's zero point (onnxruntime issue #28447; checked on the
+    /// wheel by tests/oracle/test_selectors.py), so this is a hazard for older releases.
     fn weight_zero_points(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {
         if fused.fusion().rule != "Conv" {
             return;
@@ -357,7 +360,7 @@ impl<'m> Level<'_, '_, 'm> {
         let Some(zps) = self.input(w, 2).and_then(|z| self.ints(&z)) else { return };
         if let Some((i, &z)) = zps.iter().enumerate().find(|&(_, &z)| z != zps[0]) {
             let message = format!(
-                "per-channel weight zero points differ (channel 0: {}, channel {i}: {z}); QLinearConv's ORT_ENFORCE fails at run time once ORT fuses this Conv ({}); use one weight zero point",
+                "per-channel weight zero points differ (channel 0: {}, channel {i}: {z}); ORT fuses this Conv ({}) and QLinearConv before the fix of onnxruntime issue #28447 (2026; 1.31.1 has it) ORT_ENFORCEs equal ones, failing at run time; use one weight zero point for older runtimes",
                 zps[0],
                 self.on(&fused.isas())
             );
@@ -399,8 +402,9 @@ impl<'m> Level<'_, '_, 'm> {
         report("s8-pair-overflow", message);
     }
 
-    /// QLinearSoftmax clamps only above 255 and then casts: int8 outputs of 128..255 wrap
-    /// (ort-kernels.md §5.7).
+    /// QLinearSoftmax of ORT 1.25 (ort-kernels.md §5.7) clamps int8 outputs only above 255 and
+    /// then casts, so 128..255 wrap. Fixed by onnxruntime PR #29728 (July 2026): 1.31.1 saturates
+    /// to 127 (checked on the wheel by tests/oracle/test_selectors.py), older releases wrap.
     fn softmax_output(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {
         let int8: Vec<Isa> = fused
             .variants
@@ -412,10 +416,47 @@ impl<'m> Level<'_, '_, 'm> {
             .collect();
         if !int8.is_empty() {
             let message = format!(
-                "ORT fuses this Softmax into QLinearSoftmax with int8 output ({}), whose kernel clamps only above 255 before the cast, so probabilities that quantize above 127 wrap to negative codes; use a uint8 output Q",
+                "ORT fuses this Softmax into QLinearSoftmax with int8 output ({}); before onnxruntime PR #29728 (July 2026; 1.31.1 has it) its kernel clamps only above 255 before the cast, so probabilities that quantize above 127 wrap to negative codes; use a uint8 output Q or a fixed ORT",
                 self.on(&int8)
             );
             report("softmax-int8", message);
+        }
+    }
+
+    /// ORT's selectors do not check that activation parameters are per tensor, but the fused
+    /// kernels need them so (checked on the 1.31.1 wheel): the lookup-table kernels (QLinearSigmoid,
+    /// QLinearLeakyRelu, QLinearSoftmax) fail at session creation, QLinearAdd, QLinearMul and
+    /// QLinearAveragePool fail ORT's type inference, and QLinearGlobalAveragePool, QLinearConv,
+    /// QLinearMatMul and MatMulIntegerToFloat fail at their first run. QLinearConcat and
+    /// QLinearWhere accept them; the drop rules and (since PR #28714) QGemm do not fuse them.
+    /// Weights (input 1 of Conv and MatMul) may be per channel.
+    fn per_channel_activations(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {
+        let f = fused.fusion();
+        if f.rule.starts_with("drop") || matches!(f.rule, "*DQ" | "Where" | "Gemm" | "DQMatMulToMatMulNBits") {
+            return;
+        }
+        let target = &self.proto.node[f.target];
+        let has_weights = matches!(f.rule, "Conv" | "MatMul");
+        let activations = f.dq_inputs.iter().copied().filter(|&dq| {
+            let out = self.proto.node[dq].output.first();
+            !has_weights || target.input.first() == out
+        });
+        for pos in activations.chain(f.q_outputs.iter().copied()) {
+            let n = &self.proto.node[pos];
+            for name in [self.input(n, 1), self.input(n, 2)].into_iter().flatten() {
+                let Some(c) = self.constant(&name) else { continue };
+                if c.len() > 1 {
+                    let kernel = f.fused_op.trim_start_matches("com.microsoft.");
+                    let message = format!(
+                        "'{name}' of {} has {} elements: ORT fuses this group into {kernel} ({}), whose kernel takes per-tensor activation parameters, so session creation or the first run fails (onnxruntime 1.31.1); quantize activations per tensor",
+                        ir::describe(n, pos, &self.graph.location),
+                        c.len(),
+                        self.on(&fused.isas())
+                    );
+                    report("per-channel-activation", message);
+                    return;
+                }
+            }
         }
     }
 
@@ -706,6 +747,24 @@ mod tests {
         };
         assert_eq!(kinds(pool(&[2])), vec!["avgpool-dilations"]);
         assert!(kinds(pool(&[1])).is_empty());
+    }
+
+    #[test]
+    fn per_channel_activation_parameters_of_a_fused_group_are_reported() {
+        let sigmoid = |s: &str, z: &str| {
+            G::new(21)
+                .params()
+                .init(f32s("s2", &[2], &[0.1, 0.2]))
+                .init(ints("z2", Uint8, &[2], &[0, 0]))
+                .input("x")
+                .output("y")
+                .qdq("x", s, z, "dx")
+                .op("Sigmoid", &["dx"], &["c"])
+                .qdq("c", "s", "z", "y")
+        };
+        let m = messages(sigmoid("s2", "z2"), "per-channel-activation");
+        assert!(m.len() == 1 && m[0].contains("'s2'") && m[0].contains("QLinearSigmoid"), "{m:?}");
+        assert!(kinds(sigmoid("s", "z")).is_empty());
     }
 
     #[test]

@@ -259,6 +259,7 @@ pub fn describe_rewrite(ctx: &Ctx, r: &Rewrite) -> super::Group {
         proof: Default::default(),
         counterexample: Default::default(),
         reason: Default::default(),
+        codes: Default::default(),
         params: None,
     }
 }

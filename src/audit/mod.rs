@@ -7,6 +7,7 @@ mod params;
 mod table;
 
 use params::Ctx;
+use qdqc_lang::canon::dtype_name;
 use qdqc_lang::{Model, Result, ir};
 use qdqc_lower::facts::Scopes;
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample, Verdict};
@@ -51,6 +52,10 @@ pub struct Group {
     /// Why a verdict is unknown (or refuted without a concrete input).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reason: BTreeMap<Isa, String>,
+    /// Per profile, the code type of each absorbed DQ's input and Q's output by node name, as the
+    /// fused kernel sees it (x86 runs QDQS8ToU8 first, turning int8 Q/DQ pairs to uint8).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub codes: BTreeMap<Isa, BTreeMap<String, String>>,
     /// The quantization parameters the proof used, when the group has per-tensor ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<dispatch::ParamsJson>,
@@ -74,7 +79,9 @@ pub fn audit(path: &Path, profiles: &[Isa], contract: Contract) -> Result<Audit>
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
             let verdict = dispatch::prove(ctx, fusion, isa, contract);
-            record(&mut groups, describe(ctx, fusion), isa, verdict);
+            let slot = record(&mut groups, describe(ctx, fusion), isa, verdict);
+            let codes = fusion.codes.iter().filter_map(|&(p, t)| Some((ctx.name(p), dtype_name(t?).to_string())));
+            groups[slot].codes.insert(isa, codes.collect());
         }
         for rewrite in &outcome.rewrites {
             let ctx = contexts.iter().find(|c| c.graph.location == rewrite.location).expect("every graph has a context");
@@ -118,12 +125,13 @@ fn describe(ctx: &Ctx, f: &Fusion) -> Group {
         proof: BTreeMap::new(),
         counterexample: BTreeMap::new(),
         reason: BTreeMap::new(),
+        codes: BTreeMap::new(),
         params: dispatch::params_json(ctx, f),
     }
 }
 
-/// Adds `verdict` for `isa` to the group with the same rule and nodes, or a new group.
-fn record(groups: &mut Vec<Group>, group: Group, isa: Isa, verdict: Verdict) {
+/// Adds `verdict` for `isa` to the group with the same rule and nodes, or a new group; its index.
+fn record(groups: &mut Vec<Group>, group: Group, isa: Isa, verdict: Verdict) -> usize {
     let slot = match groups.iter().position(|g| g.rule == group.rule && g.nodes == group.nodes && g.location == group.location) {
         Some(i) => i,
         None => {
@@ -145,6 +153,7 @@ fn record(groups: &mut Vec<Group>, group: Group, isa: Isa, verdict: Verdict) {
             g.reason.insert(isa, reason);
         }
     }
+    slot
 }
 
 pub use table::text;

@@ -21,10 +21,12 @@
 //! Not replayed: the float-only fusions and constant folding of other values (they do not touch
 //! Q/DQ), `TransposeOptimizer`, the Cast variant of DQ→MatMulNBits, and a second pass of level 2
 //! (its fusions leave nothing a second pass would select). Default session options are assumed.
-//! A differential run of 126 small models against the onnxruntime 1.31.1 wheel (x86, and with
-//! `session.qdqisint8allowed=1` for the ARM selectors) agreed on every group; the only differences
-//! were outside this module (ConvActivationFusion turning an unfused Conv+Clip into FusedConv) or
-//! not observable on x86 hardware (ARM's saturating float→int32 cast in IsClipMadeRedundantByQ).
+//! `tests/oracle/test_selectors.py` checks the replay, through `qdqc audit --json`, against the
+//! pinned onnxruntime 1.31.1 wheel on ~160 small models (x86 defaults, and
+//! `session.qdqisint8allowed=1` for the ARM selectors): fused groups, their code types, removed
+//! nodes and refused sessions. The only differences it leaves out are outside this module
+//! (ConvActivationFusion turning an unfused Conv+Clip into FusedConv) or not observable on x86
+//! hardware (ARM's saturating float→int32 cast in IsClipMadeRedundantByQ).
 //!
 //! Subgraphs (If/Loop/Scan bodies) are replayed the same way; they see the constant initializers of
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
@@ -58,6 +60,9 @@ pub struct Fusion {
     pub input_codes: Vec<Option<DataType>>,
     /// Code types it writes, one per Q.
     pub output_codes: Vec<Option<DataType>>,
+    /// The code type of each authored DQ's input and Q's output in the group, by node position, as
+    /// the fused kernel sees it (after QDQS8ToU8); `None` when the type is not known.
+    pub codes: Vec<(usize, Option<DataType>)>,
     /// Where the graph is: empty for the main graph, else the subgraph path.
     pub location: String,
 }
@@ -1237,16 +1242,17 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     /// `CommonSubexpressionElimination` (optimizer/common_subexpression_elimination.cc): nodes with
-    /// the same op, attributes and equivalent inputs are merged into the first one. DQs, nodes with
-    /// subgraphs and non-deterministic ops never merge; a graph output is never replaced. The case
-    /// that matters here: two identical Qs of one value become one Q with two DQ consumers.
+    /// the same op, attributes and equivalent inputs are merged into the first one in
+    /// [`Self::topological_order`]. DQs, nodes with subgraphs and non-deterministic ops never
+    /// merge; a graph output is never replaced. The case that matters here: two identical Qs of one
+    /// value become one Q with two DQ consumers (the one ORT keeps is the one its group names).
     fn eliminate_common_subexpressions(&mut self) -> bool {
         let mut class_of: HashMap<String, String> = HashMap::new();
         let mut representative: HashMap<String, String> = HashMap::new();
         let mut replace: Vec<(usize, String, String)> = Vec::new();
-        for id in 0..self.nodes.len() {
+        for id in self.topological_order() {
             let n = &self.nodes[id];
-            if !n.alive || n.op == "EPContext" {
+            if n.op == "EPContext" {
                 continue;
             }
             let inputs: Vec<String> =
@@ -1278,6 +1284,34 @@ impl<'m> Work<'m, '_, '_> {
             }
         }
         changed
+    }
+
+    /// `GraphViewer::GetNodesInTopologicalOrder` (graph_viewer.cc): `Graph::ReverseDFSFrom` the
+    /// leaf nodes (no output edge) in index order, a node's producers pushed in ascending index
+    /// order (`NodeCompare`), each node emitted when left. The stack pops the last leaf first, so
+    /// of two independent branches the one ending in the later leaf comes first.
+    fn topological_order(&self) -> Vec<usize> {
+        let live = |id: usize| self.nodes[id].alive;
+        let leaves: Vec<usize> = (0..self.nodes.len()).filter(|&id| live(id) && self.out_edge_count(id) == 0).collect();
+        let mut stack: Vec<(usize, bool)> = leaves.into_iter().map(|id| (id, false)).collect();
+        let mut visited = vec![false; self.nodes.len()];
+        let mut order = Vec::new();
+        while let Some((id, leave)) = stack.pop() {
+            if leave {
+                order.push(id);
+                continue;
+            }
+            if std::mem::replace(&mut visited[id], true) {
+                continue;
+            }
+            stack.push((id, true));
+            let n = &self.nodes[id];
+            let mut producers: Vec<usize> =
+                n.inputs.iter().chain(&n.implicit).filter_map(|i| self.producer.get(i.as_str()).copied()).collect();
+            producers.sort_unstable();
+            stack.extend(producers.into_iter().filter(|&p| !visited[p]).map(|p| (p, false)));
+        }
+        order
     }
 
     /// `IsNodeSupported` of the CSE: no subgraph, deterministic (`optimizer_utils::IsOperationDeterministic`),
@@ -2072,7 +2106,31 @@ impl<'m> Work<'m, '_, '_> {
                 && gemm.attr_f("alpha", 1.0) == 1.0
                 && self.in_type(sel, 2) == Some(DataType::Int32)
         };
-        types_ok && (sel.dqs.len() < 3 || bias_ok())
+        types_ok && (sel.dqs.len() < 3 || bias_ok()) && self.gemm_params_fit_qgemm(sel)
+    }
+
+    /// 1.31 (onnxruntime PR #28714, checked on the wheel): the scale and zero point of A's DQ and
+    /// of Y's Q must be scalars or one-element 1-D tensors, and those of B's and the bias's DQ may
+    /// also be 1-D with one element per output column N; a shape that is not known fails.
+    fn gemm_params_fit_qgemm(&self, sel: &Selection) -> bool {
+        let gemm = &self.nodes[sel.target];
+        let columns = self.nodes[sel.dqs[1]]
+            .input(0)
+            .and_then(|b| self.value_dims(b))
+            .filter(|d| d.len() == 2)
+            .map(|d| if gemm.attr_i("transB", 0) != 0 { d[0] } else { d[1] });
+        let fits = |node: usize, per_column: bool| {
+            let n = &self.nodes[node];
+            [n.input(1), n.input(2)].into_iter().flatten().all(|v| match self.value_dims(v).as_deref() {
+                Some([]) | Some([1]) => true,
+                Some(&[len]) => per_column && Some(len) == columns,
+                _ => false,
+            })
+        };
+        fits(sel.dqs[0], false)
+            && fits(sel.dqs[1], true)
+            && sel.dqs.get(2).is_none_or(|&b| fits(b, true))
+            && sel.qs.first().is_none_or(|&q| fits(q, false))
     }
 
     fn check_where(&self, sel: &Selection) -> bool {
@@ -2207,6 +2265,14 @@ impl<'m> Work<'m, '_, '_> {
             absorbed_clip: sel.clip.map(|c| self.nodes[c].origin),
             input_codes: sel.dqs.iter().map(|&dq| self.dq_type(dq)).collect(),
             output_codes: sel.qs.iter().map(|&q| self.q_type(q)).collect(),
+            codes: sel
+                .dqs
+                .iter()
+                .map(|&dq| (dq, self.dq_type(dq)))
+                .chain(sel.qs.iter().map(|&q| (q, self.q_type(q))))
+                .filter(|&(id, _)| self.nodes[id].authored)
+                .map(|(id, t)| (self.nodes[id].origin, t))
+                .collect(),
             location: self.location.clone(),
         });
         let target = self.nodes[sel.target].clone();
@@ -2824,6 +2890,36 @@ mod tests {
         assert_eq!(on_all(&gemm(false, true, 2.0, 1.0).load()).len(), 1, "alpha 2 without bias");
     }
 
+    #[test]
+    fn gemm_fuses_only_with_per_tensor_activations_and_per_column_weights() {
+        // a(f32[2, 4]) → Q/DQ(a params) → Gemm(DQ(w [4, 3], w params, axis)) → Q/DQ(y params) → y.
+        let gemm = |(sa, za): (&str, &str), (sw, zw, axis): (&str, &str, i64), (sy, zy): (&str, &str)| {
+            G::new(21)
+                .params()
+                .init(ints("w", Int8, &[4, 3], &[1; 12]))
+                .init(f32s("s1", &[1], &[0.1]))
+                .init(ints("u1", Uint8, &[1], &[0]))
+                .init(f32s("s3", &[3], &[0.1, 0.2, 0.3]))
+                .init(ints("i3", Int8, &[3], &[0; 3]))
+                .init(ints("u3", Uint8, &[3], &[0; 3]))
+                .init(f32s("s4", &[4], &[0.1; 4]))
+                .init(ints("i4", Int8, &[4], &[0; 4]))
+                .init(ints("u4", Uint8, &[4], &[0; 4]))
+                .typed_input("a", DataType::Float, &[2, 4])
+                .output("y")
+                .qdq("a", sa, za, "da")
+                .node(attr_i(node("DequantizeLinear", &["w", sw, zw], &["dw"]), "axis", axis))
+                .op("Gemm", &["da", "dw"], &["c"])
+                .qdq("c", sy, zy, "y")
+                .load()
+        };
+        assert_eq!(on_all(&gemm(("s", "z"), ("s", "z8", 1), ("s", "z"))).len(), 1);
+        assert_eq!(on_all(&gemm(("s1", "u1"), ("s3", "i3", 1), ("s1", "u1"))).len(), 1, "one element, or N for B");
+        assert!(on_all(&gemm(("s4", "u4"), ("s", "z8", 1), ("s", "z"))).is_empty(), "per-channel A");
+        assert!(on_all(&gemm(("s", "z"), ("s", "z8", 1), ("s3", "u3"))).is_empty(), "per-channel Y");
+        assert!(on_all(&gemm(("s", "z"), ("s4", "i4", 0), ("s", "z"))).is_empty(), "B per row (K), not per column");
+    }
+
     /// x(f32[2, 32]) → MatMul(DQ(w int4 [32, 8] blocked by `block` on axis 0)) → y.
     fn nbits(block: i64, shared: bool) -> G {
         let blocks = 32 / block;
@@ -2924,6 +3020,9 @@ mod tests {
             .op("DequantizeLinear", &["q2", "s", "z"], &["y2"])
             .load();
         assert_eq!(on_all(&l), one("1DQ", "com.microsoft.QLinearSigmoid", 2));
+        // ORT's topological order visits the branch of the last leaf (y2) first, so q2 (node 4)
+        // represents the pair and is the Q the group absorbs.
+        assert_eq!(run(&l, Isa::X86Avx2).fusions[0].q_outputs, vec![4]);
     }
 
     /// (transformer, exact) of every rewrite.
