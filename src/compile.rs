@@ -49,6 +49,9 @@ pub struct CompileReport {
     pub decisions: Vec<DecisionJson>,
     /// Every QDQ group of the input that no rule decided.
     pub undecided: Vec<GroupJson>,
+    /// What a runtime would silently reinterpret or break (spec §7), reported even when qdqc
+    /// changes nothing.
+    pub hazards: Vec<crate::audit::HazardJson>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -122,7 +125,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
         .map(group_json)
-        .filter(|g| !g.outputs.iter().any(|o| decisions.iter().any(|d| d.output == o.tensor)))
+        .filter(|g| !decisions.iter().any(|d| d.nodes.contains(&g.node) || g.outputs.iter().any(|o| d.output == o.tensor)))
         .collect();
     let s = lowering.stats;
     Ok(CompileReport {
@@ -148,6 +151,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
         decisions,
         undecided,
+        hazards: crate::audit::hazards_json(&model),
     })
 }
 
@@ -177,6 +181,9 @@ impl CompileReport {
         }
         for g in &self.undecided {
             writeln!(out, "KEPT    {} {} (no rule in the catalog)", g.op, g.node).unwrap();
+        }
+        for h in &self.hazards {
+            writeln!(out, "HAZARD  [{}] {}: {}", h.kind, h.node, h.message).unwrap();
         }
         out
     }

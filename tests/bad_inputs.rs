@@ -19,9 +19,13 @@ fn refused(make: impl FnOnce(&Path) -> std::path::PathBuf) -> String {
     assert_eq!(err.trim_end().lines().count(), 1, "one-line error, got: {err}");
     assert!(err.contains(input.to_str().unwrap()), "error names the file: {err}");
     assert!(listing(out_dir.path()).is_empty(), "no output left: {:?}", listing(out_dir.path()));
-    // inspect refuses the same input the same way.
-    let inspect = qdqc(&["inspect", input.to_str().unwrap()]);
-    assert_eq!(inspect.status.code(), Some(2), "inspect exit code: {}", stderr(&inspect));
+    // Every command that reads a model refuses the same input the same way.
+    for args in [vec!["inspect"], vec!["audit", "--json"], vec!["placement", input.to_str().unwrap()]] {
+        let run = qdqc(&[args.as_slice(), &[input.to_str().unwrap()]].concat());
+        assert_eq!(run.status.code(), Some(2), "{args:?} exit code: {}", stderr(&run));
+        assert_eq!(stderr(&run).trim_end().lines().count(), 1, "{args:?}: one-line error");
+        assert!(run.stdout.is_empty(), "{args:?} printed output for a bad input");
+    }
     err
 }
 

@@ -176,3 +176,33 @@ fn conv_whose_bias_scale_differs_is_refused() {
     let acc = 2f32.powi(-13);
     case("conv_bias_scale_differs", &conv_with_bias([acc, 2.0 * acc]));
 }
+
+/// DQ → Relu → Mul(0.5) → Q becomes a lookup table; DQ → Sqrt → Q over codes below the zero point
+/// would quantize NaN and is refused.
+#[test]
+fn elementwise_chains_become_lookup_tables() {
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_x", &["x", "s", "z"], &["dx"]),
+        node("Relu", "Relu", &["dx"], &["r"]),
+        node("Mul", "Half", &["r", "half"], &["h"]),
+        node("QuantizeLinear", "Q_h", &["h", "s_out", "z"], &["qh"]),
+        node("Sqrt", "Sqrt", &["dx"], &["sq"]),
+        node("QuantizeLinear", "Q_sq", &["sq", "s_out", "z"], &["qsq"]),
+    ];
+    let inits = vec![f32s("s", &[], &[0.07]), f32s("s_out", &[], &[0.03]), f32s("half", &[], &[0.5]), u8s("z", &[], &[100])];
+    let g = graph("chains", nodes, vec![value("x", U8, &[4])], vec![value("qh", U8, &[4]), value("qsq", U8, &[4])], inits);
+    case("lookup_tables", &model(g, 21));
+}
+
+/// Q/DQ written without their optional zero point (two inputs): rules see them like the others,
+/// the fused node gets explicit zero points, and authored nodes keep their two inputs.
+#[test]
+fn omitted_zero_points() {
+    let mut m = add([(0.25, 0), (0.5, 0), (-1.0, 0)], &["db"]);
+    let g = m.graph.as_mut().unwrap();
+    for n in &mut g.node {
+        n.input.truncate(2);
+    }
+    g.initializer.retain(|t| !t.name.as_deref().unwrap_or("").starts_with("z_"));
+    case("omitted_zero_points", &m);
+}

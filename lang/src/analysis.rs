@@ -70,6 +70,9 @@ pub struct TagFacts {
     pub op_type: String,
     pub domain: String,
     pub name: String,
+    /// Number of inputs as authored: lifting pads an omitted trailing zero point of Q/DQ with
+    /// `absent` so rules see one shape; emission trims back to this.
+    pub arity: usize,
     /// Values of the node's outputs, in order (`None` for omitted outputs).
     pub outputs: Vec<Option<ValueRef>>,
     /// `axis` and `block_size` attributes, for Q/DQ.

@@ -5,6 +5,7 @@
 //! * [`tensor`]: typed views of initializer data (never allocated from claimed dims).
 //! * [`ir`]: the validated model graph (petgraph), with subgraphs and outer-scope references.
 //! * [`term`] / [`analysis`]: the Q/DQ term language of the e-graph and its facts.
+//! * [`shapes`]: static shape inference for the main graph, kept on [`Model::shapes`].
 //! * [`canon`]: the canonical text form used by snapshots.
 
 pub mod analysis;
@@ -16,6 +17,7 @@ pub mod load;
 pub mod onnx;
 pub mod opset;
 pub mod save;
+pub mod shapes;
 pub mod tensor;
 pub mod term;
 

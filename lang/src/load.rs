@@ -1,12 +1,13 @@
 //! Loading a model: mmap, protobuf decode, external data resolution, tensor payload checks.
 
+use crate::analysis::Dim;
 use crate::error::{Error, Result};
 use crate::onnx::{self, ModelProto, TensorProto, tensor_proto::DataLocation};
 use crate::tensor::{self, Payload};
-use crate::{ir, opset};
+use crate::{ir, opset, shapes};
 use bytes::Bytes;
 use prost::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
@@ -16,6 +17,9 @@ pub struct Model {
     pub proto: ModelProto,
     /// The validated graph structure of `proto.graph`, with its subgraphs.
     pub graph: ir::Graph,
+    /// Shapes of the main graph's values, declared or inferred ([`shapes::infer`]); a value
+    /// absent from the map has an unknown shape.
+    pub shapes: HashMap<String, Vec<Dim>>,
     /// External data files by their `location`, mapped once.
     external: BTreeMap<String, Bytes>,
 }
@@ -35,9 +39,12 @@ impl Model {
         check_header(&proto).map_err(|p| Error::bad_input(path, p))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let external = map_external(&mut proto, &dir).map_err(|p| Error::bad_input(path, p))?;
-        let mut model = Model { path: path.to_path_buf(), proto, graph: ir::Graph::default(), external };
+        let mut model =
+            Model { path: path.to_path_buf(), proto, graph: ir::Graph::default(), shapes: HashMap::new(), external };
         model.check_tensors()?;
         model.graph = ir::Graph::build_main(&model)?;
+        // Inference reads the validated graph: payloads checked, producers known, no cycle.
+        model.shapes = shapes::infer(&model);
         Ok(model)
     }
 

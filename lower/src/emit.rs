@@ -43,7 +43,10 @@ pub fn emit(egraph: &QdqEGraph, extraction: &Extraction) -> Result<Vec<LoweredNo
             return Err(format!("node '{}' would be emitted twice", env.tag(tag).name));
         }
         let facts = env.tag(tag);
-        let inputs = term.args[1..].iter().map(|&c| name_of(c)).collect::<Result<_, _>>()?;
+        let mut inputs: Vec<String> = term.args[1..].iter().map(|&c| name_of(c)).collect::<Result<_, _>>()?;
+        if !facts.created {
+            inputs.truncate(facts.arity);
+        }
         let outputs = facts.outputs.iter().map(|o| o.map(|v| env.value(v).name.clone()).unwrap_or_default()).collect();
         let computation = if facts.created {
             Computation::Created {

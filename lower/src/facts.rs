@@ -1,6 +1,7 @@
-//! Facts about named values, read from the model: types and shapes from value_info, contents of
-//! constant initializers. Lookups walk the scope chain from the innermost graph outwards, so a
-//! subgraph sees the initializers of the graphs enclosing it.
+//! Facts about named values, read from the model: types and shapes from value_info (in the main
+//! graph completed by the shapes inferred at load), contents of constant initializers. Lookups
+//! walk the scope chain from the innermost graph outwards, so a subgraph sees the initializers of
+//! the graphs enclosing it.
 
 use qdqc_lang::analysis::{Constant, Dim, Interval, SMALL_CONSTANT, ValueFacts};
 use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
@@ -27,8 +28,13 @@ impl<'m> Scopes<'m> {
         self.chain.last().expect("never empty")
     }
 
+    /// The initializer holding `name`'s value. An initializer that is also a graph input is only
+    /// a default the caller may override: not a constant.
     fn initializer(&self, name: &str) -> Option<&'m TensorProto> {
-        self.chain.iter().rev().find_map(|g| g.initializer.iter().find(|t| tensor::name(t) == name))
+        self.chain.iter().rev().find_map(|g| {
+            let overridable = g.input.iter().any(|i| i.name.as_deref() == Some(name));
+            g.initializer.iter().find(|t| tensor::name(t) == name).filter(|_| !overridable)
+        })
     }
 
     fn declared_type(&self, name: &str) -> Option<&'m TypeProto> {
@@ -64,6 +70,15 @@ impl<'m> Scopes<'m> {
                     .collect()
             });
         }
+        // Values produced by nodes rarely have a declared shape; the main graph's inferred ones
+        // fill the gap (subgraph values are not inferred, and names there may shadow outer ones).
+        let known = |s: &Vec<Dim>| s.iter().all(|d| matches!(d, Dim::Known(_)));
+        if self.chain.len() == 1
+            && !facts.shape.as_ref().is_some_and(known)
+            && let Some(inferred) = model.shapes.get(name)
+        {
+            facts.shape = Some(inferred.clone());
+        }
         facts
     }
 }
@@ -84,4 +99,24 @@ fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
         c.f32_bits = Some(bits);
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn undeclared_main_graph_values_get_their_inferred_shape() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/cnn_residual_qdq.onnx");
+        let model = Model::load(&path).unwrap();
+        let scopes = Scopes::main(&model);
+        let dims = |d: &[i64]| Some(d.iter().map(|&v| Dim::Known(v)).collect::<Vec<_>>());
+        // Neither is in value_info: a Q after the first conv, and the Gemm output.
+        assert_eq!(scopes.facts(&model, "r1_QuantizeLinear_Output").shape, dims(&[1, 8, 16, 16]));
+        assert_eq!(scopes.facts(&model, "logits_QuantizeLinear_Input").shape, dims(&[1, 10]));
+        // Declared and initializer shapes are still read from the model.
+        assert_eq!(scopes.facts(&model, "r1").shape, dims(&[1, 8, 16, 16]));
+        assert_eq!(scopes.facts(&model, "c1_w_quantized").shape, dims(&[8, 3, 3, 3]));
+    }
 }

@@ -119,6 +119,7 @@ impl Lifter<'_> {
         let tag = NodeTag(env.tags.len() as u32);
         env.tags.push(TagFacts {
             node: pos,
+            arity: node.input.len(),
             created: false,
             attributes: node.attribute.iter().filter_map(Attribute::from_proto).collect(),
             op_type: node.op_type.clone().unwrap_or_default(),
@@ -140,6 +141,9 @@ impl Lifter<'_> {
                 self.egraph.add(Term::leaf(Op::Value(v)))
             };
             args.push(child);
+        }
+        if matches!(kind(node), NodeKind::Quantize | NodeKind::Dequantize) && node.input.len() == 2 {
+            args.push(self.egraph.add(Term::leaf(Op::Absent)));
         }
         let op = match kind(node) {
             NodeKind::Quantize => Op::Quantize,

@@ -81,8 +81,12 @@ pub fn audit(path: &Path, profiles: &[Isa], contract: Contract) -> Result<Audit>
             record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, dispatch::rewrite_verdict(rewrite));
         }
     }
-    let hazards = hazards(&model).into_iter().map(|h| HazardJson { kind: h.kind.to_string(), node: h.node, message: h.message }).collect();
+    let hazards = hazards_json(&model);
     Ok(Audit { file: path.display().to_string(), contract, profiles: profiles.to_vec(), groups, hazards })
+}
+
+pub(crate) fn hazards_json(model: &Model) -> Vec<HazardJson> {
+    hazards(model).into_iter().map(|h| HazardJson { kind: h.kind.to_string(), node: h.node, message: h.message }).collect()
 }
 
 fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scopes<'m>, out: &mut Vec<Ctx<'m>>) {

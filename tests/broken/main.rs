@@ -5,6 +5,7 @@
 mod activations;
 mod codes;
 mod gemm;
+mod kernels;
 mod pairs;
 mod quantize;
 
@@ -21,7 +22,7 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules()].into_iter().flatten().collect()
+    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules()].into_iter().flatten().collect()
 }
 
 /// Shows a counterexample's outputs, compared as f32 bit patterns, as the floats they are.

@@ -8,6 +8,7 @@ same bytes (given the pinned versions in requirements.txt). Model kinds:
 
   float     small float models built with onnx.helper (opset 21, ir_version 10)
   qdq       the float models quantized by onnxruntime.quantization.quantize_static (QDQ format)
+  pow2      each qdq model with every Q/DQ scale rounded to the nearest power of two (see pow2_variant)
   seed      models built by the seed scripts in <repo>/../shared/seeds/
   external  a QDQ model whose initializers live in an external data file
 """
@@ -16,11 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -499,6 +502,227 @@ def quantize(float_path: Path, out_path: Path, model: onnx.ModelProto, variant: 
 
 
 # --------------------------------------------------------------------------------------------
+# power-of-two variants
+#
+# With power-of-two scales every rescaling in a QDQ group is a shift: DQ products are exact, and
+# requantization multipliers such as sx·sw/sy are powers of two. These are the models where
+# Conv/MatMul/Add fusions must be provable under the `exact` contract.
+
+
+def nearest_pow2(s: float) -> int:
+    """The exponent k of the power of two nearest to s > 0 in log2.
+
+    Exact: with 2^(k0) <= s < 2^(k0+1), s is nearer 2^k0 in log2 iff s < sqrt(2)·2^k0, i.e.
+    s² < 2·4^k0, compared in rationals (no float log2 whose rounding could pick the wrong side).
+    A tie would need s = sqrt(2)·2^k0, which is irrational, so it cannot happen."""
+    f = Fraction(s)
+    if not (math.isfinite(s) and f > 0):
+        raise ValueError(f"scale {s!r} is not positive and finite")
+    _, e = math.frexp(s)  # s = m·2^e with 0.5 <= m < 1
+    k0 = e - 1
+    return k0 if f * f < 2 * Fraction(4) ** k0 else k0 + 1
+
+
+def _pow2_array(arr: np.ndarray, what: str) -> np.ndarray:
+    """Every element of ARR (a float scale tensor) rounded to the nearest power of two, in ARR's dtype.
+    Fails when the result is not a normal number of that dtype (spec §7: subnormal scales are a hazard
+    of their own, not what these models are for)."""
+    info = np.finfo(arr.dtype)
+    out = np.empty_like(arr)
+    for i, v in enumerate(arr.ravel().tolist()):
+        p = np.ldexp(np.float64(1.0), nearest_pow2(float(v)))
+        if not (float(info.tiny) <= p <= float(info.max)):
+            raise ValueError(f"{what}: scale {v!r} rounds to 2^{int(np.log2(p))}, not a normal {arr.dtype}")
+        out.ravel()[i] = p  # a normal power of two: exact in the dtype
+    return out
+
+
+def _along(scale: np.ndarray, shape, axis: int, what: str) -> np.ndarray:
+    """SCALE (one element, or one per index of AXIS as DequantizeLinear reads it) broadcast to SHAPE."""
+    if scale.size == 1:
+        return np.broadcast_to(scale.reshape(()), shape)
+    if len(shape) == 0 or scale.size != shape[axis % len(shape)]:
+        raise ValueError(f"{what}: scale of {scale.size} elements does not fit codes of shape {list(shape)}, axis {axis}")
+    view = [1] * len(shape)
+    view[axis % len(shape)] = scale.size
+    return np.broadcast_to(scale.reshape(view), shape)
+
+
+def _rne(x: Fraction) -> int:
+    return round(x)  # Fraction.__round__ rounds half to even
+
+
+def _fit(arr: np.ndarray, shape, what: str) -> np.ndarray:
+    """ARR (one element, or as many as SHAPE holds) as an array of SHAPE."""
+    if arr.size == 1:
+        return np.broadcast_to(arr.reshape(()), shape).copy()
+    if arr.size != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"{what}: {arr.size} values do not fit shape {list(shape)}")
+    return arr.reshape(shape).copy()
+
+
+def pow2_variant(qm: onnx.ModelProto, float_model: onnx.ModelProto | None) -> tuple[onnx.ModelProto, dict]:
+    """A copy of QM with every float scale initializer feeding a QuantizeLinear/DequantizeLinear (scale
+    input, any graph, per-tensor or per-channel) rounded to the nearest power of two, and the int32 bias
+    DQs kept consistent:
+
+    * a bias is a DequantizeLinear of an INT32 initializer. Its scale is recomputed as
+      fl(x_scale'·w_scale') from the rounded scales of the DQs feeding inputs 0 and 1 of its consumer
+      (Conv, Gemm, LayerNormalization as quantize_static writes them), so ORT's "bias scale = sx·sw
+      bitwise" condition (spec §3) holds exactly; a product of powers of two is exact. The source
+      model must satisfy that relation (to rounding), else this fails rather than guess.
+    * its int32 codes are recomputed as rne(b / bias_scale') + zp from the float bias b when one is
+      known: the float initializer named like the codes without quantize_static's `_quantized` suffix,
+      in QM itself, else in FLOAT_MODEL (quantize_static's QDQ output does not keep it). Otherwise the
+      codes are rescaled, rne((code - zp)·bias_scale / bias_scale') + zp in exact rationals: exact
+      whenever that is an integer, else the nearest (ties to even). Leaving the int32 range is an error.
+
+    Weight and activation codes and all zero points are kept as they are: the pow2 model is a model
+    of its own, not an approximation of the float one (its codes all stay valid). Returns the model and
+    counts for its description."""
+    m = onnx.ModelProto()
+    m.CopyFrom(qm)
+    float_inits = {}
+    if float_model is not None:
+        float_inits = {t.name: t for g in iter_graphs(float_model.graph) for t in g.initializer}
+    stats = {"scales": 0, "changed": 0, "biases": 0, "bias_from_float": 0, "bias_rescaled_exact": 0,
+             "bias_rescaled_rounded": 0}
+    # Initializers are keyed by (index of the defining graph in walk order, name): names may repeat
+    # across subgraphs, and a scale shared by several Q/DQ nodes must be rounded once.
+    scales: dict[tuple, onnx.TensorProto] = {}
+    biases: list = []
+
+    def scale_of(scope, node, where):
+        if len(node.input) < 2 or node.input[1] not in scope:
+            raise ValueError(f"{where}: node {node.name!r} ({node.op_type}) has no initializer scale; "
+                             f"pow2_variant only rewrites initializer scales")
+        key, t = scope[node.input[1]]
+        if t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+            raise ValueError(f"{where}: scale {t.name!r} of {node.name!r} has type "
+                             f"{TensorProto.DataType.Name(t.data_type)}, not float/float16")
+        return key, t
+
+    def walk(graph: onnx.GraphProto, outer: dict):
+        gi = walk.count
+        walk.count += 1
+        scope = dict(outer)
+        scope.update({t.name: ((gi, t.name), t) for t in graph.initializer})
+        producer = {o: n for n in graph.node for o in n.output}
+        consumers: dict[str, list] = {}
+        for n in graph.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        for n in graph.node:
+            if n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+                continue
+            key, t = scale_of(scope, n, graph.name)
+            x = scope.get(n.input[0])
+            if n.op_type == "DequantizeLinear" and x is not None and x[1].data_type == TensorProto.INT32:
+                biases.append((n, key, t, x[1], scope, producer, consumers.get(n.output[0], [])))
+            else:
+                scales[key] = t
+        for n in graph.node:
+            for a in n.attribute:
+                for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sg, scope)
+
+    walk.count = 0
+    walk(m.graph, {})
+    rounded: dict[tuple, np.ndarray] = {}
+    for key, t in scales.items():
+        arr = numpy_helper.to_array(t)
+        rounded[key] = _pow2_array(arr, t.name)
+        stats["scales"] += 1
+        stats["changed"] += int(np.sum(rounded[key] != arr))
+
+    new_biases: dict[tuple, np.ndarray] = {}
+    for dq, bkey, bs, codes_t, scope, producer, users in biases:
+        if bkey in scales:
+            raise ValueError(f"bias scale {bs.name!r} is also the scale of a non-bias Q/DQ")
+        if not users:
+            raise ValueError(f"int32 DQ {dq.name!r} has no consumer")
+        old_scale = numpy_helper.to_array(bs)
+        want = None
+        for user in users:
+            # quantize_static writes the bias as input 2 of a node whose inputs 0 and 1 are DQ outputs.
+            dqs = [producer.get(i) for i in user.input[:2]]
+            if len(user.input) < 3 or user.input[2] != dq.output[0] or any(
+                d is None or d.op_type != "DequantizeLinear" for d in dqs
+            ):
+                raise ValueError(f"int32 DQ {dq.name!r} feeds {user.op_type} {user.name!r} other than as the bias "
+                                 f"(input 2) of a node whose inputs 0 and 1 are DequantizeLinear outputs")
+            (kx, sx_t), (kw, sw_t) = (scale_of(scope, d, user.name) for d in dqs)
+            if kx not in rounded or kw not in rounded:
+                raise ValueError(f"{user.name}: its x or w scale is itself a bias scale")
+            dtype = old_scale.dtype
+            what = f"bias scale {bs.name!r} of {user.op_type} {user.name!r}"
+            before = _fit(numpy_helper.to_array(sx_t).astype(dtype) * numpy_helper.to_array(sw_t).astype(dtype),
+                          old_scale.shape, what)
+            if not np.allclose(before, old_scale, rtol=1e-6, atol=0):
+                raise ValueError(f"{what} is not {sx_t.name}·{sw_t.name} in the source model")
+            prod = _fit((rounded[kx].astype(dtype) * rounded[kw].astype(dtype)).astype(dtype), old_scale.shape, what)
+            if want is not None and not np.array_equal(want, prod):
+                raise ValueError(f"int32 DQ {dq.name!r} feeds nodes with different x_scale·w_scale")
+            want = prod
+        new_biases[bkey] = want
+
+        # the codes: from the float bias when known, else rescaled
+        codes = numpy_helper.to_array(codes_t).astype(np.int64)
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+        new_s, old_s = (_along(v, codes.shape, axis, dq.name) for v in (want, old_scale))
+        zp = np.zeros(codes.shape, np.int64)
+        if len(dq.input) > 2 and dq.input[2]:
+            if dq.input[2] not in scope:
+                raise ValueError(f"int32 DQ {dq.name!r}: zero point {dq.input[2]!r} is not an initializer")
+            zp = _along(numpy_helper.to_array(scope[dq.input[2]][1]).astype(np.int64), codes.shape, axis, dq.name)
+        base = codes_t.name[: -len("_quantized")] if codes_t.name.endswith("_quantized") else None
+        fb = scope.get(base, (None, None))[1] if base else None
+        if fb is None or fb.data_type != TensorProto.FLOAT:
+            fb = float_inits.get(base) if base else None
+        fvals = numpy_helper.to_array(fb) if fb is not None and fb.data_type == TensorProto.FLOAT else None
+        if fvals is not None and fvals.shape != codes.shape:
+            fvals = None
+        out = np.empty(codes.shape, dtype=np.int64)
+        for idx in np.ndindex(codes.shape):
+            ns = Fraction(float(new_s[idx]))
+            if fvals is not None:
+                out[idx] = _rne(Fraction(float(fvals[idx])) / ns) + int(zp[idx])
+            else:
+                exact = int(codes[idx] - zp[idx]) * Fraction(float(old_s[idx])) / ns
+                out[idx] = _rne(exact) + int(zp[idx])
+                stats["bias_rescaled_exact" if exact.denominator == 1 else "bias_rescaled_rounded"] += 1
+        if fvals is not None:
+            stats["bias_from_float"] += 1
+        info = np.iinfo(np.int32)
+        if out.min(initial=0) < info.min or out.max(initial=0) > info.max:
+            raise ValueError(f"bias {codes_t.name!r} leaves the int32 range at scale {want.tolist()}")
+        codes_t.CopyFrom(numpy_helper.from_array(out.astype(np.int32), codes_t.name))
+        stats["biases"] += 1
+
+    for key, t in scales.items():
+        t.CopyFrom(numpy_helper.from_array(rounded[key], t.name))
+    for dq, bkey, bs, *_ in biases:
+        bs.CopyFrom(numpy_helper.from_array(new_biases[bkey], bs.name))
+    return m, stats
+
+
+def pow2_description(name: str, stats: dict) -> str:
+    d = (f"{name} with every Q/DQ scale rounded to the nearest power of two in log2 ({stats['scales']} scale "
+         f"tensors, {stats['changed']} values changed); weight/activation codes and zero points kept")
+    if stats["biases"]:
+        how = []
+        if stats["bias_from_float"]:
+            how.append(f"rne(b/scale) from the float bias for {stats['bias_from_float']}")
+        rescaled = stats["biases"] - stats["bias_from_float"]
+        if rescaled:
+            how.append(f"rescaled from the source codes for {rescaled} ({stats['bias_rescaled_exact']} codes exact, "
+                       f"{stats['bias_rescaled_rounded']} rounded to nearest)")
+        d += (f"; {stats['biases']} int32 bias DQs: scale = fl(x_scale·w_scale) of the rounded scales, codes "
+              + ", ".join(how))
+    return d
+
+
+# --------------------------------------------------------------------------------------------
 # inspection helpers (also used by the tests)
 
 
@@ -627,6 +851,9 @@ def build(outdir: Path) -> dict:
                             "QDQ only in the main graph, If/Loop bodies stay float"
                         )
                 add(name, f"{name}.onnx", "qdq", description)
+                pm, pstats = pow2_variant(qm, model)
+                onnx.save_model(pm, outdir / f"{name}_pow2.onnx")
+                add(f"{name}_pow2", f"{name}_pow2.onnx", "pow2", pow2_description(name, pstats), source=name)
 
         # seed models: run the seed scripts, which write the model to argv[1]
         for script, name, desc in SEED_SCRIPTS:

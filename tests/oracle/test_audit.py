@@ -126,7 +126,7 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
 def qdq_entries():
     from oracle_util import manifest
 
-    return [m for m in manifest()["models"] if m["kind"] in ("qdq", "seed", "external")]
+    return [m for m in manifest()["models"] if m["kind"] in ("qdq", "pow2", "seed", "external")]
 
 
 @pytest.mark.parametrize("qdq_entry", qdq_entries(), ids=lambda m: m["name"])

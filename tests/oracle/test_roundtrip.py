@@ -48,12 +48,50 @@ def test_manifest_matches_corpus_script(corpus_manifest):
     names = [m["name"] for m in corpus_manifest["models"]]
     assert len(names) == len(set(names)), f"duplicate names in manifest: {names}"
     kinds = {m["kind"] for m in corpus_manifest["models"]}
-    assert kinds == {"qdq", "float", "seed", "external"}, f"unexpected kinds {kinds}"
+    assert kinds == {"qdq", "pow2", "float", "seed", "external"}, f"unexpected kinds {kinds}"
     for m in corpus_manifest["models"]:
         assert set(m) >= {"name", "file", "kind", "description", "full_check"}, m
         assert (CORPUS_DIR / m["file"]).is_file(), f"{m['file']} listed but missing in {CORPUS_DIR}"
         for d in m.get("data_files", []):
             assert (CORPUS_DIR / d).is_file(), f"external data {d} listed but missing in {CORPUS_DIR}"
+
+
+def test_pow2_variants(corpus_manifest):
+    """Every qdq model has a `<name>_pow2` twin whose Q/DQ scales are all powers of two, whose int32
+    bias scales are fl(x_scale·w_scale) bitwise, and whose other initializers are the source's."""
+    from onnx import numpy_helper
+
+    models = {m["name"]: m for m in corpus_manifest["models"]}
+    qdq = [m for m in corpus_manifest["models"] if m["kind"] == "qdq"]
+    assert qdq, "the corpus has no qdq models"
+    for src in qdq:
+        twin = models.get(f"{src['name']}_pow2")
+        assert twin is not None and twin["kind"] == "pow2", f"{src['name']} has no pow2 variant"
+        a, b = onnx.load(str(model_path(src))), onnx.load(str(model_path(twin)))
+        ia = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
+        ib = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
+        assert ia.keys() == ib.keys(), f"{twin['name']}: initializer names differ from {src['name']}"
+        producer = {o: n for n in b.graph.node for o in n.output}
+        touched = set()
+        for n in b.graph.node:
+            if n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+                continue
+            s = ib[n.input[1]]
+            mant, _ = np.frexp(s.astype(np.float64))
+            assert np.all(mant == 0.5), f"{twin['name']}: scale {n.input[1]} of {n.name} is not a power of two: {s}"
+            touched.add(n.input[1])
+            is_bias = n.op_type == "DequantizeLinear" and n.input[0] in ib and ib[n.input[0]].dtype == np.int32
+            if is_bias:
+                user = next(u for u in b.graph.node if n.output[0] in u.input)
+                sx, sw = (ib[producer[i].input[1]] for i in user.input[:2])
+                want = (sx * sw).astype(np.float32)
+                assert np.array_equal(np.broadcast_to(want.ravel() if want.size > 1 else want, s.shape), s), (
+                    f"{twin['name']}: bias scale {n.input[1]} is not fl(x_scale·w_scale) of {user.name}")
+                touched.add(n.input[0])
+        for name, arr in ia.items():
+            if name not in touched:
+                assert arr.dtype == ib[name].dtype and np.array_equal(arr, ib[name]), (
+                    f"{twin['name']}: initializer {name} differs from {src['name']}")
 
 
 def test_compile_succeeds_and_checks(qdqc, compiled, entry):

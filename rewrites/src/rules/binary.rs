@@ -60,11 +60,11 @@ struct Fusion {
 }
 
 impl Fusion {
-    fn params(&self, eg: &QdqEGraph, s: &Subst) -> Result<BinaryParams, String> {
+    fn params(&self, eg: &QdqEGraph, eclass: Id, s: &Subst) -> Result<BinaryParams, String> {
         let p = BinaryParams {
             a: qparam(eg, Some(var(s, "?a")), var(s, "?sa"), var(s, "?za"))?,
             b: qparam(eg, Some(var(s, "?b")), var(s, "?sb"), var(s, "?zb"))?,
-            c: qparam(eg, None, var(s, "?sc"), var(s, "?zc"))?,
+            c: qparam(eg, Some(eclass), var(s, "?sc"), var(s, "?zc"))?,
         };
         // ORT's kernels take one 8-bit type for all three tensors.
         if !(p.a.code == p.b.code && p.b.code == p.c.code && matches!(p.a.code, CodeType::U8 | CodeType::I8)) {
@@ -81,7 +81,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
             return vec![];
         }
         let fused_op = format!("com.microsoft.{}", self.op.ort_name());
-        let params = match self.params(eg, s) {
+        let params = match self.params(eg, eclass, s) {
             Ok(p) => p,
             Err(reason) => {
                 let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();

@@ -102,7 +102,7 @@ impl Applier<Term, QdqAnalysis> for OnCodes {
         let Some(op_tag) = tag(eg, var(s, "?to")) else { return vec![] };
         let attributes = eg.analysis.env.tag(op_tag).attributes.clone();
         let selects = self.op != "Resize" || attributes.iter().all(|a| a.name != "mode" || a.value == AttrValue::Str("nearest".into()));
-        let params = qparam(eg, Some(var(s, "?x")), var(s, "?s"), var(s, "?z")).and_then(|x| Ok((x, qparam(eg, Some(var(s, "?x")), var(s, "?s2"), var(s, "?z2"))?)));
+        let params = qparam(eg, Some(var(s, "?x")), var(s, "?s"), var(s, "?z")).and_then(|x| Ok((x, qparam(eg, Some(eclass), var(s, "?s2"), var(s, "?z2"))?)));
         let (fired, verdicts) = match params {
             Ok((x, y)) => decide(&self.options, |_| prove(x, y, self.monotone, selects)),
             Err(reason) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),

@@ -65,10 +65,15 @@ pub fn channels(eg: &QdqEGraph, scale: Id, zp: Id) -> Result<(Vec<f32>, Vec<i64>
     Ok((scales, zps, zf.dtype))
 }
 
-/// Per-tensor parameters of the codes `codes` quantized with (`scale`, `zp`).
+/// Per-tensor parameters of the codes `codes` quantized with (`scale`, `zp`). For a Q's output,
+/// pass the Q's own e-class as `codes`: its facts carry the type `output_dtype` gives.
 pub fn qparam(eg: &QdqEGraph, codes: Option<Id>, scale: Id, zp: Id) -> Result<QParam, String> {
     let (scales, zps, zp_type) = channels(eg, scale, zp)?;
     let ([s], [z]) = (&scales[..], &zps[..]) else { return Err("per-channel parameters where per-tensor are needed".into()) };
+    // ORT's fused kernels take a scalar or a one-element vector, nothing of higher rank.
+    if constant(eg, scale).is_some_and(|(_, c)| c.dims.len() > 1) {
+        return Err("a per-tensor scale of rank above 1".into());
+    }
     let dtype = codes.and_then(|c| eg[c].data.dtype).or(zp_type).unwrap_or(DataType::Uint8);
     let code = CodeType::from_dtype(dtype).ok_or_else(|| format!("codes of type {} are not integers", dtype.as_str_name()))?;
     Ok(QParam::new(*s, *z, code))

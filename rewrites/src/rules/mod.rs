@@ -10,6 +10,9 @@ pub mod binary;
 mod drop;
 mod gemm;
 mod group;
+mod lookup;
+mod lut;
+mod pool;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -66,5 +69,8 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(gemm::rules(options, log));
     rules.extend(drop::rules(options, log));
+    rules.extend(lookup::rules(options, log));
+    rules.extend(lut::rules(options, log));
+    rules.extend(pool::rules(options, log));
     rules
 }
