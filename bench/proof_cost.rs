@@ -1,6 +1,7 @@
 //! Proof cost: `cargo bench --bench proof_cost`. Prints the time of the 65 536-pair P1 check
-//! (QLinearAdd, per ISA profile and contract) and of the P3 requantization proof per output
-//! channel (K = 64 random int8 weights), medians over seeded random parameter sets.
+//! (QLinearAdd, per ISA profile and contract), of the P3 requantization proof per output
+//! channel (K = 64 random int8 weights), medians over seeded random parameter sets, and of P3 per
+//! channel as the unsaturated window widens.
 
 use qdqc_rewrites::exact::reference::CodeType;
 use qdqc_rewrites::exact::{Contract, QParam, Verdict};
@@ -81,4 +82,36 @@ fn main() {
         let ms = |contract| summary(groups.iter().map(|g| time(|| requant::prove(g, isa, contract))).collect());
         println!("{:<16} {:>22} {:>22}", isa.name(), ms(Contract::Exact), ms(Contract::Real));
     }
+
+    println!("\nP3 window widths: one QLinearMatMul channel, K = 64 (one weight 1, the rest 127: accumulators up to ±1.04M, gcd 1), x86-avx512vnni");
+    println!("{:<8} {:>8} {:>14} {:>14} {:>14} {:>8}", "contract", "S", "accumulators", "µs/channel", "worst µs", "verdict");
+    let w: Vec<i64> = [1].into_iter().chain([127; 63]).collect();
+    for contract in [Contract::Exact, Contract::Real] {
+        for s in [-8, -12, -16] {
+            window_timing(contract, s, &w);
+        }
+    }
+}
+
+/// P3 on 8 single-channel groups whose effective scale is about `2^s`: power-of-two scales under
+/// `exact` (P2 holds), generic ones under `real`.
+fn window_timing(contract: Contract, s: i32, w: &[i64]) {
+    let (sx, sw, sy) = if contract == Contract::Exact { (1.0, 1.0, 2f32.powi(-s)) } else { (0.731, 0.0123, 0.731 * 0.0123 * 0.5f32.powi(s) * 1.01) };
+    let q = |scale: f32| QParam::new(scale, 128, CodeType::U8);
+    let (mut total, mut worst, mut points, mut verdict) = (0.0f64, 0.0f64, 0, "");
+    const CHANNELS: usize = 8;
+    for _ in 0..CHANNELS {
+        let g = GemmGroup::new(GemmKind::MatMul, q(sx), CodeType::I8, vec![w.to_vec()], vec![sw], vec![0], q(sy));
+        let t = Instant::now();
+        let v = std::hint::black_box(requant::prove(&g, Isa::X86Avx512Vnni, contract));
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        (total, worst) = (total + us, worst.max(us));
+        points = match &v {
+            Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => proof.domain,
+            Verdict::Unknown { .. } => 0,
+        };
+        verdict = v.word();
+    }
+    let contract = format!("{contract:?}").to_lowercase();
+    println!("{contract:<8} {:>8} {points:>14} {:>14.0} {worst:>14.0} {verdict:>8}", format!("2^{s}"), total / CHANNELS as f64);
 }

@@ -9,7 +9,7 @@ mod placement;
 mod profile;
 
 pub use audit::{Audit, audit};
-pub use compile::{CompileOptions, CompileReport, compile};
+pub use compile::{CompileOptions, CompileReport, DecisionJson, compile};
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;

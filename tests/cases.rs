@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use qdqc::{CompileOptions, CompileReport};
-use qdqc_lang::onnx::ModelProto;
+use qdqc_lang::onnx::{AttributeProto, ModelProto, attribute_proto::AttributeType};
 use qdqc_lang::{Model, canon};
 use std::fmt::Write;
 use std::path::Path;
@@ -133,6 +133,48 @@ fn per_channel_asymmetric_zero_points_stay_unfused_on_codes() {
     ];
     let g = graph("per_channel", dq, vec![], vec![value("qr", U8, &[6])], inits);
     case("per_channel_asymmetric", &model(g, 21));
+}
+
+/// DQ(x u8[1,2,4,4]) ⊛ DQ(w i8[2,2,3,3]) + DQ(b i32[2]) → Q with power-of-two scales, the bias
+/// DQ's scales (per channel, axis 0) given.
+fn conv_with_bias(bias_scales: [f32; 2]) -> ModelProto {
+    let mut dq_b = node("DequantizeLinear", "DQ_b", &["b", "s_b", "z_b"], &["db"]);
+    dq_b.attribute.push(AttributeProto { name: Some("axis".into()), r#type: Some(AttributeType::Int as i32), i: Some(0), ..Default::default() });
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_x", &["x", "s_x", "z_x"], &["dx"]),
+        node("DequantizeLinear", "DQ_w", &["w", "s_w", "z_w"], &["dw"]),
+        dq_b,
+        with_ints(node("Conv", "Conv", &["dx", "dw", "db"], &["c"]), "pads", &[1, 1, 1, 1]),
+        node("QuantizeLinear", "Q_c", &["c", "s_c", "z_c"], &["y"]),
+    ];
+    // |w| ≤ 40: no pair of u8·s8 products leaves int16 on x86-avx2.
+    let w: Vec<i8> = (0..36).map(|i| ((i * 37 + 11) % 81) as i8 - 40).collect();
+    let inits = vec![
+        f32s("s_x", &[], &[2f32.powi(-7)]),
+        u8s("z_x", &[], &[128]),
+        i8s("w", &[2, 2, 3, 3], &w),
+        f32s("s_w", &[], &[2f32.powi(-6)]),
+        i8s("z_w", &[], &[0]),
+        i32s("b", &[2], &[-2000, 900]),
+        f32s("s_b", &[2], &bias_scales),
+        i32s("z_b", &[2], &[0, 0]),
+        f32s("s_c", &[], &[2f32.powi(-3)]),
+        u8s("z_c", &[], &[128]),
+    ];
+    model(graph("conv", nodes, vec![value("x", U8, &[1, 2, 4, 4])], vec![value("y", U8, &[1, 2, 4, 4])], inits), 21)
+}
+
+#[test]
+fn conv_with_power_of_two_scales_fuses() {
+    // The bias on the accumulator's scale fl(sx·sw) = 2^-13, as ORT reads it.
+    let acc = 2f32.powi(-13);
+    case("conv_power_of_two", &conv_with_bias([acc, acc]));
+}
+
+#[test]
+fn conv_whose_bias_scale_differs_is_refused() {
+    let acc = 2f32.powi(-13);
+    case("conv_bias_scale_differs", &conv_with_bias([acc, 2.0 * acc]));
 }
 
 /// DQ → Relu → Mul(0.5) → Q becomes a lookup table; DQ → Sqrt → Q over codes below the zero point

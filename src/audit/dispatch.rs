@@ -6,7 +6,7 @@ use qdqc_rewrites::exact::p1::exhaustive;
 use qdqc_rewrites::exact::reference::{dequantize, quantize};
 use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
-use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind};
+use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, column_channels, row_channels};
 use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
 use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
@@ -147,11 +147,11 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
         "Conv" => {
             let kernel_size = dims.iter().skip(2).product::<i64>() as usize;
             let groups = ctx.int_attr(target, "group").unwrap_or(1) as usize;
-            (GemmKind::Conv { kernel_size, groups }, rows(&codes, dims.first().copied().unwrap_or(0) as usize))
+            (GemmKind::Conv { kernel_size, groups }, row_channels(&codes, dims.first().copied().unwrap_or(0) as usize))
         }
         "MatMul" => {
             let [k, n] = dims[..] else { return Err(format!("MatMul weight of rank {} (only 2-D B is modelled)", dims.len())) };
-            (GemmKind::MatMul, columns(&codes, k as usize, n as usize))
+            (GemmKind::MatMul, column_channels(&codes, k as usize, n as usize))
         }
         _ => {
             let [a, b] = dims[..] else { return Err("Gemm weight is not 2-D".into()) };
@@ -159,7 +159,7 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
                 return Err("Gemm with transA".into());
             }
             let alpha = ctx.float_attr(target, "alpha").unwrap_or(1.0);
-            let weights = if ctx.int_attr(target, "transB").unwrap_or(0) != 0 { rows(&codes, a as usize) } else { columns(&codes, a as usize, b as usize) };
+            let weights = if ctx.int_attr(target, "transB").unwrap_or(0) != 0 { row_channels(&codes, a as usize) } else { column_channels(&codes, a as usize, b as usize) };
             (GemmKind::Gemm { alpha }, weights)
         }
     };
@@ -171,19 +171,6 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
         return Err("the bias is not an authored int32 DequantizeLinear".into());
     }
     Ok(group)
-}
-
-/// Row-major `[m, k]` codes as `m` channels of `k`.
-fn rows(codes: &[i64], m: usize) -> Vec<Vec<i64>> {
-    if m == 0 {
-        return Vec::new();
-    }
-    codes.chunks(codes.len() / m).map(<[i64]>::to_vec).collect()
-}
-
-/// Row-major `[k, n]` codes as `n` channels (columns) of `k`.
-fn columns(codes: &[i64], k: usize, n: usize) -> Vec<Vec<i64>> {
-    (0..n).map(|c| (0..k).map(|r| codes[r * n + c]).collect()).collect()
 }
 
 fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {

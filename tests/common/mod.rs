@@ -31,6 +31,15 @@ pub fn u8s(name: &str, dims: &[i64], vals: &[u8]) -> TensorProto {
     TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(U8), raw_data: Some(vals.to_vec().into()), ..Default::default() }
 }
 
+pub fn i8s(name: &str, dims: &[i64], vals: &[i8]) -> TensorProto {
+    let raw: Vec<u8> = vals.iter().map(|&v| v as u8).collect();
+    TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(I8), raw_data: Some(raw.into()), ..Default::default() }
+}
+
+pub fn i32s(name: &str, dims: &[i64], vals: &[i32]) -> TensorProto {
+    TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(I32), int32_data: vals.to_vec(), ..Default::default() }
+}
+
 pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     NodeProto {
         op_type: Some(op.into()),

@@ -113,6 +113,26 @@ pub fn check(
     Report { outcome, points, window, micros: start.elapsed().as_micros() as u64 }
 }
 
+/// Whether `kernel` and `reference` are equal on every integer of `[lo, hi]`, by the window
+/// argument of [`check`] but stopping at the first difference: for searches that try candidates
+/// and need no count. `Ok(points compared)`; `Err` names the difference or why the window was not
+/// enumerated.
+pub fn agree((lo, hi): (i64, i64), codes: Codes, kernel: impl Fn(i64) -> i64, reference: impl Fn(i64) -> i64) -> Result<u64, String> {
+    let sign = if codes.direction == Direction::NonIncreasing { -1 } else { 1 };
+    let (lo, hi) = if sign < 0 { (-hi, -lo) } else { (lo, hi) };
+    let k = |n: i64| kernel(sign * n);
+    let r = |n: i64| reference(sign * n);
+    let Some((a, b)) = window((lo, hi), codes, &k, &r) else { return Ok(0) };
+    let points = (b - a) as u64 + 1;
+    if points > MAX_ENUMERATION {
+        return Err(format!("requantization window of {points} accumulators is too wide to enumerate"));
+    }
+    match (a..=b).find(|&n| k(n) != r(n)) {
+        Some(n) => Err(format!("kernel {} ≠ reference {} at {}", k(n), r(n), sign * n)),
+        None => Ok(points),
+    }
+}
+
 /// `[a, b]`: the part of `[lo, hi]` outside which both non-decreasing functions saturate alike.
 fn window((lo, hi): (i64, i64), c: Codes, k: &impl Fn(i64) -> i64, r: &impl Fn(i64) -> i64) -> Option<(i64, i64)> {
     if lo > hi {
@@ -515,6 +535,20 @@ mod tests {
         let off = |n: i64| if n == -40 { k(n) + 1 } else { k(n) };
         let rep = check((-1 << 20, 1 << 20), neg, off, k, |_| true);
         assert!(matches!(rep.outcome, Outcome::Refuted { first: Mismatch { at: -40, .. }, differing: 1 }), "{:?}", rep.outcome);
+    }
+
+    #[test]
+    fn agree_stops_at_the_first_difference() {
+        let exact = |n: i64| requant(n, 1.0 / 64.0, 128);
+        assert!(matches!(agree((-100_000, 100_000), U8, exact, exact), Ok(p) if p >= 254 * 64));
+        let off = |n: i64| if n == 700 { exact(n) + 1 } else { exact(n) };
+        assert_eq!(agree((-100_000, 100_000), U8, off, exact), Err("kernel 140 ≠ reference 139 at 700".to_string()));
+        let neg = Codes { direction: Direction::NonIncreasing, ..U8 };
+        let k = |n: i64| requant(n, -1.0 / 16.0, 100);
+        let off = |n: i64| if n == -40 { k(n) + 1 } else { k(n) };
+        assert!(agree((-1 << 20, 1 << 20), neg, off, k).unwrap_err().ends_with("at -40"));
+        let wide = |n: i64| requant(n, 1.0 / (1 << 20) as f64, 0);
+        assert!(agree((i32::MIN as i64, i32::MAX as i64), U8, wide, wide).unwrap_err().contains("too wide"));
     }
 
     #[test]

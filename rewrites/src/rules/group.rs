@@ -40,6 +40,13 @@ fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
     Some((facts, facts.constant.as_ref()?))
 }
 
+/// Dims and values of the constant integer tensor behind a leaf; `None` when it is not one, or
+/// too large for its values to be kept ([`qdqc_lang::analysis::SMALL_CONSTANT`]).
+pub fn constant_ints(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[i64])> {
+    let (_, c) = constant(eg, id)?;
+    Some((&c.dims, c.ints.as_deref()?))
+}
+
 /// Per-channel scales and zero points of a (scale, zero point) pair of leaves, and the zero
 /// point's type when it has one.
 pub fn channels(eg: &QdqEGraph, scale: Id, zp: Id) -> Result<(Vec<f32>, Vec<i64>, Option<DataType>), String> {
@@ -151,6 +158,20 @@ pub fn explicit_zero_point(eg: &mut QdqEGraph, zp: Id, code: CodeType, name: &st
         shape: Some(Vec::new()),
         constant: Some(Constant { dims: Vec::new(), ints: Some(vec![0]), ..Constant::default() }),
         created: Some(bytes),
+    });
+    eg.add(Term::leaf(Op::Value(v)))
+}
+
+/// A created f32 constant of shape `dims` (synthesized scales).
+pub fn f32_constant(eg: &mut QdqEGraph, values: &[f32], dims: Vec<i64>, name: &str) -> Id {
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    env.values.push(ValueFacts {
+        name: name.to_string(),
+        dtype: Some(DataType::Float),
+        shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
+        constant: Some(Constant { f32_bits: Some(values.iter().map(|x| x.to_bits()).collect()), dims, ..Constant::default() }),
+        created: Some(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
     });
     eg.add(Term::leaf(Op::Value(v)))
 }

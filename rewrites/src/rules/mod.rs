@@ -8,6 +8,7 @@
 
 pub mod binary;
 mod drop;
+mod gemm;
 mod group;
 mod lookup;
 mod lut;
@@ -66,6 +67,7 @@ impl Log {
 /// The catalog, in a fixed order, sharing `log`.
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
+    rules.extend(gemm::rules(options, log));
     rules.extend(drop::rules(options, log));
     rules.extend(lookup::rules(options, log));
     rules.extend(lut::rules(options, log));
