@@ -29,8 +29,11 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// Iteration and node limits bound every region deterministically. The time limit is only a
+    /// safety net far above any region's cost: egg checks it between rule applications, so a
+    /// tight one would make which fusions happen depend on machine speed.
     fn default() -> Self {
-        Limits { iterations: 8, nodes: 4096, time: Duration::from_millis(500) }
+        Limits { iterations: 8, nodes: 4096, time: Duration::from_secs(600) }
     }
 }
 

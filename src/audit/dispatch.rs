@@ -143,15 +143,16 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
     let w = ctx.channel_params(w_pos)?;
     let (dims, codes) = ctx.constant_codes(w_pos)?;
     let y = ctx.qparam(f.q_outputs[0])?;
-    let (kind, weights) = match op {
+    // The axis of the weight that holds the output channels, which per-axis parameters must follow.
+    let (kind, weights, channel_axis) = match op {
         "Conv" => {
             let kernel_size = dims.iter().skip(2).product::<i64>() as usize;
             let groups = ctx.int_attr(target, "group").unwrap_or(1) as usize;
-            (GemmKind::Conv { kernel_size, groups }, row_channels(&codes, dims.first().copied().unwrap_or(0) as usize))
+            (GemmKind::Conv { kernel_size, groups }, row_channels(&codes, dims.first().copied().unwrap_or(0) as usize), 0)
         }
         "MatMul" => {
             let [k, n] = dims[..] else { return Err(format!("MatMul weight of rank {} (only 2-D B is modelled)", dims.len())) };
-            (GemmKind::MatMul, column_channels(&codes, k as usize, n as usize))
+            (GemmKind::MatMul, column_channels(&codes, k as usize, n as usize), 1)
         }
         _ => {
             let [a, b] = dims[..] else { return Err("Gemm weight is not 2-D".into()) };
@@ -159,10 +160,16 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
                 return Err("Gemm with transA".into());
             }
             let alpha = ctx.float_attr(target, "alpha").unwrap_or(1.0);
-            let weights = if ctx.int_attr(target, "transB").unwrap_or(0) != 0 { row_channels(&codes, a as usize) } else { column_channels(&codes, a as usize, b as usize) };
-            (GemmKind::Gemm { alpha }, weights)
+            let trans_b = ctx.int_attr(target, "transB").unwrap_or(0) != 0;
+            let weights = if trans_b { row_channels(&codes, a as usize) } else { column_channels(&codes, a as usize, b as usize) };
+            (GemmKind::Gemm { alpha }, weights, i64::from(!trans_b))
         }
     };
+    if let Some(axis) = w.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a })
+        && axis != channel_axis
+    {
+        return Err(format!("weight parameters per-axis along axis {axis}, but the output channels are axis {channel_axis}"));
+    }
     let mut group = GemmGroup::new(kind, x, w.code, weights, w.scales, w.zero_points, y);
     if let Some(b_pos) = dq_for_input(ctx, f, 2) {
         let ChannelParams { scales, zero_points, .. } = ctx.channel_params(b_pos)?;

@@ -1247,8 +1247,11 @@ impl<'m> Work<'m, '_, '_> {
     /// merge; a graph output is never replaced. The case that matters here: two identical Qs of one
     /// value become one Q with two DQ consumers (the one ORT keeps is the one its group names).
     fn eliminate_common_subexpressions(&mut self) -> bool {
-        let mut class_of: HashMap<String, String> = HashMap::new();
-        let mut representative: HashMap<String, String> = HashMap::new();
+        // Classes are interned: a key names its inputs' classes by number, so keys stay short
+        // however deep the graph (spelling them out nests every producer's key).
+        let mut classes: HashMap<String, usize> = HashMap::new();
+        let mut class_of: HashMap<String, usize> = HashMap::new();
+        let mut representative: HashMap<usize, String> = HashMap::new();
         let mut replace: Vec<(usize, String, String)> = Vec::new();
         for id in self.topological_order() {
             let n = &self.nodes[id];
@@ -1256,21 +1259,22 @@ impl<'m> Work<'m, '_, '_> {
                 continue;
             }
             let inputs: Vec<String> =
-                n.inputs.iter().map(|i| class_of.get(i).cloned().unwrap_or_else(|| format!("value:{i}"))).collect();
+                n.inputs.iter().map(|i| class_of.get(i).map_or_else(|| format!("value:{i}"), |c| format!("class:{c}"))).collect();
             let key = if self.cse_supported(id) {
                 format!("{}|{}|{}|{inputs:?}", n.op, n.domain, attrs_key(n.attrs))
             } else {
                 format!("node:{id}")
             };
             for (slot, out) in n.outputs.iter().enumerate().filter(|(_, o)| !o.is_empty()) {
-                let class = format!("{key}#{slot}");
+                let fresh = classes.len();
+                let class = *classes.entry(format!("{key}#{slot}")).or_insert(fresh);
                 match representative.get(&class) {
                     Some(rep) if !self.scope.outputs.contains(out.as_str()) => {
                         replace.push((id, out.clone(), rep.clone()))
                     }
                     Some(_) => {}
                     None => {
-                        representative.insert(class.clone(), out.clone());
+                        representative.insert(class, out.clone());
                     }
                 }
                 class_of.insert(out.clone(), class);
