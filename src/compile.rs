@@ -5,7 +5,8 @@ use crate::profile::SessionProfile;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
-use qdqc_rewrites::exact::{Certificate, Contract, Counterexample, Verdict};
+use crate::verdicts::Maps;
+use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
@@ -98,20 +99,9 @@ fn decision_json(d: &Decision) -> DecisionJson {
         counterexample: BTreeMap::new(),
         reason: BTreeMap::new(),
     };
+    let mut maps = Maps { verdict: &mut out.verdict, proof: &mut out.proof, counterexample: &mut out.counterexample, reason: &mut out.reason };
     for (isa, v) in &d.verdicts {
-        out.verdict.insert(*isa, v.word());
-        match v.clone() {
-            Verdict::Exact { proof } => {
-                out.proof.insert(*isa, proof);
-            }
-            Verdict::Refuted { counterexample, proof } => {
-                out.proof.insert(*isa, proof);
-                out.counterexample.insert(*isa, counterexample);
-            }
-            Verdict::Unknown { reason } => {
-                out.reason.insert(*isa, reason);
-            }
-        }
+        maps.insert(*isa, v.clone());
     }
     out
 }

@@ -7,6 +7,7 @@ mod compile;
 mod inspect;
 mod placement;
 mod profile;
+mod verdicts;
 
 pub use audit::{Audit, audit};
 pub use compile::{CompileOptions, CompileReport, DecisionJson, compile};

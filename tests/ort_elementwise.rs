@@ -7,6 +7,10 @@
 //! `<repo>/target/venv/bin/python`, made by `bash tests/oracle/setup.sh`). Each test checks its
 //! family's outputs from that shared run.
 
+mod common;
+
+use common::Rng;
+
 use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
 use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Broadcast, Contractions, Fused};
@@ -27,17 +31,7 @@ const SETS: usize = 28;
 // ------------------------------------------------------------------------------------------------
 // Seeded generation
 
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }

@@ -8,6 +8,10 @@
 //! One Python process (`tests/oracle/requant.py`, the venv's python from `QDQC_PYTHON`, default
 //! `<repo>/target/venv/bin/python`) runs every case; data goes through files in a temp dir.
 
+mod common;
+
+use common::Rng;
+
 use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
 use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
 use qdqc_rewrites::ort::Isa;
@@ -19,17 +23,7 @@ use std::time::Instant;
 
 const ISA: Isa = Isa::HOST_TESTED;
 
-/// xorshift64*: a tiny seeded PRNG, so every run sees the same cases.
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     /// Uniform in `[lo, hi]`.
     fn int(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next() % (hi - lo + 1) as u64) as i64

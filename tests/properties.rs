@@ -1,22 +1,17 @@
 //! Property tests (fixed seeds) with per-channel parameters and asymmetric uint8/int8 zero points,
 //! codes on both sides of the zero point and at the extremes (0/255, −128/127).
 
+mod common;
+
+use common::Rng;
+
 use qdqc_rewrites::exact::num::Dyadic;
 use qdqc_rewrites::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
 use qdqc_rewrites::exact::{Contract, QParam, Verdict};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::requant::{self, GemmGroup, GemmKind};
 
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }

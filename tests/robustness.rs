@@ -14,17 +14,7 @@ use std::path::Path;
 const FLIPS: usize = 600;
 const EDITS: usize = 400;
 
-/// xorshift64*: a tiny deterministic generator, so failures replay.
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }

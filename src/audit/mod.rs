@@ -6,6 +6,7 @@ mod dispatch;
 mod params;
 mod table;
 
+use crate::verdicts::Maps;
 use params::Ctx;
 use qdqc_lang::canon::dtype_name;
 use qdqc_lang::{Model, Result, ir};
@@ -140,19 +141,7 @@ fn record(groups: &mut Vec<Group>, group: Group, isa: Isa, verdict: Verdict) -> 
         }
     };
     let g = &mut groups[slot];
-    g.verdict.insert(isa, verdict.word());
-    match verdict {
-        Verdict::Exact { proof } => {
-            g.proof.insert(isa, proof);
-        }
-        Verdict::Refuted { counterexample, proof } => {
-            g.proof.insert(isa, proof);
-            g.counterexample.insert(isa, counterexample);
-        }
-        Verdict::Unknown { reason } => {
-            g.reason.insert(isa, reason);
-        }
-    }
+    Maps { verdict: &mut g.verdict, proof: &mut g.proof, counterexample: &mut g.counterexample, reason: &mut g.reason }.insert(isa, verdict);
     slot
 }
 

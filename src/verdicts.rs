@@ -1,0 +1,32 @@
+//! Verdicts per ISA profile as the JSON of `compile --report` and `audit --json` shows them:
+//! one map per part, so a reader looks up `verdict[profile]`, `counterexample[profile]`, ….
+
+use qdqc_rewrites::exact::{Certificate, Counterexample, Verdict};
+use qdqc_rewrites::ort::Isa;
+use std::collections::BTreeMap;
+
+/// The four maps a verdict is spread over.
+pub(crate) struct Maps<'a> {
+    pub verdict: &'a mut BTreeMap<Isa, &'static str>,
+    pub proof: &'a mut BTreeMap<Isa, Certificate>,
+    pub counterexample: &'a mut BTreeMap<Isa, Counterexample>,
+    pub reason: &'a mut BTreeMap<Isa, String>,
+}
+
+impl Maps<'_> {
+    pub fn insert(&mut self, isa: Isa, v: Verdict) {
+        self.verdict.insert(isa, v.word());
+        match v {
+            Verdict::Exact { proof } => {
+                self.proof.insert(isa, proof);
+            }
+            Verdict::Refuted { counterexample, proof } => {
+                self.proof.insert(isa, proof);
+                self.counterexample.insert(isa, counterexample);
+            }
+            Verdict::Unknown { reason } => {
+                self.reason.insert(isa, reason);
+            }
+        }
+    }
+}
