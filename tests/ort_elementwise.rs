@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, codes, dtype, oracle_python};
 
 use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
 use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
@@ -20,7 +20,7 @@ use qdqc_rewrites::ort::softmax::{self, SoftmaxKernel};
 use qdqc_rewrites::ort::Isa;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -65,19 +65,6 @@ impl Rng {
         let (lo, hi) = t.range();
         if self.chance(0.3) { [lo, hi, (lo + hi + 1) / 2][self.int(0, 2) as usize] } else { self.int(lo, hi) }
     }
-}
-
-fn dtype(t: CodeType) -> &'static str {
-    match t {
-        CodeType::U8 => "uint8",
-        CodeType::I8 => "int8",
-        _ => unreachable!("8-bit only"),
-    }
-}
-
-fn codes(t: CodeType) -> Vec<i64> {
-    let (lo, hi) = t.range();
-    (lo..=hi).collect()
 }
 
 fn to_bytes(codes: impl IntoIterator<Item = i64>) -> Vec<u8> {
@@ -129,7 +116,7 @@ impl Oracle {
         let list = self.dir.path().join("cases.json");
         std::fs::write(&list, serde_json::to_vec(&json!({"cases": self.cases})).unwrap()).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/kernels.py");
-        let out = Command::new(python()).arg(&script).arg(&list).arg(self.dir.path()).output().expect("running the oracle");
+        let out = Command::new(oracle_python()).arg(&script).arg(&list).arg(self.dir.path()).output().expect("running the oracle");
         assert!(out.status.success(), "kernels.py failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let mut outputs = HashMap::new();
         for case in &self.cases {
@@ -143,15 +130,6 @@ impl Oracle {
         }
         outputs
     }
-}
-
-/// The venv python, or a failure that says how to make it.
-fn python() -> PathBuf {
-    let path = std::env::var_os("QDQC_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"));
-    assert!(path.is_file(), "no oracle python at {}: run `bash tests/oracle/setup.sh` (or set QDQC_PYTHON)", path.display());
-    path
 }
 
 /// Everything the tests compare, generated and run once for all of them.

@@ -193,8 +193,7 @@ fn repo() -> PathBuf {
 
 /// Runs every case in one Python process; each result is the output codes or an error message.
 fn run_ort(cases: &[Case]) -> Vec<Result<Vec<i64>, String>> {
-    let python = std::env::var_os("QDQC_PYTHON").map_or_else(|| repo().join("target/venv/bin/python"), PathBuf::from);
-    assert!(python.exists(), "{} not found: run `bash tests/oracle/setup.sh` (or set QDQC_PYTHON to a python with onnxruntime==1.31.1)", python.display());
+    let python = common::oracle_python();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (dir.path().join("cases.json"), dir.path().join("outputs.json"));
     std::fs::write(&input, serde_json::to_vec(&cases.iter().map(Case::json).collect::<Vec<_>>()).unwrap()).unwrap();

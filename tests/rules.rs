@@ -45,19 +45,6 @@ fn elem(t: CodeType) -> i32 {
     }
 }
 
-fn dtype(t: CodeType) -> &'static str {
-    match t {
-        CodeType::U8 => "uint8",
-        CodeType::I8 => "int8",
-        _ => unreachable!("8-bit only"),
-    }
-}
-
-fn codes(t: CodeType) -> Vec<i64> {
-    let (lo, hi) = t.range();
-    (lo..=hi).collect()
-}
-
 fn to_codes(bytes: &[u8], t: CodeType) -> Vec<i64> {
     bytes.iter().map(|&b| if t == CodeType::I8 { b as i8 as i64 } else { b as i64 }).collect()
 }
@@ -176,15 +163,6 @@ fn fused_form(compiled: &Path, refused: &ModelProto, dir: &Path, name: &str) -> 
     write_model(dir, &format!("{name}.fused_form.onnx"), &m)
 }
 
-/// The venv python, or a failure that says how to make it.
-fn python() -> PathBuf {
-    let path = std::env::var_os("QDQC_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"));
-    assert!(path.is_file(), "no oracle python at {}: run `bash tests/oracle/setup.sh` (or set QDQC_PYTHON)", path.display());
-    path
-}
-
 /// Runs each model on its feeds in ORT (optimizations off); the first output's bytes.
 const RUNNER: &str = r#"
 import json, sys
@@ -214,7 +192,7 @@ fn run_ort(dir: &Path, jobs: &[(&Path, &[Feed])]) -> Vec<Vec<u8>> {
     }
     let jobs_file = dir.join("jobs.json");
     std::fs::write(&jobs_file, serde_json::to_vec(&list).unwrap()).unwrap();
-    let out = Command::new(python()).arg("-c").arg(RUNNER).arg(&jobs_file).output().expect("running ORT");
+    let out = Command::new(oracle_python()).arg("-c").arg(RUNNER).arg(&jobs_file).output().expect("running ORT");
     assert!(out.status.success(), "ORT failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (0..jobs.len()).map(|i| std::fs::read(dir.join(format!("job{i}.out.bin"))).unwrap()).collect()
 }

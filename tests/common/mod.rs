@@ -147,3 +147,29 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
+
+/// The venv python with the pinned onnxruntime (`$QDQC_PYTHON`, default
+/// `<repo>/target/venv/bin/python`), or a failure that says how to make it.
+pub fn oracle_python() -> PathBuf {
+    let path = std::env::var_os("QDQC_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"));
+    assert!(path.is_file(), "no oracle python at {}: run `bash tests/oracle/setup.sh` (or set QDQC_PYTHON)", path.display());
+    path
+}
+
+/// numpy's name of an 8-bit code type.
+pub fn dtype(t: qdqc_rewrites::exact::reference::CodeType) -> &'static str {
+    use qdqc_rewrites::exact::reference::CodeType;
+    match t {
+        CodeType::U8 => "uint8",
+        CodeType::I8 => "int8",
+        _ => unreachable!("8-bit only"),
+    }
+}
+
+/// Every code of a type, in order.
+pub fn codes(t: qdqc_rewrites::exact::reference::CodeType) -> Vec<i64> {
+    let (lo, hi) = t.range();
+    (lo..=hi).collect()
+}
