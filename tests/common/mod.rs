@@ -51,12 +51,7 @@ pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProt
 }
 
 pub fn with_ints(mut n: NodeProto, attr: &str, vals: &[i64]) -> NodeProto {
-    n.attribute.push(AttributeProto {
-        name: Some(attr.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: vals.to_vec(),
-        ..Default::default()
-    });
+    n.attribute.push(qdqc_lang::attr::Attribute { name: attr.into(), value: qdqc_lang::attr::AttrValue::Ints(vals.to_vec()) }.to_proto());
     n
 }
 

@@ -2322,6 +2322,7 @@ fn eight_bit_ok(dt: Option<DataType>) -> bool {
 #[cfg(test)]
 pub(crate) mod testing {
     use qdqc_lang::Model;
+    use qdqc_lang::attr::{AttrValue, Attribute};
     use qdqc_lang::onnx::{
         AttributeProto, DataType, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
         TypeProto, ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto::Dimension,
@@ -2376,45 +2377,26 @@ pub(crate) mod testing {
         }
     }
 
-    pub fn attr_i(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
-        n.attribute.push(AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(v),
-            ..Default::default()
-        });
+    /// Adds a plain attribute through qdqc's own conversion (`attr::Attribute::to_proto`).
+    fn with_attr(mut n: NodeProto, name: &str, value: AttrValue) -> NodeProto {
+        n.attribute.push(Attribute { name: name.into(), value }.to_proto());
         n
     }
 
-    pub fn attr_f(mut n: NodeProto, name: &str, v: f32) -> NodeProto {
-        n.attribute.push(AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Float as i32),
-            f: Some(v),
-            ..Default::default()
-        });
-        n
+    pub fn attr_i(n: NodeProto, name: &str, v: i64) -> NodeProto {
+        with_attr(n, name, AttrValue::Int(v))
     }
 
-    pub fn attr_s(mut n: NodeProto, name: &str, v: &str) -> NodeProto {
-        let a = AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::String as i32),
-            s: Some(v.as_bytes().to_vec().into()),
-            ..Default::default()
-        };
-        n.attribute.push(a);
-        n
+    pub fn attr_f(n: NodeProto, name: &str, v: f32) -> NodeProto {
+        with_attr(n, name, AttrValue::Float(v))
     }
 
-    pub fn attr_ints(mut n: NodeProto, name: &str, v: &[i64]) -> NodeProto {
-        n.attribute.push(AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Ints as i32),
-            ints: v.to_vec(),
-            ..Default::default()
-        });
-        n
+    pub fn attr_s(n: NodeProto, name: &str, v: &str) -> NodeProto {
+        with_attr(n, name, AttrValue::Str(v.into()))
+    }
+
+    pub fn attr_ints(n: NodeProto, name: &str, v: &[i64]) -> NodeProto {
+        with_attr(n, name, AttrValue::Ints(v.to_vec()))
     }
 
     pub fn attr_graph(mut n: NodeProto, name: &str, g: GraphProto) -> NodeProto {
