@@ -219,6 +219,17 @@ fn conv_with_power_of_two_scales_is_fused_with_its_attributes() {
 }
 
 #[test]
+fn conv_with_unequal_per_channel_weight_zero_points_is_fused() {
+    // ONNX Runtime 1.31.1 honours each channel's weight zero point (tests/ort_requant.rs).
+    let s = power_of_two(2);
+    let mut m = conv(&s, Some(&bias_on_accumulator(&s, &[-2000, 900])));
+    let z_w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    *z_w = i8s("z_w", &[2], &[3, -5]);
+    let (r, m) = compile(&m, Contract::Exact);
+    assert_fused(&r, &m, "qlinear-conv-bias", "QLinearConv");
+}
+
+#[test]
 fn conv_with_generic_scales_is_refuted_under_exact() {
     let (r, m) = compile(&conv(&generic(2), None), Contract::Exact);
     assert_refuted(&r, &m, "qlinear-conv", &["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);

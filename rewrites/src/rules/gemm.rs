@@ -7,7 +7,7 @@
 //! requantization `sat(rne(fl(f32(acc + b)·M)) + zy)` with `M = fl(fl(sx·sw)/sy)` equals the Q
 //! of that value on every reachable accumulator. Under `real`: P3 against the exact rational.
 //! Hazards checked (§3, §7): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
-//! scale and zero point ORT ignores, unequal Conv weight zero points, `f32(acc)` rounding above
+//! scale and zero point ORT ignores, `f32(acc)` rounding above
 //! 2^24, int32 wrap of `acc + b`.
 //!
 //! Conditions, each a named function refusing with its name (`unknown`, never fired):
@@ -19,7 +19,7 @@
 //! | [`weight_channels`]: per-tensor, or per output channel along its axis | the kernels apply `w_scale[c]` per output channel |
 //! | [`int32_bias`], one code per output channel | the kernels add int32 bias codes per channel |
 //! | [`gemm_attributes`]: no `transA`, `beta = 1` with C | QGemm drops beta; transA is not modelled |
-//! | `requant::KERNEL_CONDITIONS`: code types, shapes, ranges, finite scales, equal Conv weight zero points, bias zero point 0 | what ORT's kernels accept (the same on every modelled ISA) |
+//! | `requant::KERNEL_CONDITIONS`: code types, shapes, ranges, finite scales, bias zero point 0 | what ORT's kernels accept (the same on every modelled ISA) |
 //! | `requant::BIAS_SCALE`: bias scale = `fl(sx·sw)` bitwise | ORT never reads the bias scale |
 //!
 //! `real` synthesis: when the model's own scales are not proven on some ISA under `real`,
