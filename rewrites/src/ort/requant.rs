@@ -823,7 +823,7 @@ fn shl(x: i128, k: i32) -> Option<i128> {
 }
 
 /// The free positions of a greedy [`reach`]: nonzero weights not `fixed`, largest first.
-fn reach_order(d: &[i64], fixed: &[(usize, i64)]) -> Vec<usize> {
+pub(crate) fn reach_order(d: &[i64], fixed: &[(usize, i64)]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..d.len()).filter(|k| d[*k] != 0 && fixed.iter().all(|f| f.0 != *k)).collect();
     order.sort_by_key(|&k| std::cmp::Reverse(d[k].abs()));
     order
@@ -832,7 +832,7 @@ fn reach_order(d: &[i64], fixed: &[(usize, i64)]) -> Vec<usize> {
 /// Greedy: returns `u` (activation minus zero point) with `Σ u·d = target`, `u ∈ [lo, hi]`, the
 /// `fixed` positions pinned, the positions of `order` (from [`reach_order`]) set in turn, the
 /// rest at the value nearest 0.
-fn reach(d: &[i64], (lo, hi): (i64, i64), target: i64, fixed: &[(usize, i64)], order: &[usize]) -> Option<Vec<i64>> {
+pub(crate) fn reach(d: &[i64], (lo, hi): (i64, i64), target: i64, fixed: &[(usize, i64)], order: &[usize]) -> Option<Vec<i64>> {
     let start = 0i64.clamp(lo, hi);
     [false, true].into_iter().find_map(|nearest| {
         let mut u = vec![start; d.len()];
@@ -870,7 +870,7 @@ fn gcd128(a: i128, b: i128) -> i128 {
 }
 
 /// `num/den` as a reduced fraction with its decimal value.
-fn rational_text(num: Dyadic, den: Dyadic) -> String {
+pub(crate) fn rational_text(num: Dyadic, den: Dyadic) -> String {
     let approx = num.to_f64_lossy() / den.to_f64_lossy();
     let k = num.exp - den.exp;
     let (mut p, mut q) = (num.mant, den.mant);
