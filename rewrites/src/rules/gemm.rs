@@ -32,7 +32,7 @@
 //! condition). The fused node then reads created constants, and the certificate lists `M'`.
 //!
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
-//! "per_k_scale_in_gemm_epilogue".
+//! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
 use super::group::{Group, channels, constant_ints, decide, explicit_zero_point, f32_constant, qparam, tag, var};
 use super::matmul_dynamic;
@@ -263,9 +263,7 @@ impl Fusion {
             }
         }
     }
-}
 
-impl Fusion {
     /// `qlinear-matmul` with a B that is not a constant (or too large for its codes to be kept):
     /// proven over every code of both reachable ranges ([`matmul_dynamic`]).
     fn apply_dynamic(&self, eg: &mut QdqEGraph, eclass: Id, s: &Subst, group: &Group) -> Vec<Id> {
