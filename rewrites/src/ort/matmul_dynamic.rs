@@ -5,8 +5,10 @@
 //! From the sources (`quantize_linear_matmul.cc`, MLAS `qgemm.cpp`): with B not a constant
 //! initializer nothing is prepacked; `MlasGemmBatch` runs one GEMM per broadcast batch
 //! (`MatMulComputeHelper`'s offsets, the float MatMul's broadcasting) on B packed on the fly by
-//! the same dispatch as a constant B (`CopyPackB`, or the GEMV kernel when M = 1). So the
-//! arithmetic is [`requant`]'s: raw-code products corrected by the zero points in exact int32
+//! the dispatch a constant B gets (`MlasGemmQuantGetDispatch` by the signs of A and B, then its
+//! `CopyPackB`; the GEMV shortcut needs no output processor, and QLinearMatMul always has its
+//! requantizing one). So the arithmetic is [`super::requant`]'s: raw-code products corrected by the zero
+//! points in exact int32
 //! (exact for u8×u8 and s8×s8 on every modelled ISA), the x86-avx2 u8×s8 kernel adding adjacent
 //! K pairs with int16 saturation, then `MlasRequantizeOutput` with `M = fl(fl(sa·sb)/sy)`.
 //!
