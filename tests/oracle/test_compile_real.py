@@ -12,8 +12,8 @@ corpus model this test compiles under `real`, and for every fired decision whose
   model and runs it in ONNX Runtime (ORT_DISABLE_ALL, one thread) on N_INPUTS seeded inputs;
 * recomputes every output element in Python from the ORIGINAL model's parameters (scales as exact
   rationals of their f32 values, zero points, float-op attributes, the bias's own scale), with
-  integer accumulation in int64 for Conv/MatMul/Gemm and exact rounding half to even, and demands
-  equality.
+  integer accumulation in int64 for Conv/MatMul/Gemm (a MatMul of two activations, as attention's,
+  with numpy's batch broadcasting) and exact rounding half to even, and demands equality.
 
 Fused ops of any other kind fail the test: they need an exact model here first. Ops on codes (data
 movement, monotone ops) requantize nothing and are only counted. The last test asserts that the
