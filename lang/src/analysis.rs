@@ -87,6 +87,9 @@ pub struct TagFacts {
 pub struct Env {
     pub values: Vec<ValueFacts>,
     pub tags: Vec<TagFacts>,
+    /// The model's default-domain opset: a node a rule creates must exist in it (blocked
+    /// DequantizeLinear needs 21).
+    pub opset: i64,
 }
 
 impl Env {

@@ -38,7 +38,9 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
     let mut lifter = Lifter {
         model,
         scopes,
-        egraph: QdqEGraph::new(QdqAnalysis { env: Env::default() }),
+        egraph: QdqEGraph::new(QdqAnalysis {
+            env: Env { opset: qdqc_lang::opset::default_domain_version(&model.proto).unwrap_or(0), ..Env::default() },
+        }),
         value_refs: HashMap::new(),
         class_of: HashMap::new(),
     };

@@ -8,6 +8,7 @@
 
 pub mod binary;
 mod drop;
+mod gather;
 mod gemm;
 mod group;
 mod lookup;
@@ -69,6 +70,7 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(gemm::rules(options, log));
     rules.extend(drop::rules(options, log));
+    rules.extend(gather::rules(options, log));
     rules.extend(lookup::rules(options, log));
     rules.extend(lut::rules(options, log));
     rules.extend(pool::rules(options, log));
