@@ -6,6 +6,7 @@ use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
 use crate::verdicts::Maps;
+use crate::weights::{FloatTableJson, ModelSize};
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::{Decision, RuleOptions};
@@ -21,11 +22,13 @@ pub struct CompileOptions {
     /// A fusion fires only if proven on every one of these profiles.
     pub isas: Vec<Isa>,
     pub limits: Limits,
+    /// `--fold-weights`: constant weight DQs become float initializers.
+    pub fold_weights: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default() }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), fold_weights: false }
     }
 }
 
@@ -46,6 +49,10 @@ pub struct CompileReport {
     pub stats: StatsJson,
     pub model_bytes: u64,
     pub external_data: Option<ExternalJson>,
+    pub model_size: ModelSize,
+    /// Per embedding lookup rewritten by `gather-before-dequantize`: its float table, gone or
+    /// still materialised for other readers.
+    pub float_tables: Vec<FloatTableJson>,
     /// Every rule decision: the groups fused and the groups refused, with proofs.
     pub decisions: Vec<DecisionJson>,
     /// Every QDQ group of the input that no rule decided.
@@ -108,10 +115,18 @@ fn decision_json(d: &Decision) -> DecisionJson {
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
     let model = Model::load(input)?;
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone() });
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights });
     let lowering = qdqc_lower::lower(&model, &Options { rules: rules.clone(), limits: options.limits.clone() })?;
-    let saved = qdqc_codegen::onnx::write(&model, &lowering.graph, output, &SaveOptions::default())?;
     let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
+    let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
+    let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
+    let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default())?;
+    let input_bytes = std::fs::metadata(input).map_err(|e| qdqc_lang::Error::bad_input(input, format!("cannot read: {e}")))?.len();
+    let model_size = ModelSize {
+        before_bytes: input_bytes + model.external_bytes(),
+        after_bytes: saved.model_bytes + saved.external.as_ref().map_or(0, |(_, bytes)| *bytes),
+    };
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
         .map(group_json)
@@ -139,6 +154,8 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         },
         model_bytes: saved.model_bytes,
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
+        model_size,
+        float_tables,
         decisions,
         undecided,
         hazards: crate::audit::hazards_json(&model),
@@ -168,6 +185,10 @@ impl CompileReport {
             for (isa, r) in &d.reason {
                 writeln!(out, "    {isa}: {r}").unwrap();
             }
+        }
+        for t in &self.float_tables {
+            let fate = if t.materialised { format!("still materialised for {}", t.readers.join(", ")) } else { "gone".to_string() };
+            writeln!(out, "TABLE   {} = DQ({}): {} elements, {} bytes of f32, read row by row by {}; {fate}", t.table, t.codes, t.elements, t.float_bytes, t.gather_output).unwrap();
         }
         for g in &self.undecided {
             writeln!(out, "KEPT    {} {} (no rule in the catalog)", g.op, g.node).unwrap();

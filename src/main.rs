@@ -34,6 +34,10 @@ enum Command {
         /// A fusion must be proven on every one of these ISA profiles.
         #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
         ort_isa: IsaList,
+        /// Dequantize constant weights into float initializers (exact by construction; the
+        /// model grows to 4 bytes per weight).
+        #[arg(long)]
+        fold_weights: bool,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -101,8 +105,8 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa } => {
-            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, ..CompileOptions::default() };
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, fold_weights } => {
+            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, fold_weights, ..CompileOptions::default() };
             let result = qdqc::compile(&input, &output, &options)?;
             if explain {
                 print!("{}", result.explain());
@@ -112,12 +116,14 @@ fn run(command: Command) -> Result<(), Error> {
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused); contract {:?}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused; {} → {} bytes); contract {:?}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
                 result.fused,
                 result.decisions.len() - result.fused,
+                result.model_size.before_bytes,
+                result.model_size.after_bytes,
                 result.contract,
                 result.session_profile.describe()
             );

@@ -8,12 +8,15 @@
 
 pub mod binary;
 mod drop;
+mod fold;
 mod gather;
 mod gemm;
 mod group;
 mod lookup;
 mod lut;
 mod pool;
+
+pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -29,6 +32,8 @@ pub struct RuleOptions {
     pub contract: Contract,
     /// A fusion fires only if proven on every one of these.
     pub isas: Vec<Isa>,
+    /// `--fold-weights`: dequantize constant weights into float initializers.
+    pub fold_weights: bool,
 }
 
 /// One decision of a rule on one group.
@@ -74,5 +79,8 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     rules.extend(lookup::rules(options, log));
     rules.extend(lut::rules(options, log));
     rules.extend(pool::rules(options, log));
+    if options.fold_weights {
+        rules.extend(fold::rules(options, log));
+    }
     rules
 }
