@@ -66,6 +66,8 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
                 || !graph.implicit_consumers(out).is_empty();
             if needed {
                 roots.push(Root::Value { name: out.clone(), class: lifter.class_of[out.as_str()] });
+                let v = lifter.value_refs[out.as_str()];
+                lifter.egraph.analysis.env.escaping.push(v);
             }
         }
     }
