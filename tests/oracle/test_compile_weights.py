@@ -48,7 +48,14 @@ SUBGRAPHS = {
     "loop_matmul_outer": (lambda: wm.loop_matmul(), None),
     "if_embedding_outer": (lambda: wm.if_embedding(), "fired"),
 }
-MODELS = {**EMBEDDINGS, **SUBGRAPHS, "dq_add": (lambda: wm.dq_add(), None)}
+FOLDS = {
+    "dq_add": (lambda: wm.dq_add(), None),
+    "dq_add_uint8_tensor": (lambda: wm.dq_add(T.UINT8, "tensor"), None),
+    "dq_add_int4_block": (lambda: wm.dq_add(T.INT4, "block"), None),
+    "dq_add_uint4_cols": (lambda: wm.dq_add(T.UINT4, "cols"), None),
+    "dq_add_int16_cols": (lambda: wm.dq_add(T.INT16, "cols"), None),
+}
+MODELS = {**EMBEDDINGS, **SUBGRAPHS, **FOLDS, "two_lookups": (lambda: wm.two_lookups(), "fired")}
 
 
 def feeds_of(built):
@@ -136,13 +143,24 @@ def folds(report):
     return [d for d in report["decisions"] if d["rule"] == "fold-weights"]
 
 
-def test_fold_weights_replaces_a_dq_read_elementwise_by_an_initializer(compiled):
-    _, out, report, _, _ = compiled("dq_add", "--fold-weights")
+@pytest.mark.parametrize("name", list(FOLDS))
+def test_fold_weights_replaces_a_dq_read_elementwise_by_an_initializer(compiled, name):
+    """4-, 8- and 16-bit codes, per-tensor / per-axis / blocked: the folded values give the
+    original's bytes (test_outputs_byte_identical_under_both_profiles[...-fold])."""
+    _, out, report, _, _ = compiled(name, "--fold-weights")
     assert [d["fired"] for d in folds(report)] == [True]
     graph = onnx.load(out).graph
     assert [n.op_type for n in graph.node] == ["Add"]
     assert any(t.name == "b_f" and t.data_type == T.FLOAT for t in graph.initializer)
     assert report["model_size"]["after_bytes"] > report["model_size"]["before_bytes"]
+
+
+def test_shared_table_parameters_are_copied_once(compiled):
+    _, out, report, _, _ = compiled("two_lookups")
+    graph = onnx.load(out).graph
+    names = [t.name for t in graph.initializer]
+    assert sorted(names) == ["W", "s", "s/qdqc_rows", "z", "z/qdqc_rows"], names
+    assert [t["materialised"] for t in report["float_tables"]] == [False, False]
 
 
 @pytest.mark.parametrize("name, reason", [

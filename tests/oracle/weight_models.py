@@ -172,18 +172,32 @@ def if_embedding(seed: int = 4):
     return model, [{"cond": np.array(c), "ids": _ids()} for c in (True, False)]
 
 
-def dq_add(seed: int = 5):
-    """y = x + DQ(b), b int8 per-channel over the last axis: the table's only reader is
-    elementwise, so `--fold-weights` folds it."""
+def dq_add(dtype: int = T.INT8, layout: str = "cols", seed: int = 5):
+    """y = x + DQ(b) with b [2, H]: the table's only reader is elementwise, so `--fold-weights`
+    folds it. layout: tensor | cols (per-axis on axis 1) | block (block 32 on axis 1)."""
     rng = _rng(seed)
-    inits = [_tensor("b", T.INT8, _codes(rng, T.INT8, [H]))] + _params(rng, T.INT8, [H])
+    pshape, attrs = {"tensor": ([], {}), "cols": ([H], {"axis": 1}), "block": ([2, H // 32], {"axis": 1, "block_size": 32})}[layout]
+    inits = [_tensor("b", dtype, _codes(rng, dtype, [2, H]))] + _params(rng, dtype, pshape)
     nodes = [
-        h.make_node("DequantizeLinear", ["b", "s", "z"], ["b_f"], name="DQ_b", axis=0),
+        h.make_node("DequantizeLinear", ["b", "s", "z"], ["b_f"], name="DQ_b", **attrs),
         h.make_node("Add", ["x", "b_f"], ["y"], name="add_bias"),
     ]
     g = h.make_graph(nodes, "dq_add", [h.make_tensor_value_info("x", T.FLOAT, [2, H])], [h.make_tensor_value_info("y", T.FLOAT, [2, H])], inits)
     x = rng.standard_normal((2, H)).astype(np.float32)
     return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10), [{"x": x}]
+
+
+def two_lookups(seed: int = 6):
+    """Two embedding lookups (per-row int8) sharing W, s and zp: each is rewritten, and the
+    parameter copies they need exist once."""
+    rng = _rng(seed)
+    inits = [_tensor("W", T.INT8, _codes(rng, T.INT8, [V, H]))] + _params(rng, T.INT8, [V])
+    nodes = [h.make_node("DequantizeLinear", ["W", "s", "z"], ["W_f"], name="DQ_W", axis=0)]
+    nodes += [h.make_node("Gather", ["W_f", ids], [f"emb_{ids}"], name=f"embed_{ids}", axis=0) for ids in ("ids", "pos")]
+    g = h.make_graph(nodes, "two_lookups", [h.make_tensor_value_info(n, T.INT64, [2, V]) for n in ("ids", "pos")],
+                     [h.make_tensor_value_info(f"emb_{n}", T.FLOAT, None) for n in ("ids", "pos")], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10)
+    return model, [{"ids": _ids(), "pos": _ids()[:, ::-1].copy()}]
 
 
 # The shipped cases: tied embeddings with the int8 per-row and the int4 block-32 layouts.
