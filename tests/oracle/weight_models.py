@@ -81,7 +81,8 @@ def embedding(dtype: int, layout: str, tied: bool, gather_axis: int = 0, seed: i
         h.make_node("DequantizeLinear", ["W", "s", "z"], ["W_f"], name="DQ_W", **attrs),
         h.make_node("Gather", ["W_f", "ids"], ["emb"], name="embed", axis=gather_axis),
     ]
-    outputs = [h.make_tensor_value_info("emb", T.FLOAT, None)]
+    emb_shape = [2, V, H] if gather_axis == 0 else [H, 2, V]
+    outputs = [h.make_tensor_value_info("emb", T.FLOAT, emb_shape)]
     if tied:
         perm = [1, 0] if gather_axis == 0 else [0, 1]
         emb = "emb"
@@ -92,7 +93,7 @@ def embedding(dtype: int, layout: str, tied: bool, gather_axis: int = 0, seed: i
             h.make_node("Transpose", ["W_f"], ["W_t"], name="lm_head_T", perm=perm),
             h.make_node("MatMul", [emb, "W_t"], ["logits"], name="lm_head"),
         ]
-        outputs.append(h.make_tensor_value_info("logits", T.FLOAT, None))
+        outputs.append(h.make_tensor_value_info("logits", T.FLOAT, [2, V, V]))
     g = h.make_graph(nodes, "embedding", [h.make_tensor_value_info("ids", T.INT64, [2, V])], outputs, inits)
     return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10), {"ids": _ids()}
 
@@ -102,7 +103,7 @@ def _matmul_body(name: str, local: dict[str, onnx.TensorProto], out: str) -> onn
         h.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], [f"w_{name}"], name=f"DQ_{name}"),
         h.make_node("MatMul", ["x", f"w_{name}"], [out], name=f"MatMul_{name}"),
     ]
-    return h.make_graph(nodes, name, [], [h.make_tensor_value_info(out, T.FLOAT, None)], list(local.values()))
+    return h.make_graph(nodes, name, [], [h.make_tensor_value_info(out, T.FLOAT, [1, 32])], list(local.values()))
 
 
 def _matmul_params(seed: int) -> dict[str, onnx.TensorProto]:
@@ -122,7 +123,7 @@ def if_matmul(local: tuple[str, ...], seed: int = 2):
     outer = [v for k, v in params.items() if k not in local]
     node = h.make_node("If", ["cond"], ["y"], name="If", then_branch=_matmul_body("then", inner, "y_then"), else_branch=_matmul_body("else", inner, "y_else"))
     g = h.make_graph([node], "if_matmul", [h.make_tensor_value_info("cond", T.BOOL, []), h.make_tensor_value_info("x", T.FLOAT, [1, 64])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)], outer)
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 32])], outer)
     x = _rng(seed + 1).standard_normal((1, 64)).astype(np.float32)
     model = h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10)
     return model, [{"cond": np.array(c), "x": x} for c in (True, False)]
@@ -148,7 +149,7 @@ def loop_matmul(seed: int = 3):
     )
     trips = nh.from_array(np.array(3, np.int64), "trips")
     loop = h.make_node("Loop", ["trips", "", "x"], ["y"], name="Loop", body=body)
-    g = h.make_graph([loop], "loop_matmul", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, None)], [trips] + list(params.values()))
+    g = h.make_graph([loop], "loop_matmul", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])], [trips] + list(params.values()))
     x = rng.standard_normal((1, 8)).astype(np.float32)
     return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10), [{"x": x}]
 
@@ -163,11 +164,11 @@ def if_embedding(seed: int = 4):
             h.make_node("DequantizeLinear", ["W", "s", "z"], [f"W_{name}"], name=f"DQ_{name}", axis=0),
             h.make_node("Gather", [f"W_{name}", "ids"], [f"emb_{name}"], name=f"embed_{name}", axis=0),
         ]
-        return h.make_graph(nodes, name, [], [h.make_tensor_value_info(f"emb_{name}", T.FLOAT, None)])
+        return h.make_graph(nodes, name, [], [h.make_tensor_value_info(f"emb_{name}", T.FLOAT, [2, V, H])])
 
     node = h.make_node("If", ["cond"], ["emb"], name="If", then_branch=branch("then"), else_branch=branch("else"))
     g = h.make_graph([node], "if_embedding", [h.make_tensor_value_info("cond", T.BOOL, []), h.make_tensor_value_info("ids", T.INT64, [2, V])],
-                     [h.make_tensor_value_info("emb", T.FLOAT, None)], inits)
+                     [h.make_tensor_value_info("emb", T.FLOAT, [2, V, H])], inits)
     model = h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10)
     return model, [{"cond": np.array(c), "ids": _ids()} for c in (True, False)]
 
@@ -195,7 +196,7 @@ def two_lookups(seed: int = 6):
     nodes = [h.make_node("DequantizeLinear", ["W", "s", "z"], ["W_f"], name="DQ_W", axis=0)]
     nodes += [h.make_node("Gather", ["W_f", ids], [f"emb_{ids}"], name=f"embed_{ids}", axis=0) for ids in ("ids", "pos")]
     g = h.make_graph(nodes, "two_lookups", [h.make_tensor_value_info(n, T.INT64, [2, V]) for n in ("ids", "pos")],
-                     [h.make_tensor_value_info(f"emb_{n}", T.FLOAT, None) for n in ("ids", "pos")], inits)
+                     [h.make_tensor_value_info(f"emb_{n}", T.FLOAT, [2, V, H]) for n in ("ids", "pos")], inits)
     model = h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10)
     return model, [{"ids": _ids(), "pos": _ids()[:, ::-1].copy()}]
 
