@@ -124,7 +124,7 @@ fn plan(eg: &QdqEGraph, s: &Subst) -> Result<Plan, String> {
         }
         ParamLayout::Blocked { axis: a, block } => (sdims.clone(), true, written(a), block),
     };
-    if gathered && !out_rank.is_some_and(|r| r >= 2) {
+    if gathered && out_rank.is_none_or(|r| r < 2) {
         return Err("gathered parameters need an output of known rank ≥ 2 (a one-element parameter of rank ≤ 1 is per-tensor in ORT)".into());
     }
     if !matches!(layout, ParamLayout::PerTensor) && env.opset < 13 {
