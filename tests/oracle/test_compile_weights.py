@@ -1,7 +1,7 @@
 """Weight-only rewrites of `qdqc compile` against ONNX Runtime, on the models of
 `weight_models.py`: embeddings `Gather(DQ(W), ids)` in every parameter layout (tied to an lm_head
-or not), and DQ → MatMul / Gather(DQ(W)) inside If branches and a Loop body with weight, scale and
-zero point local or outer-scope.
+or not), DQ → MatMul / Gather(DQ(W)) inside If branches, a Loop body and a Scan body with weight,
+scale and zero point local or outer-scope, and `x + DQ(b)` tables for `--fold-weights`.
 
 For every model, compiled under the default `exact` contract (and again with `--fold-weights`):
 the compiled model passes `onnx.checker` with full check, loads under
@@ -46,6 +46,7 @@ SUBGRAPHS = {
     "if_matmul_zero_point_outer": (lambda: wm.if_matmul(("w_q", "w_scale")), None),
     "if_matmul_all_local": (lambda: wm.if_matmul(("w_q", "w_scale", "w_zp")), None),
     "loop_matmul_outer": (lambda: wm.loop_matmul(), None),
+    "scan_matmul_weight_and_zero_point_outer": (lambda: wm.scan_matmul(), None),
     "if_embedding_outer": (lambda: wm.if_embedding(), "fired"),
 }
 FOLDS = {

@@ -4,9 +4,10 @@ weight_models.py DIR`, the shipped cases tests/cases/tied_embedding_*.onnx):
 * embeddings: `Gather(DQ(W), ids)` over every layout (per-tensor, per-row along the gather axis,
   per-axis and blocked along the other axis, blocked along the gather axis, Gather on axis 1),
   int8/uint8/int4/uint4/int16 codes, some tied to an lm_head `MatMul(emb, Transpose(DQ(W)))`;
-* subgraphs: `DQ → MatMul` in If branches and a Loop body, each of weight, scale and zero point
+* subgraphs: `DQ → MatMul` in If branches, a Loop body and a Scan body, each of weight, scale and zero point
   either local to the body or an initializer of the enclosing graph (the seed PR's mixed-scope
-  cases), and a Gather(DQ(W)) in an If branch with outer-scope W, s, zp.
+  cases), and a Gather(DQ(W)) in an If branch with outer-scope W, s, zp;
+* `--fold-weights`: `x + DQ(b)` over 4/8/16-bit codes and every layout; two lookups sharing a table.
 
 Everything is seeded; each builder returns (model, feeds) with indices covering [-V, V).
 """
@@ -152,6 +153,31 @@ def loop_matmul(seed: int = 3):
     g = h.make_graph([loop], "loop_matmul", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])], [trips] + list(params.values()))
     x = rng.standard_normal((1, 8)).astype(np.float32)
     return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10), [{"x": x}]
+
+
+def scan_matmul(seed: int = 7):
+    """DQ → MatMul in a Scan body over 3 rows of x, W and zero point outer, the scale local."""
+    rng = _rng(seed)
+    outer = [
+        nh.from_array(rng.integers(-128, 128, (8, 8)).astype(np.int8), "w_q"),
+        nh.from_array(np.array(-3, np.int8), "w_zp"),
+    ]
+    body = h.make_graph(
+        [
+            h.make_node("Identity", ["acc_in"], ["acc_out"]),
+            h.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["w_f"], name="DQ_scan"),
+            h.make_node("MatMul", ["row", "w_f"], ["y_row"], name="MatMul_scan"),
+        ],
+        "body",
+        [h.make_tensor_value_info("acc_in", T.FLOAT, [1]), h.make_tensor_value_info("row", T.FLOAT, [1, 8])],
+        [h.make_tensor_value_info("acc_out", T.FLOAT, [1]), h.make_tensor_value_info("y_row", T.FLOAT, [1, 8])],
+        [nh.from_array(np.array(0.0078125, np.float32), "w_scale")],
+    )
+    scan = h.make_node("Scan", ["acc", "x"], ["acc_final", "y"], name="Scan", body=body, num_scan_inputs=1)
+    g = h.make_graph([scan], "scan_matmul", [h.make_tensor_value_info("acc", T.FLOAT, [1]), h.make_tensor_value_info("x", T.FLOAT, [3, 1, 8])],
+                     [h.make_tensor_value_info("acc_final", T.FLOAT, [1]), h.make_tensor_value_info("y", T.FLOAT, [3, 1, 8])], outer)
+    feeds = {"acc": np.zeros(1, np.float32), "x": rng.standard_normal((3, 1, 8)).astype(np.float32)}
+    return h.make_model(g, opset_imports=[h.make_opsetid("", OPSET)], ir_version=10), [feeds]
 
 
 def if_embedding(seed: int = 4):
