@@ -174,3 +174,12 @@ fn fold_weights_is_off_by_default_and_a_folded_lookup_table_loses_to_the_gathere
     assert!(gather_decision(&r).fired);
     assert!(!g.initializer.iter().any(|t| t.name.as_deref() == Some("W_f")), "the folded table is not extracted");
 }
+
+#[test]
+fn explain_says_what_became_of_the_float_table() {
+    let (r, _) = compile(&embedding(&[4, 6], &[4], &[("axis", 0)], 0, Some(&[2]), 21), &CompileOptions::default());
+    let text = r.explain();
+    assert!(text.contains("FUSED   emb → DequantizeLinear(Gather(codes)) [DQ_W, embed]"), "{text}");
+    assert!(text.contains("TABLE   W_f = DQ(W): 24 elements, 96 bytes of f32, read row by row by emb; gone"), "{text}");
+    assert!(r.model_size.before_bytes > 0 && r.model_size.after_bytes > 0);
+}
