@@ -127,8 +127,12 @@ fn plan(eg: &QdqEGraph, s: &Subst) -> Result<Plan, String> {
     if gathered && out_rank.is_none_or(|r| r < 2) {
         return Err("gathered parameters need an output of known rank ≥ 2 (a one-element parameter of rank ≤ 1 is per-tensor in ORT)".into());
     }
+    // The rewritten DQ is in the default domain (the original may be com.microsoft's).
     if !matches!(layout, ParamLayout::PerTensor) && env.opset < 13 {
         return Err(format!("per-axis DequantizeLinear needs opset 13; the model imports {}", env.opset));
+    }
+    if code.bits() == 16 && env.opset < 21 {
+        return Err(format!("16-bit DequantizeLinear needs opset 21; the model imports {}", env.opset));
     }
     let rewritten = Rewritten {
         codes: widened.and(table_codes.clone()),
