@@ -6,6 +6,7 @@ use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
 use crate::verdicts::Maps;
+use crate::weights::{FloatTableJson, ModelSize};
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::{Decision, RuleOptions};
@@ -23,11 +24,13 @@ pub struct CompileOptions {
     pub limits: Limits,
     /// Re-sign int8 activations to uint8 when every profile is x86 (`lower::resign`).
     pub resign: bool,
+    /// `--fold-weights`: constant weight DQs become float initializers.
+    pub fold_weights: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false }
     }
 }
 
@@ -53,6 +56,10 @@ pub struct CompileReport {
     /// When re-signing was possible: the cost of both forms and the one kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resign_costs: Option<ResignCosts>,
+    pub model_size: ModelSize,
+    /// Per embedding lookup rewritten by `gather-before-dequantize`: its float table, gone or
+    /// still materialised for other readers.
+    pub float_tables: Vec<FloatTableJson>,
     /// Every rule decision: the groups fused and the groups refused, with proofs.
     pub decisions: Vec<DecisionJson>,
     /// Every QDQ group of the input that no rule decided.
@@ -173,7 +180,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
 }
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone() });
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
     let model = Model::load(input)?;
     let lowering = lower(&model)?;
@@ -195,8 +202,16 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     } else {
         (model, lowering, Vec::new())
     };
-    let saved = qdqc_codegen::onnx::write(&model, &lowering.graph, output, &SaveOptions::default())?;
     let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
+    let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
+    let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
+    let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default())?;
+    let input_bytes = std::fs::metadata(input).map_err(|e| qdqc_lang::Error::bad_input(input, format!("cannot read: {e}")))?.len();
+    let model_size = ModelSize {
+        before_bytes: input_bytes + model.external_bytes(),
+        after_bytes: saved.model_bytes + saved.external.as_ref().map_or(0, |(_, bytes)| *bytes),
+    };
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
         .map(group_json)
@@ -226,6 +241,8 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
         resigned: resigned.iter().map(resigned_json).collect(),
         resign_costs,
+        model_size,
+        float_tables,
         decisions,
         undecided,
         hazards: crate::audit::hazards_json(&model),
@@ -259,6 +276,10 @@ impl CompileReport {
             for (isa, r) in &d.reason {
                 writeln!(out, "    {isa}: {r}").unwrap();
             }
+        }
+        for t in &self.float_tables {
+            let fate = if t.materialised { format!("still materialised for {}", t.readers.join(", ")) } else { "gone".to_string() };
+            writeln!(out, "TABLE   {} = DQ({}): {} elements, {} bytes of f32, read row by row by {}; {fate}", t.table, t.codes, t.elements, t.float_bytes, t.gather_output).unwrap();
         }
         for g in &self.undecided {
             writeln!(out, "KEPT    {} {} (no rule in the catalog)", g.op, g.node).unwrap();

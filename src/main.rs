@@ -39,6 +39,10 @@ enum Command {
         /// values; the form ORT's x86 integer kernels run fast).
         #[arg(long)]
         keep_int8_activations: bool,
+        /// Dequantize constant weights into float initializers (exact by construction; the
+        /// model grows to 4 bytes per weight).
+        #[arg(long)]
+        fold_weights: bool,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -106,12 +110,13 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations } => {
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights } => {
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
                 isas: ort_isa.0,
                 resign: !keep_int8_activations,
+                fold_weights,
                 ..CompileOptions::default()
             };
             let result = qdqc::compile(&input, &output, &options)?;
@@ -123,13 +128,15 @@ fn run(command: Command) -> Result<(), Error> {
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused, {} int8 activation(s) re-signed); contract {:?}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused, {} int8 activation(s) re-signed; {} → {} bytes); contract {:?}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
                 result.fused,
                 result.decisions.len() - result.fused,
                 result.resigned.len(),
+                result.model_size.before_bytes,
+                result.model_size.after_bytes,
                 result.contract,
                 result.session_profile.describe()
             );

@@ -35,6 +35,9 @@ fn decisions(r: &CompileReport) -> String {
     for g in &r.undecided {
         writeln!(s, "KEPT {} {} (no rule)", g.op, g.node).unwrap();
     }
+    for t in &r.float_tables {
+        writeln!(s, "TABLE {} = DQ({}) [{} elements] gathered by {}: materialised {} for {:?}", t.table, t.codes, t.elements, t.gather_output, t.materialised, t.readers).unwrap();
+    }
     s
 }
 
@@ -70,6 +73,18 @@ fn seed_synthetic_shared_q() {
 #[test]
 fn seed_if_outer_scope() {
     insta::assert_snapshot!("seed_if_outer_scope", outcome(Path::new("tests/cases/seed_if_outer_scope.onnx")));
+}
+
+/// Tied embeddings (tests/oracle/weight_models.py): the lookup dequantizes the rows it gathers,
+/// the lm_head keeps the table's DQ.
+#[test]
+fn tied_embedding_int8_rows() {
+    insta::assert_snapshot!("tied_embedding_int8_rows", outcome(Path::new("tests/cases/tied_embedding_int8_rows.onnx")));
+}
+
+#[test]
+fn tied_embedding_int4_block32() {
+    insta::assert_snapshot!("tied_embedding_int4_block32", outcome(Path::new("tests/cases/tied_embedding_int4_block32.onnx")));
 }
 
 #[test]

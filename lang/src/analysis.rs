@@ -87,6 +87,12 @@ pub struct TagFacts {
 pub struct Env {
     pub values: Vec<ValueFacts>,
     pub tags: Vec<TagFacts>,
+    /// Values of the region read outside it (by another region, a subgraph or as a graph
+    /// output): readers a rule cannot see in the e-graph.
+    pub escaping: Vec<ValueRef>,
+    /// The model's default-domain opset: a node a rule creates must exist in it (blocked
+    /// DequantizeLinear needs 21).
+    pub opset: i64,
 }
 
 impl Env {

@@ -70,6 +70,11 @@ impl Model {
         })
     }
 
+    /// Bytes of the external data files the model reads.
+    pub fn external_bytes(&self) -> u64 {
+        self.external.values().map(|b| b.len() as u64).sum()
+    }
+
     /// Whether any tensor of the model keeps its data in an external file.
     pub fn has_external_data(&self) -> bool {
         !self.external.is_empty()

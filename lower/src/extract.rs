@@ -8,25 +8,39 @@
 //! depends on hashing or interning order.
 
 use egg::Id;
-use qdqc_lang::analysis::{Env, QdqEGraph};
-use qdqc_lang::term::{Op, Term};
+use qdqc_lang::analysis::QdqEGraph;
+use qdqc_lang::term::{FloatOp, Op, Term};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Cost of executing one e-node on a target. Leaves (values, tags, indices) cost nothing.
 pub trait CostModel {
-    fn cost(&self, term: &Term, env: &Env) -> u64;
+    fn cost(&self, term: &Term, egraph: &QdqEGraph) -> u64;
 }
 
-/// Authored nodes cost one each; later backends price fused kernels against them.
+/// Authored nodes cost one each; later backends price fused kernels against them. A Gather
+/// that reads a dequantized constant also pays one per element of that float table: it is what
+/// keeps the table materialised for a few rows, and gathering the codes first (rule
+/// `gather-before-dequantize`) does not. Its other readers (a tied lm_head) may still need it.
 pub struct NodeCount;
 
 impl CostModel for NodeCount {
-    fn cost(&self, term: &Term, _env: &Env) -> u64 {
+    fn cost(&self, term: &Term, egraph: &QdqEGraph) -> u64 {
         match term.op {
             Op::Value(_) | Op::Tag(_) | Op::Index(_) | Op::Absent | Op::Proj => 0,
+            Op::Float(FloatOp::Gather) => 1 + term.args.get(1).map_or(0, |&data| dequantized_table(egraph, data)),
             Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel => 1,
         }
     }
+}
+
+/// Elements of the constant whose DequantizeLinear the e-class `id` holds, or 0.
+fn dequantized_table(egraph: &QdqEGraph, id: Id) -> u64 {
+    let env = &egraph.analysis.env;
+    let constant_elements = |data: Id| match egraph[data].data.leaf {
+        Some(Op::Value(v)) => env.value(v).constant.as_ref().map(|c| c.dims.iter().product::<i64>().max(0) as u64),
+        _ => None,
+    };
+    egraph[id].nodes.iter().filter(|n| n.op == Op::Dequantize).find_map(|n| constant_elements(*n.args.get(1)?)).unwrap_or(0)
 }
 
 #[derive(Clone)]
@@ -42,7 +56,6 @@ pub struct Extraction {
 }
 
 pub fn extract(egraph: &QdqEGraph, roots: &[Id], costs: &dyn CostModel) -> Result<Extraction, String> {
-    let env = &egraph.analysis.env;
     let mut ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
     ids.sort();
     let mut best: BTreeMap<Id, Choice> = BTreeMap::new();
@@ -52,7 +65,7 @@ pub fn extract(egraph: &QdqEGraph, roots: &[Id], costs: &dyn CostModel) -> Resul
             let mut nodes: Vec<&Term> = egraph[id].nodes.iter().collect();
             nodes.sort();
             for term in nodes {
-                let Some(candidate) = candidate(egraph, id, term, &best, costs, env) else { continue };
+                let Some(candidate) = candidate(egraph, id, term, &best, costs) else { continue };
                 let better = match best.get(&id) {
                     None => true,
                     Some(cur) => (candidate.total, &candidate.term) < (cur.total, &cur.term),
@@ -86,7 +99,6 @@ fn candidate(
     term: &Term,
     best: &BTreeMap<Id, Choice>,
     costs: &dyn CostModel,
-    env: &Env,
 ) -> Option<Choice> {
     let mut needs = BTreeMap::new();
     for &child in term.args.iter() {
@@ -97,7 +109,7 @@ fn candidate(
         }
         needs.extend(c.needs.iter().map(|(k, v)| (*k, *v)));
     }
-    needs.insert(id, costs.cost(term, env));
+    needs.insert(id, costs.cost(term, egraph));
     let total = needs.values().sum();
     Some(Choice { term: term.clone(), needs, total })
 }

@@ -38,7 +38,9 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
     let mut lifter = Lifter {
         model,
         scopes,
-        egraph: QdqEGraph::new(QdqAnalysis { env: Env::default() }),
+        egraph: QdqEGraph::new(QdqAnalysis {
+            env: Env { opset: qdqc_lang::opset::default_domain_version(&model.proto).unwrap_or(0), ..Env::default() },
+        }),
         value_refs: HashMap::new(),
         class_of: HashMap::new(),
     };
@@ -64,6 +66,8 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
                 || !graph.implicit_consumers(out).is_empty();
             if needed {
                 roots.push(Root::Value { name: out.clone(), class: lifter.class_of[out.as_str()] });
+                let v = lifter.value_refs[out.as_str()];
+                lifter.egraph.analysis.env.escaping.push(v);
             }
         }
     }

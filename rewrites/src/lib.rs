@@ -9,4 +9,4 @@ pub mod hazards;
 pub mod ort;
 pub mod rules;
 
-pub use rules::{Decision, Log, Rewrite, RuleOptions, catalog};
+pub use rules::{Decision, GATHER_BEFORE_DEQUANTIZE, Log, Rewrite, RuleOptions, catalog};

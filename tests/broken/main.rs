@@ -8,6 +8,7 @@ mod gemm;
 mod kernels;
 mod pairs;
 mod quantize;
+mod weights;
 
 use qdqc_rewrites::exact::Verdict;
 
@@ -22,7 +23,7 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules()].into_iter().flatten().collect()
+    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules()].into_iter().flatten().collect()
 }
 
 /// Shows a counterexample's outputs, compared as f32 bit patterns, as the floats they are.

@@ -5,6 +5,7 @@
 //! the concrete parameters of one group. It returns a [`Verdict`]: `Exact` with a certificate,
 //! `Refuted` with a minimised counterexample, or `Unknown`, which never fires a rewrite.
 
+pub mod movement;
 pub mod num;
 pub mod p1;
 pub mod p2;

@@ -6,7 +6,7 @@ use crate::exact::reference::CodeType;
 use crate::exact::{QParam, Verdict};
 use crate::ort::Isa;
 use egg::{Id, Subst, Var};
-use qdqc_lang::analysis::{Constant, Dim, QdqEGraph, TagFacts, ValueFacts};
+use qdqc_lang::analysis::{Constant, Dim, Interval, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
@@ -30,12 +30,12 @@ fn value(eg: &QdqEGraph, id: Id) -> Option<ValueRef> {
     }
 }
 
-fn absent(eg: &QdqEGraph, id: Id) -> bool {
+pub fn absent(eg: &QdqEGraph, id: Id) -> bool {
     eg[id].data.leaf == Some(Op::Absent)
 }
 
 /// The constant behind a leaf, with its facts.
-fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
+pub fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
     let facts = eg.analysis.env.value(value(eg, id)?);
     Some((facts, facts.constant.as_ref()?))
 }
@@ -172,6 +172,53 @@ pub fn f32_constant(eg: &mut QdqEGraph, values: &[f32], dims: Vec<i64>, name: &s
         shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
         constant: Some(Constant { f32_bits: Some(values.iter().map(|x| x.to_bits()).collect()), dims, ..Constant::default() }),
         created: Some(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
+    });
+    eg.add(Term::leaf(Op::Value(v)))
+}
+
+/// A created intermediate node taking the place of `anchor` in the graph's order, with one new
+/// output value `output` of `dtype`; returns its e-class.
+pub fn add_node(eg: &mut QdqEGraph, anchor: NodeTag, op_type: &str, attributes: Vec<Attribute>, inputs: Vec<Id>, output: &str, dtype: Option<DataType>) -> Id {
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    env.values.push(ValueFacts { name: output.to_string(), dtype, ..ValueFacts::default() });
+    let t = NodeTag(env.tags.len() as u32);
+    let node = env.tag(anchor).node;
+    env.tags.push(TagFacts {
+        node,
+        created: true,
+        attributes,
+        op_type: op_type.to_string(),
+        name: output.to_string(),
+        outputs: vec![Some(v)],
+        ..TagFacts::default()
+    });
+    let tag = eg.add(Term::leaf(Op::Tag(t)));
+    let mut args = vec![tag];
+    args.extend(inputs);
+    eg.add(Term::new(Op::Kernel, args))
+}
+
+/// A created integer constant of `code` type (8 or 16 bits) and shape `dims`.
+pub fn int_constant(eg: &mut QdqEGraph, values: &[i64], code: CodeType, dims: Vec<i64>, name: &str) -> Id {
+    let bytes: Vec<u8> = match code.bits() {
+        8 => values.iter().map(|&v| v as u8).collect(),
+        16 => values.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
+        b => unreachable!("created integer constants are 8 or 16 bits, not {b}"),
+    };
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    env.values.push(ValueFacts {
+        name: name.to_string(),
+        dtype: Some(code.dtype()),
+        shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
+        constant: Some(Constant {
+            dims,
+            int_range: values.iter().min().zip(values.iter().max()).map(|(&lo, &hi)| Interval { lo, hi }),
+            ints: Some(values.to_vec()),
+            ..Constant::default()
+        }),
+        created: Some(bytes),
     });
     eg.add(Term::leaf(Op::Value(v)))
 }

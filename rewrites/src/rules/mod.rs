@@ -8,12 +8,16 @@
 
 pub mod binary;
 mod drop;
+mod fold;
+mod gather;
 mod gemm;
 mod group;
 mod lookup;
 mod lut;
 mod matmul_dynamic;
 mod pool;
+
+pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
@@ -29,6 +33,8 @@ pub struct RuleOptions {
     pub contract: Contract,
     /// A fusion fires only if proven on every one of these.
     pub isas: Vec<Isa>,
+    /// `--fold-weights`: dequantize constant weights into float initializers.
+    pub fold_weights: bool,
 }
 
 /// One decision of a rule on one group.
@@ -70,8 +76,12 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(gemm::rules(options, log));
     rules.extend(drop::rules(options, log));
+    rules.extend(gather::rules(options, log));
     rules.extend(lookup::rules(options, log));
     rules.extend(lut::rules(options, log));
     rules.extend(pool::rules(options, log));
+    if options.fold_weights {
+        rules.extend(fold::rules(options, log));
+    }
     rules
 }
