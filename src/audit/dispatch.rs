@@ -64,7 +64,7 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
             let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };
             prove_binary(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
         }
-        ("MatMul", _) if !f.q_outputs.is_empty() && b_is_activation(ctx, f) => matmul_dynamic::prove(&dynamic_matmul(ctx, f)?, isa, contract),
+        ("MatMul", _) if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => matmul_dynamic::prove(&dynamic_matmul(ctx, f)?, isa, contract),
         ("Conv" | "MatMul" | "Gemm", _) if !f.q_outputs.is_empty() => requant::prove(&gemm_group(ctx, f, op)?, isa, contract),
         ("MatMul" | "Gemm", _) => return Err(format!("{} sums in float after integer accumulation: never proven exact", f.fused_op)),
         ("1DQ", "Sigmoid") => lut::prove_sigmoid(x(0)?, y()?, isa),
@@ -137,13 +137,15 @@ fn prove_binary(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa,
     Verdict::Exact { proof }
 }
 
-/// Whether B is DequantizeLinear'd from a value that is not a constant (a MatMul of two activations).
-fn b_is_activation(ctx: &Ctx, f: &Fusion) -> bool {
-    dq_for_input(ctx, f, 1).is_some_and(|p| ctx.constant_codes(p).is_err())
+/// Whether B is DequantizeLinear'd from a 2-D constant (weights); otherwise (an activation, a
+/// batched constant) the MatMul is proven for every B.
+fn b_is_2d_constant(ctx: &Ctx, f: &Fusion) -> bool {
+    dq_for_input(ctx, f, 1).is_none_or(|p| ctx.constant_codes(p).is_ok_and(|(dims, _)| dims.len() == 2))
 }
 
-/// A MatMul of two activations: per-tensor parameters, both ranks ≥ 2 and one static K; every
-/// code of both types is reachable (the audit tracks no ranges).
+/// A MatMul proven for every B (two activations, or a batched constant): per-tensor parameters,
+/// both ranks ≥ 2 and one static K; every code of both types is reachable (the audit tracks no
+/// ranges).
 fn dynamic_matmul(ctx: &Ctx, f: &Fusion) -> Result<DynamicMatMul, String> {
     let target = ctx.node(f.target);
     let dq = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
