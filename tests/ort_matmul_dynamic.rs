@@ -177,6 +177,8 @@ fn refutations_reproduce_in_onnxruntime() {
     let groups = [
         DynamicMatMul::new(q(2f32.powi(-5), 122), q(2f32.powi(-5), 122), k, q(0.3, 136)),
         DynamicMatMul::new(q(2f32.powi(-8), 0), q(2f32.powi(-5), 124), k, q(f32::from_bits(0x3c91_2345), 116)),
+        // P2 fails: refuted by rows with a single nonzero product.
+        DynamicMatMul::new(q(f32::from_bits(0x3cc7_3ee7), 122), q(f32::from_bits(0x3cc7_3ee7), 122), k, q(f32::from_bits(0x3dc2_e95a), 136)),
     ];
     let mut cases = Vec::new();
     let mut expected = Vec::new();

@@ -429,3 +429,15 @@ fn matmul_of_two_activations_conditions_refuse() {
     let (r, m) = compile(&p, Contract::Exact);
     assert_refused_because(&r, &m, "B parameters: per-channel");
 }
+
+#[test]
+fn matmul_with_a_batched_constant_b_is_proven_for_every_b() {
+    // B [2, K, 4] is a constant but not 2-D weights: the two-activation proof covers any B.
+    let mut p = attention(8, U8, 2f32.powi(-3));
+    let g = p.graph.as_mut().unwrap();
+    g.input.retain(|v| v.name.as_deref() != Some("k"));
+    g.initializer.push(u8s("k", &[2, 8, 4], &(0..64).map(|i| (i * 37 % 256) as u8).collect::<Vec<_>>()));
+    let (r, m) = compile(&p, Contract::Exact);
+    assert_fused(&r, &m, "qlinear-matmul", "QLinearMatMul");
+    assert!(decision(&r).proof.values().all(|p| p.detail.contains("over two activations")), "{:#?}", decision(&r));
+}

@@ -6,6 +6,7 @@ use qdqc_rewrites::exact::p1::exhaustive;
 use qdqc_rewrites::exact::reference::{dequantize, quantize};
 use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_rewrites::ort::matmul_dynamic::{self, DynamicMatMul};
 use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, column_channels, row_channels};
 use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
 use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
@@ -63,6 +64,7 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
             let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };
             prove_binary(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
         }
+        ("MatMul", _) if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => matmul_dynamic::prove(&dynamic_matmul(ctx, f)?, isa, contract),
         ("Conv" | "MatMul" | "Gemm", _) if !f.q_outputs.is_empty() => requant::prove(&gemm_group(ctx, f, op)?, isa, contract),
         ("MatMul" | "Gemm", _) => return Err(format!("{} sums in float after integer accumulation: never proven exact", f.fused_op)),
         ("1DQ", "Sigmoid") => lut::prove_sigmoid(x(0)?, y()?, isa),
@@ -133,6 +135,27 @@ fn prove_binary(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa,
     let names: Vec<&str> = layouts.iter().map(|l| l.name()).collect();
     proof.detail = format!("{} (layouts: {})", proof.detail, names.join(", "));
     Verdict::Exact { proof }
+}
+
+/// Whether B is DequantizeLinear'd from a 2-D constant (weights); otherwise (an activation, a
+/// batched constant) the MatMul is proven for every B.
+fn b_is_2d_constant(ctx: &Ctx, f: &Fusion) -> bool {
+    dq_for_input(ctx, f, 1).is_none_or(|p| ctx.constant_codes(p).is_ok_and(|(dims, _)| dims.len() == 2))
+}
+
+/// A MatMul proven for every B (two activations, or a batched constant): per-tensor parameters,
+/// both ranks ≥ 2 and one static K; every code of both types is reachable (the audit tracks no
+/// ranges).
+fn dynamic_matmul(ctx: &Ctx, f: &Fusion) -> Result<DynamicMatMul, String> {
+    let target = ctx.node(f.target);
+    let dq = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
+    let (a, b, y) = (ctx.qparam(dq(0)?)?, ctx.qparam(dq(1)?)?, ctx.qparam(f.q_outputs[0])?);
+    let shape = |i: usize| ctx.shape(&target.input[i]).filter(|s| s.len() >= 2).ok_or(format!("input {i} has no static shape of rank ≥ 2"));
+    let (sa, sb) = (shape(0)?, shape(1)?);
+    match (sa[sa.len() - 1], sb[sb.len() - 2]) {
+        (ka, kb) if ka == kb && ka > 0 => Ok(DynamicMatMul::new(a, b, ka as usize, y)),
+        (ka, kb) => Err(format!("K of A ({ka}) and of B ({kb}) differ")),
+    }
 }
 
 fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {

@@ -26,7 +26,7 @@ use super::requant::{GemmKind, output_multiplier, rational_text, reach, reach_or
 use crate::exact::num::Dyadic;
 use crate::exact::p2::{self, Operand};
 use crate::exact::p3::{self, Codes, Direction, Outcome};
-use crate::exact::reference::{CodeType, quantize, quantize_real};
+use crate::exact::reference::{CodeType, dequantize, quantize, quantize_real};
 use crate::exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
 use serde::Serialize;
 use std::time::Instant;
@@ -176,7 +176,7 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
             let operand = |p: QParam, u| Operand { scale: p.scale, max_offset: max(u) };
             match p2::activation_dot_product(operand(g.a, ua), operand(g.b, ub), g.k) {
                 Ok(c) => format!("P2: {}; ", c.detail),
-                Err(why) => return Verdict::Unknown { reason: format!("P2: {why}") },
+                Err(why) => return single_product_witness(g, isa).unwrap_or(Verdict::Unknown { reason: format!("P2: {why}") }),
             }
         }
         Contract::Real => String::new(),
@@ -227,6 +227,44 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
             Verdict::Refuted { counterexample, proof }
         }
     }
+}
+
+/// When P2 fails the unfused sum has no unique value in general, but a row pair with a single
+/// nonzero product has one, `fl(DQ(a)·DQ(b))` (every other product is a zero): searches every
+/// code pair for a difference. Needs a zero offset in one reachable range, and no int16 pair
+/// saturation (raw codes stay nonzero there).
+fn single_product_witness(g: &DynamicMatMul, isa: Isa) -> Option<Verdict> {
+    let (ua, ub) = g.offsets();
+    let (a_zero, b_zero) = (ua.0 <= 0 && 0 <= ua.1, ub.0 <= 0 && 0 <= ub.1);
+    if !(a_zero || b_zero) || g.pair_overflow(isa).is_some() {
+        return None;
+    }
+    let (m, y) = (g.multiplier(), g.y);
+    let b_values: Vec<(i64, f32)> = (g.b_codes.0..=g.b_codes.1).map(|b| (b, dequantize(b, g.b.scale, g.b.zero_point))).collect();
+    let mut best: Option<(i64, i64, i64, i64, i64)> = None;
+    let mut differing = 0u64;
+    for a in g.a_codes.0..=g.a_codes.1 {
+        let da = dequantize(a, g.a.scale, g.a.zero_point);
+        for &(b, db) in &b_values {
+            let acc = (a - g.a.zero_point) * (b - g.b.zero_point);
+            let (unfused, fused) = (quantize(da * db, y.scale, y.zero_point, y.code), requantize(acc as i32, m, y.zero_point, y.code, isa));
+            if unfused != fused {
+                differing += 1;
+                if best.is_none_or(|(best_acc, ..)| (acc.unsigned_abs(), acc < 0) < (best_acc.unsigned_abs(), best_acc < 0)) {
+                    best = Some((acc, a, b, unfused, fused));
+                }
+            }
+        }
+    }
+    let (acc, a, b, unfused, fused) = best?;
+    let row = |k: usize, v: i64, rest: i64| (0..g.k).map(|j| if j == k { v } else { rest }).collect::<Vec<_>>();
+    let (rows_a, rows_b) = if a_zero { (row(0, a, g.a.zero_point), vec![b; g.k]) } else { (vec![a; g.k], row(0, b, g.b.zero_point)) };
+    let mut inputs = vec![("acc".to_string(), acc)];
+    inputs.extend(listed("a", &rows_a));
+    inputs.extend(listed("b", &rows_b));
+    let detail = format!("P2 fails; rows with a single nonzero product have a unique float value (QLinearMatMul over two activations on {isa})");
+    let proof = Certificate { method: Method::P2Representable, domain: differing, micros: 0, detail };
+    Some(Verdict::Refuted { counterexample: Counterexample { inputs, unfused, fused, exact: None, differing }, proof })
 }
 
 /// A row of codes as `name[*]` (its most frequent code) and the positions that differ from it.
@@ -282,6 +320,22 @@ mod tests {
         let value = (acc as f64 * g.a.scale as f64 * g.b.scale as f64) as f32;
         assert_eq!(quantize(value, 0.3, 136, U8), c.unfused);
         assert_ne!(c.fused, c.unfused);
+    }
+
+    #[test]
+    fn generic_scales_fail_p2_and_are_refuted_by_a_single_product() {
+        // Scales found by search: (14 − 122)² products round across a boundary.
+        let (s, sy) = (f32::from_bits(0x3cc7_3ee7), f32::from_bits(0x3dc2_e95a));
+        let g = DynamicMatMul::new(QParam::new(s, 122, U8), QParam::new(s, 122, U8), 16, QParam::new(sy, 136, U8));
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
+        assert_eq!(proof.method, Method::P2Representable);
+        let (a, b) = (row(c, "a", 16), row(c, "b", 16));
+        assert_eq!(a.iter().filter(|&&x| x != 122).count(), 1, "{c}");
+        let p = dequantize(a[0], s, 122) * dequantize(b[0], s, 122);
+        assert_eq!(quantize(p, sy, 136, U8), c.unfused);
+        assert_eq!((c.inputs[0].1, c.unfused, c.fused), (11664, 208, 209), "{c}");
+        assert_eq!(requantize(dot(&g, &a, &b) as i32, g.multiplier(), 136, U8, Isa::X86Avx512Vnni), c.fused);
     }
 
     #[test]

@@ -264,8 +264,9 @@ impl Fusion {
         }
     }
 
-    /// `qlinear-matmul` with a B that is not a constant (or too large for its codes to be kept):
-    /// proven over every code of both reachable ranges ([`matmul_dynamic`]).
+    /// `qlinear-matmul` with a B that is not a 2-D constant (an activation, a batched constant, or
+    /// one too large for its codes to be kept): proven over every code of both reachable ranges
+    /// ([`matmul_dynamic`]), which holds for any B.
     fn apply_dynamic(&self, eg: &mut QdqEGraph, eclass: Id, s: &Subst, group: &Group) -> Vec<Id> {
         let fused_op = self.target.fused_name();
         let g = match matmul_dynamic::read(eg, s, eclass) {
@@ -344,7 +345,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
             return vec![];
         }
         let fused_op = self.target.fused_name();
-        if self.target == Target::MatMul && constant_ints(eg, var(s, "?w")).is_none() {
+        if self.target == Target::MatMul && constant_ints(eg, var(s, "?w")).is_none_or(|(dims, _)| dims.len() != 2) {
             return self.apply_dynamic(eg, eclass, s, &group);
         }
         let matched = match self.read(eg, s, eclass) {
