@@ -249,7 +249,7 @@ def print_table(results: list[dict], args) -> None:
           f"{args.diff_inputs} inputs; max abs / rel: logits (corpus: all outputs)")
     w = max([len(r["name"]) for r in results] + [5])
     header = (f"{'model':<{w}}  {'config':<11}  {'µs':>9}  {'speed':>7}  {'diff':>8}  {'max abs':>9}  {'max rel':>9}  "
-              f"{'size MB':>8}  rules")
+              f"{'size kB':>8}  rules")
     print(header)
     print("-" * len(header))
     for r in results:
@@ -257,7 +257,7 @@ def print_table(results: list[dict], args) -> None:
             rules = row["rules"]
             rules = "-" if rules is None else (", ".join(f"{k} {v}" for k, v in rules.items()) or "none fired")
             print(f"{r['name']:<{w}}  {row['config']:<11}  {row['seconds'] * 1e6:>9.1f}  {row['speed']:>6.3f}x  "
-                  f"{row['diff']:>8}  {row['max_abs']:>9.3g}  {row['max_rel']:>9.3g}  {row['bytes'] / 1e6:>8.2f}  {rules}")
+                  f"{row['diff']:>8}  {row['max_abs']:>9.3g}  {row['max_rel']:>9.3g}  {row['bytes'] / 1e3:>8.0f}  {rules}")
         for e in r["errors"]:
             print(f"{r['name']:<{w}}  ERROR: {e}")
         if "ort_default_summary" in r:

@@ -46,6 +46,7 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 21  # int4 and blocked DequantizeLinear
 IR_VERSION = 10
 VARIANTS = ("int4", "int8")
+TIED = "embed_q"  # the codes of the tied embedding / lm_head weight
 KV_STD = 0.5  # magnitude of the seeded past keys and values, about that of the computed ones
 
 
@@ -182,7 +183,7 @@ def build(cfg: Config) -> onnx.ModelProto:
     if cfg.hidden % cfg.head_dim:
         raise ValueError(f"hidden {cfg.hidden} is not a multiple of head_dim {cfg.head_dim}")
     b = Builder(cfg)
-    tied = b.weight("embed", cfg.hidden, cfg.vocab, 0.02)  # [H, V]: the lm_head's B = [K, N]
+    tied = b.weight(TIED.removesuffix("_q"), cfg.hidden, cfg.vocab, 0.02)  # [H, V]: the lm_head's B = [K, N]
     gathered = b.node("Gather", [tied, "input_ids"], "embed_gather", axis=1)  # [H, 1, 1]
     x = b.node("Transpose", [gathered], "embed_tokens", perm=[1, 2, 0])  # [1, 1, H]
     for i in range(cfg.layers):
@@ -259,6 +260,8 @@ def ort_default_fusions(path: Path) -> dict:
     )
     return {
         "ops": dict(sorted(ops.items())),
+        # DequantizeLinears of the whole tied table that run on every decode step
+        "tied_table_dequantized": sum(1 for n in opt.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == TIED),
         "weight_matmuls": len(weight_matmuls),
         "matmulnbits": len(nbits),
         "matmulnbits_levels": sorted({a.i for n in nbits for a in n.attribute if a.name == "accuracy_level"}),
@@ -275,6 +278,7 @@ def describe_fusions(f: dict) -> str:
     return (
         f"{f['matmulnbits']} of {f['weight_matmuls']} weight MatMuls become MatMulNBits "
         f"(accuracy_level {f['matmulnbits_levels'] or '-'}); tied lm_head {lm}; "
+        f"the whole tied table dequantized {f['tied_table_dequantized']}x per step; "
         f"{f['dequantize_left']} DequantizeLinear left, {f['float_weight_initializers']} float weight matrices "
         f"(constant-folded DQs); ops: {', '.join(f'{k} {v}' for k, v in f['ops'].items())}"
     )

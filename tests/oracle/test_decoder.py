@@ -1,6 +1,6 @@
 """A tiny version of bench/decoder.py's decode-step model (1 block, hidden 64, vocab 512), both variants:
 it passes onnx's full_check, ONNX Runtime 1.31.1 runs it and, as the benchmark relies on, fuses every weight
-MatMul into MatMulNBits except the tied lm_head; `qdqc compile` (default `exact` contract) gives outputs
+MatMul into MatMulNBits except the tied lm_head (and dequantizes the whole tied table twice per step); `qdqc compile` (default `exact` contract) gives outputs
 byte-identical to the original under ORT_DISABLE_ALL, both under ORT_DISABLE_ALL and under ORT_ENABLE_ALL
 with the session profile qdqc prints.
 """
@@ -65,6 +65,8 @@ def test_ort_default_fuses_every_weight_matmul_but_the_tied_lm_head(tiny):
     f = decoder.ort_default_fusions(path)
     assert f["weight_matmuls"] == 7, f
     assert f["matmulnbits"] == 6 and not f["lm_head_fused"], decoder.describe_fusions(f)
+    # EnsureUniqueDQForNodeUnit gives the Gather and the lm_head a DequantizeLinear each
+    assert f["tied_table_dequantized"] == 2, decoder.describe_fusions(f)
 
 
 def test_exact_compile_is_byte_identical_under_both_profiles(qdqc, tiny, tmp_path):
