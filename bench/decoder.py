@@ -237,7 +237,6 @@ def ort_default_fusions(path: Path) -> dict:
     import onnxruntime as ort
 
     model = onnx.load(str(path), load_external_data=False)
-    matmuls = {n.output[0]: n.name for n in model.graph.node if n.op_type == "MatMul"}
     weight_matmuls = {
         n.name for n in model.graph.node
         if n.op_type == "MatMul" and any(i.endswith("_dq") for i in n.input)
@@ -258,8 +257,10 @@ def ort_default_fusions(path: Path) -> dict:
         1 for t in opt.graph.initializer
         if t.data_type == TensorProto.FLOAT and len(t.dims) == 2 and min(t.dims) >= 64
     )
+    left = sorted(n.name for n in opt.graph.node if n.op_type == "MatMul" and n.name in weight_matmuls)
     return {
         "ops": dict(sorted(ops.items())),
+        "weight_matmuls_left": left,
         # DequantizeLinears of the whole tied table that run on every decode step
         "tied_table_dequantized": sum(1 for n in opt.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == TIED),
         "weight_matmuls": len(weight_matmuls),
@@ -269,7 +270,6 @@ def ort_default_fusions(path: Path) -> dict:
         "lm_head_fused": lm_head is not None and lm_head.op_type == "MatMulNBits",
         "dequantize_left": ops.get("DequantizeLinear", 0),
         "float_weight_initializers": float_weights,
-        "authored_matmuls": len(matmuls),
     }
 
 
@@ -277,7 +277,8 @@ def describe_fusions(f: dict) -> str:
     lm = "fused into MatMulNBits" if f["lm_head_fused"] else f"REFUSED (stays {f['lm_head_op']} on a DequantizeLinear)"
     return (
         f"{f['matmulnbits']} of {f['weight_matmuls']} weight MatMuls become MatMulNBits "
-        f"(accuracy_level {f['matmulnbits_levels'] or '-'}); tied lm_head {lm}; "
+        f"(accuracy_level {f['matmulnbits_levels'] or '-'}), left as MatMul: {', '.join(f['weight_matmuls_left']) or 'none'}; "
+        f"tied lm_head {lm}; "
         f"the whole tied table dequantized {f['tied_table_dequantized']}x per step; "
         f"{f['dequantize_left']} DequantizeLinear left, {f['float_weight_initializers']} float weight matrices "
         f"(constant-folded DQs); ops: {', '.join(f'{k} {v}' for k, v in f['ops'].items())}"
