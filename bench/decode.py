@@ -27,7 +27,7 @@ batches, as bench/latency.py); speed = t(ORT default) / t, above 1 is faster; di
 logits (corpus: of every output) over the --diff-inputs seeded inputs, rel = max |Δ| / max |reference|
 per output and input; size = the model file plus its external data; rules = the fired decisions of
 the compile report by rule. Below the table, each lossy compile's per-instance deviations as its
-report states them, and the issue's acceptance targets (acc4 >= 1.5x ORT default on the decoder,
+report states them and its refused decisions with their reasons, and the issue's acceptance targets (acc4 >= 1.5x ORT default on the decoder,
 acc1 rel <= 1e-4), reported, not fatal.
 
 Exit status 1 if an `exact` configuration differs from ORT off in any bit, or a compile or session
@@ -122,6 +122,18 @@ def find_key(obj, part: str):
     return None
 
 
+def refusals(report: dict) -> list[str]:
+    """Every refused decision as 'rule at: reason' (one reason when every ISA profile gives the same)."""
+    out = []
+    for d in report.get("decisions", []):
+        if d.get("fired"):
+            continue
+        why = d.get("reason") or d.get("counterexample") or d.get("verdict")
+        why = sorted({str(v) for v in why.values()}) if isinstance(why, dict) else [str(why)]
+        out.append(f"{d['rule']} {d.get('output') or '?'}: {'; '.join(why)[:200]}")
+    return out
+
+
 def lossy_instances(report: dict) -> list[dict]:
     """Every fired decision that carries a deviation, as the report gives it."""
     out = []
@@ -133,13 +145,31 @@ def lossy_instances(report: dict) -> list[dict]:
     return out
 
 
+def measurements(deviation) -> list[dict]:
+    """The deviation of one lossy instance as a list of {field: value} (one per input set it was measured on)."""
+    if isinstance(deviation, dict):
+        return [deviation]
+    if isinstance(deviation, list):
+        return [m for d in deviation for m in measurements(d)]
+    return [{"deviation": deviation}]
+
+
+def fmt(v) -> str:
+    return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def failed(name: str, *errors: str) -> dict:
+    """An empty result for NAME (with ERRORS if it could not be measured at all)."""
+    return {"name": name, "rows": {}, "errors": list(errors), "instances": {}, "refused": {}}
+
+
 def bench_one(name: str, src: Path, feeds: list[dict], compare: list[str] | None, tmp: Path, configs: dict,
               args) -> dict:
     """All configurations of one model: rows, failures, lossy instances."""
     import onnxruntime as ort
 
     off, on = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    result = {"name": name, "rows": {}, "errors": [], "instances": {}}
+    result = failed(name)
     sessions = {"original_on": session(src, on), "original_off": session(src, off)}
     sizes = {"original_on": model_bytes(src), "original_off": model_bytes(src)}
     meta = {"original_on": ("ORT default", False, None), "original_off": ("ORT off", True, None)}
@@ -160,6 +190,7 @@ def bench_one(name: str, src: Path, feeds: list[dict], compare: list[str] | None
         meta[key] = (label, exact, fired_rules(report))
         if not exact:
             result["instances"][label] = lossy_instances(report)
+            result["refused"][label] = refusals(report)
         del report
 
     ref_sess = sessions["original_off"]
@@ -194,10 +225,10 @@ def decoder_results(args, configs: dict, tmp: Path) -> list[dict]:
             fusions = decoder.ort_default_fusions(path)
             r = bench_one(cfg.name, path, decoder.feeds(cfg, args.diff_inputs), ["logits"], tmp, configs, args)
         except BenchError as e:
-            out.append({"name": cfg.name, "rows": {}, "errors": [str(e)], "instances": {}})
+            out.append(failed(cfg.name, str(e)))
             continue
         except Exception as e:  # noqa: BLE001 (ORT's own failures carry their message)
-            out.append({"name": cfg.name, "rows": {}, "errors": [f"{type(e).__name__}: {str(e)[:200]}"], "instances": {}})
+            out.append(failed(cfg.name, f"{type(e).__name__}: {str(e)[:200]}"))
             continue
         r["ort_default_fusions"] = fusions
         r["ort_default_summary"] = f"ORT {ort.__version__} ORT_ENABLE_ALL: {decoder.describe_fusions(fusions)}"
@@ -217,7 +248,7 @@ def corpus_results(args, configs: dict, tmp: Path) -> list[dict]:
             feeds = seeded_inputs(e["name"], reference, args.diff_inputs)
             out.append(bench_one(e["name"], src, feeds, None, tmp, configs, args))
         except BenchError as err:
-            out.append({"name": e["name"], "rows": {}, "errors": [str(err)], "instances": {}})
+            out.append(failed(e["name"], str(err)))
     return out
 
 
@@ -265,13 +296,18 @@ def print_table(results: list[dict], args) -> None:
     print("-" * len(header))
     for r in results:
         for label, inst in r["instances"].items():
-            print(f"{r['name']} {label}: {len(inst)} lossy instance(s) in the compile report")
+            measured = [m for i in inst for m in measurements(i["deviation"])]
+            worst = {k: max((m[k] for m in measured if k in m), default=None) for k in ("max_abs", "max_rel")}
+            on = sorted({str(m["inputs"]) for m in measured if "inputs" in m})
+            print(f"{r['name']} {label}: {len(inst)} lossy instance(s) in the compile report, largest max abs "
+                  f"{fmt(worst['max_abs'])}, max rel {fmt(worst['max_rel'])}; measured on {'; '.join(on) or '-'}")
             for i in inst:
-                dev = i["deviation"]
-                dev = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in dev.items()) \
-                    if isinstance(dev, dict) else str(dev)
                 level = "" if i["accuracy_level"] is None else f" level {i['accuracy_level']}"
-                print(f"  {i['rule']} {i['at']}{level}: {dev}")
+                devs = "; ".join(", ".join(f"{k} {fmt(v)}" for k, v in m.items() if k != "inputs")
+                                 for m in measurements(i["deviation"]))
+                print(f"  {i['rule']} {i['at']}{level}: {devs}")
+            for line in r["refused"].get(label, []):
+                print(f"  refused {line}")
     for line in targets(results):
         print(line)
 
