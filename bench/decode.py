@@ -26,9 +26,9 @@ batches, as bench/latency.py); speed = t(ORT default) / t, above 1 is faster; di
 (all outputs, all inputs) whose bits differ from ORT off; max abs / max rel = the largest |Δ| of the
 logits (corpus: of every output) over the --diff-inputs seeded inputs, rel = max |Δ| / max |reference|
 per output and input; size = the model file plus its external data; rules = the fired decisions of
-the compile report by rule. Below the table, each lossy compile's per-instance deviations as its
-report states them and its refused decisions with their reasons, and the issue's acceptance targets (acc4 >= 1.5x ORT default on the decoder,
-acc1 rel <= 1e-4), reported, not fatal.
+the compile report by rule. Below the table: each lossy compile's per-instance deviations as its
+report states them and its refused decisions with their reasons; the issue's acceptance targets
+(acc4 >= 1.5x ORT default on the decoder, acc1 rel <= 1e-4), reported, not fatal.
 
 Exit status 1 if an `exact` configuration differs from ORT off in any bit, or a compile or session
 fails; 0 otherwise.
@@ -79,9 +79,8 @@ def model_bytes(path: Path) -> int:
     from onnx.external_data_helper import uses_external_data
 
     model = onnx.load(str(path), load_external_data=False)
-    files = {
-        e.value for t in model.graph.initializer if uses_external_data(t) for e in t.external_data if e.key == "location"
-    }
+    files = {e.value for t in model.graph.initializer if uses_external_data(t)
+             for e in t.external_data if e.key == "location"}
     return path.stat().st_size + sum((path.parent / f).stat().st_size for f in files)
 
 
@@ -288,7 +287,8 @@ def print_table(results: list[dict], args) -> None:
             rules = row["rules"]
             rules = "-" if rules is None else (", ".join(f"{k} {v}" for k, v in rules.items()) or "none fired")
             print(f"{r['name']:<{w}}  {row['config']:<11}  {row['seconds'] * 1e6:>9.1f}  {row['speed']:>6.3f}x  "
-                  f"{row['diff']:>8}  {row['max_abs']:>9.3g}  {row['max_rel']:>9.3g}  {row['bytes'] / 1e3:>8.0f}  {rules}")
+                  f"{row['diff']:>8}  {row['max_abs']:>9.3g}  {row['max_rel']:>9.3g}  {row['bytes'] / 1e3:>8.0f}  "
+                  f"{rules}")
         for e in r["errors"]:
             print(f"{r['name']:<{w}}  ERROR: {e}")
         if "ort_default_summary" in r:

@@ -167,8 +167,10 @@ class Builder:
         scores = self.node("MatMul", [q, self.node("Transpose", [keys], f"{p}_kt", perm=[0, 1, 3, 2])], f"{p}_qk")
         scale = self.const(f"{p}_inv_sqrt_d", np.array(1.0 / math.sqrt(c.head_dim), np.float32))
         probs = self.node("Softmax", [self.node("Mul", [scores, scale], f"{p}_scaled")], f"{p}_probs", axis=-1)
-        ctx = self.node("Transpose", [self.node("MatMul", [probs, values], f"{p}_ctx")], f"{p}_ctx_t", perm=[0, 2, 1, 3])
-        merged = self.node("Reshape", [ctx, self.const(f"{p}_merge_shape", np.array([1, 1, h], np.int64))], f"{p}_merged")
+        ctx = self.node("MatMul", [probs, values], f"{p}_ctx")
+        ctx = self.node("Transpose", [ctx], f"{p}_ctx_t", perm=[0, 2, 1, 3])
+        merge_shape = self.const(f"{p}_merge_shape", np.array([1, 1, h], np.int64))
+        merged = self.node("Reshape", [ctx, merge_shape], f"{p}_merged")
         attn = self.node("MatMul", [merged, self.weight(f"{p}_wo", h, h, out_std)], f"{p}_o")
         x = self.node("Add", [x, attn], f"{p}_res1")
         m = self.layer_norm(x, f"{p}_ln2")
@@ -199,7 +201,8 @@ def build(cfg: Config) -> onnx.ModelProto:
             inputs.append(helper.make_tensor_value_info(f"past_{kind}.{i}", TensorProto.FLOAT, kv))
             outputs.append(helper.make_tensor_value_info(f"present_{kind}.{i}", TensorProto.FLOAT, present))
     graph = helper.make_graph(b.nodes, cfg.name, inputs, outputs, b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qdqc bench/decoder.py")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="qdqc bench/decoder.py")
     model.ir_version = IR_VERSION
     return model
 
@@ -262,7 +265,8 @@ def ort_default_fusions(path: Path) -> dict:
         "ops": dict(sorted(ops.items())),
         "weight_matmuls_left": left,
         # DequantizeLinears of the whole tied table that run on every decode step
-        "tied_table_dequantized": sum(1 for n in opt.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == TIED),
+        "tied_table_dequantized": sum(1 for n in opt.graph.node
+                                      if n.op_type == "DequantizeLinear" and n.input[0] == TIED),
         "weight_matmuls": len(weight_matmuls),
         "matmulnbits": len(nbits),
         "matmulnbits_levels": sorted({a.i for n in nbits for a in n.attribute if a.name == "accuracy_level"}),
@@ -277,7 +281,8 @@ def describe_fusions(f: dict) -> str:
     lm = "fused into MatMulNBits" if f["lm_head_fused"] else f"REFUSED (stays {f['lm_head_op']} on a DequantizeLinear)"
     return (
         f"{f['matmulnbits']} of {f['weight_matmuls']} weight MatMuls become MatMulNBits "
-        f"(accuracy_level {f['matmulnbits_levels'] or '-'}), left as MatMul: {', '.join(f['weight_matmuls_left']) or 'none'}; "
+        f"(accuracy_level {f['matmulnbits_levels'] or '-'}), "
+        f"left as MatMul: {', '.join(f['weight_matmuls_left']) or 'none'}; "
         f"tied lm_head {lm}; "
         f"the whole tied table dequantized {f['tied_table_dequantized']}x per step; "
         f"{f['dequantize_left']} DequantizeLinear left, {f['float_weight_initializers']} float weight matrices "

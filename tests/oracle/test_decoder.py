@@ -1,8 +1,8 @@
 """A tiny version of bench/decoder.py's decode-step model (1 block, hidden 64, vocab 512), both variants:
 it passes onnx's full_check, ONNX Runtime 1.31.1 runs it and, as the benchmark relies on, fuses every weight
-MatMul into MatMulNBits except the tied lm_head (and dequantizes the whole tied table twice per step); `qdqc compile` (default `exact` contract) gives outputs
-byte-identical to the original under ORT_DISABLE_ALL, both under ORT_DISABLE_ALL and under ORT_ENABLE_ALL
-with the session profile qdqc prints.
+MatMul into MatMulNBits except the tied lm_head (and dequantizes the whole tied table twice per step);
+`qdqc compile` (default `exact` contract) gives outputs byte-identical to the original under ORT_DISABLE_ALL,
+both under ORT_DISABLE_ALL and under ORT_ENABLE_ALL with the session profile qdqc prints.
 """
 from __future__ import annotations
 
