@@ -248,6 +248,8 @@ def corpus_results(args, configs: dict, tmp: Path) -> list[dict]:
             out.append(bench_one(e["name"], src, feeds, None, tmp, configs, args))
         except BenchError as err:
             out.append(failed(e["name"], str(err)))
+        except Exception as err:  # noqa: BLE001 (ORT's own failures carry their message)
+            out.append(failed(e["name"], f"{type(err).__name__}: {str(err)[:200]}"))
     return out
 
 
