@@ -3,7 +3,8 @@
 
     PY=$(bash tests/oracle/setup.sh | tail -n1)
     cargo build --release
-    "$PY" bench/decode.py [--mode decoder|corpus|both] [--variants int4,int8] [--json] [--qdqc BIN]
+    "$PY" bench/decode.py [--mode decoder|corpus|both] [--variants int4,int8] [--ort-isa all|x86-avx512vnni]
+                          [--json] [--qdqc BIN]
 
 For each variant of the decoder (int4 block-32 and int8 per-channel weights, tied embedding, 6 blocks,
 hidden 512, vocab 32000, batch 1, one decode step over a past of 64) and, in corpus mode, for each
@@ -175,7 +176,7 @@ def bench_one(name: str, src: Path, feeds: list[dict], compare: list[str] | None
     for key, (label, exact, extra) in configs.items():
         out = tmp / f"{name}.{key}.onnx"
         try:
-            report, profile = compile_model(args.qdqc, src, out, "exact", extra)
+            report, profile = compile_model(args.qdqc, src, out, "exact", args.ort_isa, extra)
             sessions[key] = session(out, on, profile)
         except BenchError as e:
             result["errors"].append(f"{label}: {e}")
@@ -322,6 +323,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15, help="timed batches per session (the median is reported)")
     ap.add_argument("--batch-ms", type=float, default=20.0, help="target duration of one timed batch (ms)")
     ap.add_argument("--diff-inputs", type=int, default=4, help="seeded inputs the diffs and deviations run on")
+    ap.add_argument("--ort-isa", default="all", help="profiles qdqc's fusions are proven for (qdqc's --ort-isa)")
     ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("QDQC_CORPUS", REPO / "target" / "corpus")))
     ap.add_argument("--qdqc", type=Path, default=Path(os.environ.get("QDQC_BIN", REPO / "target" / "release" / "qdqc")))
     args = ap.parse_args()
@@ -342,17 +344,18 @@ def main() -> int:
             results += decoder_results(args, configs, Path(tmp))
         if args.mode in ("corpus", "both"):
             results += corpus_results(args, configs, Path(tmp))
-    failed = any(r["errors"] for r in results)
+    any_failed = any(r["errors"] for r in results)
     seconds = time.perf_counter() - t_start
     if args.json:
-        meta = {"qdqc": str(args.qdqc), "configurations": {k: v[0] for k, v in configs.items()}, "runs": args.runs,
-                "batch_ms": args.batch_ms, "diff_inputs": args.diff_inputs, "onnxruntime": ort.__version__,
-                "threads": 1, "cpus": os.cpu_count(), "seconds": seconds}
+        meta = {"qdqc": str(args.qdqc), "ort_isa": args.ort_isa,
+                "configurations": {k: v[0] for k, v in configs.items()}, "runs": args.runs, "batch_ms": args.batch_ms,
+                "diff_inputs": args.diff_inputs, "onnxruntime": ort.__version__, "threads": 1,
+                "cpus": os.cpu_count(), "seconds": seconds}
         print(json.dumps({"meta": meta, "results": results, "targets": targets(results)}, indent=2))
     else:
         print_table(results, args)
         print(f"total {seconds:.0f} s")
-    return 1 if failed else 0
+    return 1 if any_failed else 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
     PY=$(bash tests/oracle/setup.sh | tail -n1)
     cargo build --release
-    "$PY" bench/latency.py [--json] [--runs 15] [--corpus DIR] [--qdqc BIN]
+    "$PY" bench/latency.py [--json] [--runs 15] [--ort-isa all|x86-avx512vnni] [--corpus DIR] [--qdqc BIN]
 
 For every qdq and pow2 corpus model, in one run:
 
@@ -69,10 +69,12 @@ class BenchError(Exception):
     pass
 
 
-def compile_model(qdqc: Path, src: Path, out: Path, contract: str, extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
-    """`qdqc compile SRC -o OUT --contract C --report [EXTRA]`; returns (report, printed session profile)."""
+def compile_model(qdqc: Path, src: Path, out: Path, contract: str, isa: str = "all",
+                  extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """`qdqc compile SRC -o OUT --contract C --ort-isa I --report [EXTRA]`; returns (report, printed session profile)."""
     report = out.with_suffix(".report.json")
-    cmd = [str(qdqc), "compile", str(src), "-o", str(out), "--contract", contract, "--report", str(report), *extra]
+    cmd = [str(qdqc), "compile", str(src), "-o", str(out), "--contract", contract, "--ort-isa", isa, "--report",
+           str(report), *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         err = (r.stderr.strip().splitlines() or [""])[-1]
@@ -159,7 +161,7 @@ def bench_model(qdqc: Path, corpus_dir: Path, entry: dict, tmp: Path, args) -> d
     paths, profiles = {}, {}
     for contract in ("exact", "real"):
         out = tmp / f"{entry['name']}.{contract}.onnx"
-        report, profiles[contract] = compile_model(qdqc, src, out, contract)
+        report, profiles[contract] = compile_model(qdqc, src, out, contract, args.ort_isa)
         paths[contract] = out
         row[f"{contract}_fused"] = sum(1 for d in report["decisions"] if d["fired"])
     off, on = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -193,6 +195,9 @@ def main():
     ap.add_argument("--runs", type=int, default=15, help="timed batches per session (the median is reported)")
     ap.add_argument("--batch-ms", type=float, default=20.0, help="target duration of one timed batch (ms)")
     ap.add_argument("--diff-inputs", type=int, default=4, help="seeded inputs the diff counts run on")
+    ap.add_argument("--ort-isa", default="all",
+                    help="profiles the fusions are proven for (qdqc's --ort-isa); x86-avx512vnni is this kind of "
+                         "machine, and x86-only lists also re-sign int8 activations to uint8")
     ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("QDQC_CORPUS", REPO / "target" / "corpus")))
     ap.add_argument("--qdqc", type=Path, default=Path(os.environ.get("QDQC_BIN", REPO / "target" / "release" / "qdqc")))
     args = ap.parse_args()
@@ -234,7 +239,7 @@ def main():
         k: (summary[f"geomean_{k}_speed"] is not None and summary[f"geomean_{k}_speed"] >= v)
         for k, v in summary["targets"].items()
     }
-    meta = {"qdqc": str(args.qdqc), "corpus": str(args.corpus), "runs": args.runs, "batch_ms": args.batch_ms,
+    meta = {"qdqc": str(args.qdqc), "corpus": str(args.corpus), "ort_isa": args.ort_isa, "runs": args.runs, "batch_ms": args.batch_ms,
             "diff_inputs": args.diff_inputs, "onnxruntime": ort.__version__, "threads": 1, "cpus": os.cpu_count()}
     failed = bool(summary["exact_failures"] or summary["errors"])
 
@@ -246,7 +251,7 @@ def main():
     sp = lambda x: "-" if x is None else f"{x:.3f}x"  # noqa: E731
     w = max(len(r["name"]) for r in rows + [{"name": "geomean (pow2)"}])
     print(f"inference latency, µs per inference (median of {args.runs} batches, 1 thread, onnxruntime "
-          f"{ort.__version__}); speed = t(original ENABLE_ALL) / t; diff = output elements differing from "
+          f"{ort.__version__}; compiled with --ort-isa {args.ort_isa}); speed = t(original ENABLE_ALL) / t; diff = output elements differing from "
           f"the original under ORT_DISABLE_ALL over {args.diff_inputs} inputs")
     header = (f"{'model':<{w}}  {'kind':<4}  {'orig off':>9}  {'orig on':>9}  {'ort diff':>8}  {'exact':>9}  "
               f"{'diff':>5}  {'speed':>7}  {'fused':>5}  {'real':>9}  {'diff':>5}  {'speed':>7}  {'fused':>5}  note")

@@ -21,11 +21,13 @@ pub struct CompileOptions {
     /// A fusion fires only if proven on every one of these profiles.
     pub isas: Vec<Isa>,
     pub limits: Limits,
+    /// Re-sign int8 activations to uint8 when every profile is x86 (`lower::resign`).
+    pub resign: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default() }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true }
     }
 }
 
@@ -46,6 +48,11 @@ pub struct CompileReport {
     pub stats: StatsJson,
     pub model_bytes: u64,
     pub external_data: Option<ExternalJson>,
+    /// int8 activations stored as uint8 (zero point + 128) before fusion, with their proofs.
+    pub resigned: Vec<ResignedJson>,
+    /// When re-signing was possible: the cost of both forms and the one kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resign_costs: Option<ResignCosts>,
     /// Every rule decision: the groups fused and the groups refused, with proofs.
     pub decisions: Vec<DecisionJson>,
     /// Every QDQ group of the input that no rule decided.
@@ -63,6 +70,65 @@ pub struct StatsJson {
     pub enodes: usize,
     pub eclasses: usize,
     pub stop_reasons: BTreeMap<String, usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResignCosts {
+    pub int8: usize,
+    pub uint8: usize,
+    pub chosen: &'static str,
+}
+
+/// Extra cost of an integer GEMM/conv kernel on int8 activations: ORT's x86 s8s8 paths measured
+/// 2–3x slower than u8s8 on the corpus (docs/int8-activations.md).
+const INT8_KERNEL_PENALTY: usize = 3;
+
+/// The cost model choosing between the int8 and the re-signed form: one per node left, plus
+/// [`INT8_KERNEL_PENALTY`] per integer GEMM/conv on int8 activations.
+fn cost(model: &Model, g: &qdqc_lower::lowered::LoweredGraph) -> usize {
+    use qdqc_lower::lowered::Computation;
+    let int8 = |name: &str| {
+        g.constants.iter().find(|c| c.name == name).map(|c| c.dtype)
+            .or_else(|| {
+                let init = model.proto.graph.as_ref()?.initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
+                qdqc_lang::tensor::data_type(init).ok()
+            })
+            == Some(qdqc_lang::onnx::DataType::Int8)
+    };
+    let penalty: usize = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(&n.computation, Computation::Created { op_type, .. } if matches!(op_type.as_str(), "QLinearConv" | "QLinearMatMul" | "QGemm")))
+        .filter(|n| n.inputs.get(2).is_some_and(|z| int8(z)))
+        .count()
+        * INT8_KERNEL_PENALTY;
+    g.nodes.len() + penalty + g.subgraphs.iter().map(|s| cost(model, &s.graph)).sum::<usize>()
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ResignedJson {
+    pub tensor: String,
+    pub quantize: String,
+    pub dequantize: Vec<String>,
+    pub zero_point_int8: i64,
+    pub zero_point_uint8: i64,
+    pub verdict: &'static str,
+    pub proof: Option<Certificate>,
+}
+
+fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedJson {
+    ResignedJson {
+        tensor: r.tensor.clone(),
+        quantize: r.quantize.clone(),
+        dequantize: r.dequantize.clone(),
+        zero_point_int8: r.zero_point,
+        zero_point_uint8: r.zero_point + 128,
+        verdict: r.proof.word(),
+        proof: match &r.proof {
+            qdqc_rewrites::exact::Verdict::Exact { proof } => Some(proof.clone()),
+            _ => None,
+        },
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -107,9 +173,28 @@ fn decision_json(d: &Decision) -> DecisionJson {
 }
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
-    let model = Model::load(input)?;
     let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone() });
-    let lowering = qdqc_lower::lower(&model, &Options { rules: rules.clone(), limits: options.limits.clone() })?;
+    let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
+    let model = Model::load(input)?;
+    let lowering = lower(&model)?;
+    let mut resign_costs = None;
+    let (model, lowering, resigned) = if options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86()) {
+        // Re-signing speeds up the integer kernels but can cost elementwise fusions (QLinearAdd
+        // rounds raw codes against a precomputed offset, so its proof depends on the code type):
+        // both forms are lowered and the cheaper kept, ties to uint8.
+        let mut resigned_model = Model::load(input)?;
+        let resigned = qdqc_lower::resign::resign(&mut resigned_model)?;
+        if resigned.is_empty() {
+            (model, lowering, resigned)
+        } else {
+            let resigned_lowering = lower(&resigned_model)?;
+            let costs = (cost(&model, &lowering.graph), cost(&resigned_model, &resigned_lowering.graph));
+            resign_costs = Some(ResignCosts { int8: costs.0, uint8: costs.1, chosen: if costs.1 <= costs.0 { "uint8" } else { "int8" } });
+            if costs.1 <= costs.0 { (resigned_model, resigned_lowering, resigned) } else { (model, lowering, Vec::new()) }
+        }
+    } else {
+        (model, lowering, Vec::new())
+    };
     let saved = qdqc_codegen::onnx::write(&model, &lowering.graph, output, &SaveOptions::default())?;
     let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
     let undecided = qdqc_lower::groups::find(&model)
@@ -139,6 +224,8 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         },
         model_bytes: saved.model_bytes,
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
+        resigned: resigned.iter().map(resigned_json).collect(),
+        resign_costs,
         decisions,
         undecided,
         hazards: crate::audit::hazards_json(&model),
@@ -159,6 +246,10 @@ impl CompileReport {
     pub fn explain(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        for r in &self.resigned {
+            let proof = r.proof.as_ref().map_or(String::new(), |p| format!(" ({})", p.detail));
+            writeln!(out, "RESIGNED {} int8 zero point {} → uint8 {} [{} → {}]{proof}", r.tensor, r.zero_point_int8, r.zero_point_uint8, r.quantize, r.dequantize.join(", ")).unwrap();
+        }
         for d in &self.decisions {
             let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
             writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();

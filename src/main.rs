@@ -34,6 +34,11 @@ enum Command {
         /// A fusion must be proven on every one of these ISA profiles.
         #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
         ort_isa: IsaList,
+        /// Keep int8 activations int8. By default, when every profile is x86, an int8 activation
+        /// read only by DequantizeLinear becomes uint8 with its zero point + 128 (bit-identical
+        /// values; the form ORT's x86 integer kernels run fast).
+        #[arg(long)]
+        keep_int8_activations: bool,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -101,8 +106,14 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa } => {
-            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, ..CompileOptions::default() };
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations } => {
+            let options = CompileOptions {
+                fuse: !no_fuse,
+                contract: contract.into(),
+                isas: ort_isa.0,
+                resign: !keep_int8_activations,
+                ..CompileOptions::default()
+            };
             let result = qdqc::compile(&input, &output, &options)?;
             if explain {
                 print!("{}", result.explain());
@@ -112,12 +123,13 @@ fn run(command: Command) -> Result<(), Error> {
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused); contract {:?}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused, {} int8 activation(s) re-signed); contract {:?}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
                 result.fused,
                 result.decisions.len() - result.fused,
+                result.resigned.len(),
                 result.contract,
                 result.session_profile.describe()
             );

@@ -206,3 +206,22 @@ fn omitted_zero_points() {
     g.initializer.retain(|t| !t.name.as_deref().unwrap_or("").starts_with("z_"));
     case("omitted_zero_points", &m);
 }
+
+/// Two MatMuls of the same two activations (attention's `Q·Kᵀ` shape): one requantized by
+/// 2^-3 (proven and fused), one by 0.3 (refuted with the rows that reach the counterexample).
+#[test]
+fn matmuls_of_two_activations() {
+    let s = 2f32.powi(-5);
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_q", &["q", "s", "z"], &["dq"]),
+        node("DequantizeLinear", "DQ_k", &["k", "s", "z"], &["dk"]),
+        node("MatMul", "MatMul_pow2", &["dq", "dk"], &["m1"]),
+        node("QuantizeLinear", "Q_pow2", &["m1", "s_pow2", "z_y"], &["y_pow2"]),
+        node("MatMul", "MatMul_generic", &["dq", "dk"], &["m2"]),
+        node("QuantizeLinear", "Q_generic", &["m2", "s_generic", "z_y"], &["y_generic"]),
+    ];
+    let inits = vec![f32s("s", &[], &[s]), u8s("z", &[], &[122]), f32s("s_pow2", &[], &[0.125]), f32s("s_generic", &[], &[0.3]), u8s("z_y", &[], &[136])];
+    let inputs = vec![value("q", U8, &[1, 2, 4, 8]), value("k", U8, &[1, 2, 8, 4])];
+    let outputs = vec![value("y_pow2", U8, &[1, 2, 4, 4]), value("y_generic", U8, &[1, 2, 4, 4])];
+    case("matmuls_of_two_activations", &model(graph("attention", nodes, inputs, outputs, inits), 21));
+}

@@ -353,8 +353,11 @@ fn random_conv(rng: &mut Rng, i: usize) -> Case {
     let n = rng.int(1, 2) as usize;
     let per_channel = rng.int(0, 1) == 1;
     let (sx, w_scale, sy) = random_scales(rng, cout, per_channel);
-    // ConvSym needs s8 weights with zero points 0; QLinearConv needs equal zero points.
-    let w_zp = if kind == 3 || rng.int(0, 1) == 0 { vec![0; if per_channel { cout } else { 1 }] } else { zero_points(rng, wt, cout, per_channel, true) };
+    // ConvSym needs s8 weights with zero points 0; 1.31.1 takes per-channel ones, equal or not.
+    let w_zp = match (kind, rng.int(0, 2)) {
+        (3, _) | (_, 0) => vec![0; if per_channel { cout } else { 1 }],
+        (_, equal) => zero_points(rng, wt, cout, per_channel, equal == 1),
+    };
     Case {
         name: format!("conv {i}"),
         op: Op::Conv { pads, strides, dilations, group },
@@ -603,4 +606,66 @@ fn exact_contract_verdicts_hold_in_onnxruntime() {
         let (fused, unfused) = (out(2 + 2 * j), out(3 + 2 * j));
         assert_eq!((unfused[ch], fused[ch]), (c.unfused, c.fused), "{name}: ORT disagrees with the counterexample {c}");
     }
+}
+
+/// QLinearConv with unequal per-channel weight zero points. ort-kernels.md §5.3 (read from the
+/// 1.25 sources) says the kernel ORT_ENFORCEs equal ones; 1.31.1 runs them and each channel's
+/// zero point is honoured, byte for byte as the model computes, for u8 and s8 weights on the
+/// dense, grouped and depthwise paths; with power-of-two scales `prove` fires and the unfused
+/// DQ → Conv → Q twin gives the same bytes.
+#[test]
+fn qlinear_conv_honours_unequal_weight_zero_points() {
+    let mut rng = Rng(0x5eed_28447);
+    let mut cases = Vec::new();
+    for (i, &(xt, wt)) in TYPES.iter().cycle().take(12).enumerate() {
+        let mut c = random_conv(&mut rng, i);
+        let group = [1, 2, c.x_shape[1]][i % 3];
+        let (cin_g, cout_g) = if i % 3 == 2 { (1, 1) } else { (rng.int(1, 6) as usize, rng.int(2, 8) as usize) };
+        let (cin, cout) = (group * cin_g, group * cout_g);
+        let [n, _, h, w] = c.x_shape[..] else { unreachable!() };
+        let [_, _, kh, kw] = c.w_shape[..] else { unreachable!() };
+        let Op::Conv { pads, strides, dilations, .. } = c.op else { unreachable!() };
+        c.op = Op::Conv { pads, strides, dilations, group };
+        (c.x_type, c.w_type, c.level) = (xt, wt, "ORT_DISABLE_ALL");
+        c.x_shape = vec![n, cin, h, w];
+        c.x = rng.codes(xt, n * cin * h * w);
+        c.w_shape = vec![cout, cin_g, kh, kw];
+        c.w = rng.codes(wt, cout * cin_g * kh * kw);
+        c.x_zp = rng.codes(xt, 1)[0];
+        c.y_zp = rng.codes(xt, 1)[0];
+        c.w_zp = loop {
+            let z = zero_points(&mut rng, wt, cout, true, false);
+            if z.iter().any(|&v| v != z[0]) {
+                break z;
+            }
+        };
+        // Power-of-two scales on the first half (P2 holds, M is exact), random on the rest.
+        if i < 6 {
+            c.x_scale = 2f32.powi(-6);
+            c.w_scale = (0..cout).map(|k| 2f32.powi(-6 - (k % 3) as i32)).collect();
+            c.y_scale = 2f32.powi(-1 - (cin_g * kh * kw).ilog2() as i32 / 2);
+            c.bias = c.bias.map(|_| (0..cout).map(|_| rng.int(-5000, 5000)).collect());
+        } else {
+            (c.x_scale, c.w_scale, c.y_scale) = random_scales(&mut rng, cout, true);
+            c.bias = random_bias(&mut rng, cout);
+        }
+        c.name = format!("unequal zero points {i} ({}×{}, group {group})", type_name(xt), type_name(wt));
+        cases.push(c);
+    }
+    let proven: Vec<Case> = cases[..6]
+        .iter()
+        .map(|c| {
+            let v = prove(&c.group(), ISA, Contract::Exact);
+            assert!(v.is_exact(), "{}: {v:?}", c.name);
+            Case { name: format!("{} unfused", c.name), unfused: true, ..c.clone() }
+        })
+        .collect();
+    let results = run_ort(&cases);
+    let (n, outputs) = check(&cases, &results);
+    let twins = run_ort(&proven);
+    for (j, c) in proven.iter().enumerate() {
+        let twin = twins[j].as_ref().unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        assert_eq!(twin, results[j].as_ref().unwrap(), "{}: fused and unfused differ", c.name);
+    }
+    println!("{n} cases, {outputs} output bytes equal; {} proven cases equal their unfused twins", proven.len());
 }

@@ -219,6 +219,17 @@ fn conv_with_power_of_two_scales_is_fused_with_its_attributes() {
 }
 
 #[test]
+fn conv_with_unequal_per_channel_weight_zero_points_is_fused() {
+    // ONNX Runtime 1.31.1 honours each channel's weight zero point (tests/ort_requant.rs).
+    let s = power_of_two(2);
+    let mut m = conv(&s, Some(&bias_on_accumulator(&s, &[-2000, 900])));
+    let z_w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    *z_w = i8s("z_w", &[2], &[3, -5]);
+    let (r, m) = compile(&m, Contract::Exact);
+    assert_fused(&r, &m, "qlinear-conv-bias", "QLinearConv");
+}
+
+#[test]
 fn conv_with_generic_scales_is_refuted_under_exact() {
     let (r, m) = compile(&conv(&generic(2), None), Contract::Exact);
     assert_refuted(&r, &m, "qlinear-conv", &["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);
@@ -352,4 +363,69 @@ fn real_synthesis_cannot_undo_int16_pair_saturation() {
     assert_eq!(d.verdict[&Isa::X86Avx2], "refuted");
     assert!(d.proof[&Isa::X86Avx2].detail.contains("real-contract synthesis: channel 0: x86-avx2: int16 pairs saturate"), "{d:#?}");
     assert_eq!(op_types(&out), ["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);
+}
+
+/// Attention's `Q·Kᵀ`: DQ(q u8[1,2,4,K]) × DQ(k T[1,2,K,4]) → Q(sy, 136) u8[1,2,4,4]; both
+/// operands activations (graph inputs), scales 2^-5 and zero points 122 (k's type `k_type`).
+fn attention(k: i64, k_type: i32, sy: f32) -> ModelProto {
+    let z_k = if k_type == U8 { u8s("z_k", &[], &[122]) } else { i8s("z_k", &[], &[-6]) };
+    let nodes = vec![
+        node("DequantizeLinear", "DQ_q", &["q", "s_q", "z_q"], &["dq"]),
+        node("DequantizeLinear", "DQ_k", &["k", "s_k", "z_k"], &["dk"]),
+        node("MatMul", "MatMul", &["dq", "dk"], &["out"]),
+        node("QuantizeLinear", "Q_y", &["out", "s_y", "z_y"], &["y"]),
+    ];
+    let s = 2f32.powi(-5);
+    let inits = vec![f32s("s_q", &[], &[s]), u8s("z_q", &[], &[122]), f32s("s_k", &[], &[s]), z_k, f32s("s_y", &[], &[sy]), u8s("z_y", &[], &[136])];
+    let inputs = vec![value("q", U8, &[1, 2, 4, k]), value("k", k_type, &[1, 2, k, 4])];
+    model(graph("attention", nodes, inputs, vec![value("y", U8, &[1, 2, 4, 4])], inits), 21)
+}
+
+#[test]
+fn matmul_of_two_activations_with_power_of_two_scales_is_fused() {
+    let (r, m) = compile(&attention(16, U8, 2f32.powi(-3)), Contract::Exact);
+    assert_fused(&r, &m, "qlinear-matmul", "QLinearMatMul");
+    assert_eq!(fused_node(&m).input, ["q", "s_q", "z_q", "k", "s_k", "z_k", "s_y", "z_y"]);
+    assert!(decision(&r).proof.values().all(|p| p.detail.contains("QLinearMatMul over two activations")), "{:#?}", decision(&r));
+}
+
+#[test]
+fn matmul_of_two_activations_with_a_generic_output_scale_is_refuted_by_rows_that_reach_it() {
+    let (sy, k) = (0.3f32, 16usize);
+    let (r, m) = compile(&attention(k as i64, U8, sy), Contract::Exact);
+    assert_refuted(&r, &m, "qlinear-matmul", &["DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear"]);
+    let s = 2f32.powi(-5);
+    let m_ort = s * s / sy;
+    for (isa, c) in &decision(&r).counterexample {
+        let get = |n: &str| c.inputs.iter().find(|(m, _)| m == n).map(|(_, v)| *v);
+        let row = |name: &str| (0..k).map(|t| get(&format!("{name}[{t}]")).or(get(&format!("{name}[*]"))).unwrap()).collect::<Vec<i64>>();
+        let (a, b) = (row("a"), row("b"));
+        // The unfused graph in f32, summing in order (P2 holds, so every order gives this).
+        let value: f32 = a.iter().zip(&b).map(|(&x, &w)| ((x - 122) as f32 * s) * ((w - 122) as f32 * s)).sum();
+        assert_eq!(qdqc_rewrites::exact::reference::quantize(value, sy, 136, CodeType::U8), c.unfused, "{isa}: {c}");
+        let acc: i64 = a.iter().zip(&b).map(|(x, w)| (x - 122) * (w - 122)).sum();
+        assert_eq!(acc, get("acc").unwrap());
+        assert_eq!(requantize(acc as i32, m_ort, 136, CodeType::U8, *isa), c.fused, "{isa}: {c}");
+    }
+}
+
+#[test]
+fn matmul_of_two_activations_conditions_refuse() {
+    // K = 4096: 4096·133·134 units exceed 2^24, the float sum may round.
+    let (r, m) = compile(&attention(4096, U8, 2f32.powi(-3)), Contract::Exact);
+    assert_refused_because(&r, &m, "P2:");
+    // u8 × s8 full ranges: 2·255·127 leaves int16 in x86-avx2's vpmaddubsw; exact elsewhere.
+    let (r, m) = compile(&attention(16, I8, 2f32.powi(-3)), Contract::Exact);
+    let d = decision(&r);
+    assert!(!d.fired && d.reason.len() == 1 && d.reason[&Isa::X86Avx2].contains("int16"), "{d:#?}");
+    assert!(d.verdict.iter().all(|(isa, v)| *isa == Isa::X86Avx2 || *v == "exact"), "{d:#?}");
+    assert_eq!(op_types(&m), ["DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear"]);
+    // Per-channel parameters on B.
+    let mut p = attention(16, U8, 2f32.powi(-3));
+    let g = p.graph.as_mut().unwrap();
+    g.initializer.retain(|t| !matches!(t.name.as_deref(), Some("s_k" | "z_k")));
+    g.initializer.extend([f32s("s_k", &[4], &[2f32.powi(-5); 4]), u8s("z_k", &[4], &[122; 4])]);
+    g.node[1] = with_attr(g.node[1].clone(), "axis", int_attr(-1));
+    let (r, m) = compile(&p, Contract::Exact);
+    assert_refused_because(&r, &m, "B parameters: per-channel");
 }

@@ -48,6 +48,14 @@ impl Model {
         Ok(model)
     }
 
+    /// Re-validates the graph and re-infers shapes after a pass edited `proto` in place.
+    pub fn rebuild(&mut self) -> Result<()> {
+        self.check_tensors()?;
+        self.graph = ir::Graph::build_main(self)?;
+        self.shapes = shapes::infer(self);
+        Ok(())
+    }
+
     /// Where the elements of `t` are, external data resolved.
     pub fn payload<'a>(&self, t: &'a TensorProto) -> Result<Payload<'a>, String> {
         if t.data_location == Some(DataLocation::External as i32) {

@@ -11,6 +11,7 @@ pub mod lift;
 pub mod lowered;
 pub mod order;
 pub mod region;
+pub mod resign;
 
 use facts::Scopes;
 use lowered::{LoweredGraph, LoweredSubgraph};

@@ -8,6 +8,21 @@ use qdqc_rewrites::exact::{QParam, Verdict};
 pub fn rules() -> Vec<Broken> {
     vec![
         Broken {
+            name: "resign_int8_without_shifting_the_zero_point",
+            claim: "int8 activations may be stored as uint8 (code + 128) with the zero point left as it was",
+            broken: || {
+                let p = QParam::new(0.05, -3, CodeType::I8);
+                crate::as_f32(exhaustive(
+                    &[p.domain("q")],
+                    "DQ of every int8 code against its uint8 twin",
+                    |q| dequantize(q[0], p.scale, p.zero_point).to_bits() as i64,
+                    |q| dequantize(q[0] + 128, p.scale, p.zero_point).to_bits() as i64,
+                    |_| None,
+                ))
+            },
+            twin: Some(|| qdqc_rewrites::exact::shift::int8_to_uint8(0.05, -3)),
+        },
+        Broken {
             name: "sub_uint8_codes_before_widening",
             claim: "q − zp may be computed on uint8 codes before the cast to float (NNCF's wrap-around)",
             broken: || dequantized(|q, z| (q as u8).wrapping_sub(z as u8) as f32),

@@ -1,11 +1,14 @@
 //! Broken requantization of integer accumulators (Conv/MatMul/Gemm epilogues), checked against
-//! the exact rational value of the float computation.
+//! the exact rational value of the float computation, and a broken bound on the accumulators of
+//! a MatMul of two activations, checked by its rule's own proof.
 
 use crate::Broken;
 use qdqc_rewrites::exact::num::Dyadic;
 use qdqc_rewrites::exact::p1::{Domain, exhaustive};
 use qdqc_rewrites::exact::reference::{CodeType, quantize, quantize_real};
-use qdqc_rewrites::exact::{QParam, Verdict};
+use qdqc_rewrites::exact::{Contract, QParam, Verdict};
+use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -27,7 +30,23 @@ pub fn rules() -> Vec<Broken> {
             broken: || per_k([0.01, 0.03]),
             twin: Some(|| per_k([0.01, 0.01])),
         },
+        Broken {
+            name: "activation_matmul_bounded_by_one_product",
+            claim: "a MatMul of two activations is proven over the accumulators of one product (K = 1), as if the other K − 1 terms of A·B stayed at zero; the K = 1 proof of this instance holds, the K = 16 one does not",
+            broken: || attention(f32::from_bits(0x3df8_cc03)),
+            twin: Some(|| attention(0.125)),
+        },
     ]
+}
+
+/// Attention's `Q·Kᵀ` over two u8 activations (scales 2^-5, zero points 122), K = 16, output
+/// scale `sy`: the proof over every accumulator `16·[pmin, pmax]`, after checking that the
+/// one-product proof the broken rule relies on holds.
+fn attention(sy: f32) -> Verdict {
+    let s = 2f32.powi(-5);
+    let g = |k| DynamicMatMul::new(QParam::new(s, 122, CodeType::U8), QParam::new(s, 122, CodeType::U8), k, QParam::new(sy, 136, CodeType::U8));
+    assert!(prove(&g(1), Isa::X86Avx512Vnni, Contract::Exact).is_exact(), "the broken rule's own proof");
+    prove(&g(16), Isa::X86Avx512Vnni, Contract::Exact)
 }
 
 fn dy(x: f32) -> Dyadic {

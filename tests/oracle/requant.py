@@ -1,10 +1,10 @@
 """Runs one-node QLinearConv / QLinearMatMul / QGemm models (and unfused QDQ twins) in ONNX Runtime
-for tests/ort_requant.rs.
+for tests/ort_requant.rs and tests/ort_matmul_dynamic.rs.
 
     python requant.py CASES.json OUTPUTS.json
 
-CASES.json is a list of cases written by the Rust test; scales travel as f32 bit patterns so no
-decimal conversion touches them. OUTPUTS.json gets one entry per case: the flat output codes, or
+CASES.json is a list of cases written by the Rust tests (`"w_input": true` makes B a graph input);
+scales travel as f32 bit patterns so no decimal conversion touches them. OUTPUTS.json gets one entry per case: the flat output codes, or
 {"error": message} when ONNX Runtime refuses the model. One process runs every case.
 """
 
@@ -97,9 +97,14 @@ def run(c):
         node, inits = fused(c)
         nodes = [node]
     elem = DTYPES[c["x_type"]][1]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", elem, c["x_shape"])], [helper.make_tensor_value_info("y", elem, None)], inits
-    )
+    inputs = [helper.make_tensor_value_info("x", elem, c["x_shape"])]
+    feeds = {"x": np.asarray(c["x"], dtype=DTYPES[c["x_type"]][0]).reshape(c["x_shape"])}
+    if c.get("w_input"):
+        # B as a graph input: a MatMul of two activations, nothing prepacked.
+        inits = [t for t in inits if t.name != "w"]
+        inputs.append(helper.make_tensor_value_info("w", DTYPES[c["w_type"]][1], c["w_shape"]))
+        feeds["w"] = np.asarray(c["w"], dtype=DTYPES[c["w_type"]][0]).reshape(c["w_shape"])
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", elem, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     so = ort.SessionOptions()
@@ -107,8 +112,7 @@ def run(c):
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, c["level"])
     try:
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        x = np.asarray(c["x"], dtype=DTYPES[c["x_type"]][0]).reshape(c["x_shape"])
-        (y,) = sess.run(None, {"x": x})
+        (y,) = sess.run(None, feeds)
     except Exception as e:  # noqa: BLE001 - the refusal itself is the result
         return {"error": str(e).splitlines()[0]}
     return y.astype(np.int64).flatten().tolist()

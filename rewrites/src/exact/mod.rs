@@ -10,6 +10,7 @@ pub mod p1;
 pub mod p2;
 pub mod p3;
 pub mod reference;
+pub mod shift;
 
 use reference::CodeType;
 use serde::Serialize;

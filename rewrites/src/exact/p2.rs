@@ -102,6 +102,41 @@ pub fn dot_product(d: &DotProduct) -> Result<Certificate, String> {
     Ok(certificate(d, start, grid, total))
 }
 
+/// One operand of a product of two activations: its scale and the largest `|q − z|` over its
+/// reachable codes.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand {
+    pub scale: f32,
+    pub max_offset: u128,
+}
+
+/// P2 for `Σ_k DQ(a_k)·DQ(b_k)` over `k` terms when both operands are activations: every code
+/// of both reachable ranges is possible, so the bound takes the largest product at every `k`.
+/// Each DQ is exact (`|q − z|·|m|` fits 24 bits), and every partial sum is a multiple of
+/// `2^E` (`E` the exponent of `sa·sb`) of at most `k·max|ua|·max|ub|·|ma·mb| ≤ 2^24` units.
+pub fn activation_dot_product(a: Operand, b: Operand, k: usize) -> Result<Certificate, String> {
+    let start = Instant::now();
+    let sa = finite(a.scale, "A scale")?;
+    let sb = finite(b.scale, "B scale")?;
+    multiples_exact(a.max_offset, sa).map_err(|e| format!("DQ of A: {e}"))?;
+    multiples_exact(b.max_offset, sb).map_err(|e| format!("DQ of B: {e}"))?;
+    let unit = sa.checked_mul(sb).ok_or("scale product overflows")?;
+    let domain = k as u64;
+    let total = (k as u128).checked_mul(a.max_offset * b.max_offset * unit.mant.unsigned_abs()).ok_or("partial sums overflow the analysis")?;
+    if total == 0 {
+        let detail = format!("{k} products, all zero");
+        return Ok(Certificate { method: Method::P2Representable, domain, micros: start.elapsed().as_micros() as u64, detail });
+    }
+    if total > MAX_UNITS {
+        return Err(format!("{k} products of up to {}·{} codes reach {total} units of 2^{} > 2^24: the sum may round, so its order matters", a.max_offset, b.max_offset, unit.exp));
+    }
+    if unit.exp < -126 || unit.exp + 24 > 127 {
+        return Err(format!("the sum's grid 2^{}..2^{} leaves the normal f32 range", unit.exp, unit.exp + 24));
+    }
+    let detail = format!("{k} products of two activations on the grid 2^{}; every partial sum ≤ {total} units ≤ 2^24", unit.exp);
+    Ok(Certificate { method: Method::P2Representable, domain, micros: start.elapsed().as_micros() as u64, detail })
+}
+
 fn certificate(d: &DotProduct, start: Instant, grid: i32, total: u128) -> Certificate {
     Certificate {
         method: Method::P2Representable,
@@ -199,6 +234,22 @@ mod tests {
         let err = dot_product(&DotProduct { alpha: 0.3, ..dot(0.5, 0.5, &[1], None) }).unwrap_err();
         assert!(err.contains("alpha"), "{err}");
         dot_product(&DotProduct { alpha: 0.25, ..dot(0.5, 0.5, &[1], None) }).unwrap();
+    }
+
+    #[test]
+    fn products_of_two_activations_take_the_largest_product_at_every_k() {
+        let op = |scale: f32, max_offset: u128| Operand { scale, max_offset };
+        // 2^-5 · 2^-5, offsets up to 133: 16 · 133² = 283 024 units.
+        let cert = activation_dot_product(op(2f32.powi(-5), 133), op(2f32.powi(-5), 133), 16).unwrap();
+        assert!(cert.detail.contains("283024 units"), "{}", cert.detail);
+        // 1024 · 255 · 128 > 2^24.
+        let err = activation_dot_product(op(1.0, 255), op(1.0, 128), 1024).unwrap_err();
+        assert!(err.contains("> 2^24"), "{err}");
+        // A generic scale: 200 · 0.1 is not exact.
+        let err = activation_dot_product(op(0.5, 128), op(0.1, 200), 2).unwrap_err();
+        assert!(err.contains("DQ of B"), "{err}");
+        let err = activation_dot_product(op(2f32.powi(-70), 1), op(2f32.powi(-70), 1), 1).unwrap_err();
+        assert!(err.contains("normal"), "{err}");
     }
 
     #[test]

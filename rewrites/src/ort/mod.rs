@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod lut;
+pub mod matmul_dynamic;
 pub mod pool;
 pub mod requant;
 pub mod selectors;
@@ -36,6 +37,10 @@ impl Isa {
 
     /// The profile of the machine qdqc's differential tests run on.
     pub const HOST_TESTED: Isa = Isa::X86Avx512Vnni;
+
+    pub fn is_x86(self) -> bool {
+        !matches!(self, Isa::Arm64Neon)
+    }
 
     pub fn name(self) -> &'static str {
         match self {

@@ -1,5 +1,7 @@
 //! `Q(Conv(DQ(x), DQ(w)[, DQ(b)]))`, `Q(MatMul(DQ(a), DQ(B)))` and `Q(Gemm(DQ(A), DQ(B)[, DQ(C)]))`
-//! into ONNX QLinearConv, ONNX QLinearMatMul and com.microsoft QGemm.
+//! into ONNX QLinearConv, ONNX QLinearMatMul and com.microsoft QGemm. A MatMul whose B is not a
+//! constant (two activations) has its own obligation and conditions: [`matmul_dynamic`]; what
+//! follows is about constant weights.
 //!
 //! Obligation (spec §5, "Conv / MatMul / Gemm with Q output"): [`requant::prove`] on every
 //! selected ISA, under the options' contract. Under `exact`: P2, the float reduction is exact
@@ -7,7 +9,7 @@
 //! requantization `sat(rne(fl(f32(acc + b)·M)) + zy)` with `M = fl(fl(sx·sw)/sy)` equals the Q
 //! of that value on every reachable accumulator. Under `real`: P3 against the exact rational.
 //! Hazards checked (§3, §7): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
-//! scale and zero point ORT ignores, unequal Conv weight zero points, `f32(acc)` rounding above
+//! scale and zero point ORT ignores, `f32(acc)` rounding above
 //! 2^24, int32 wrap of `acc + b`.
 //!
 //! Conditions, each a named function refusing with its name (`unknown`, never fired):
@@ -19,7 +21,7 @@
 //! | [`weight_channels`]: per-tensor, or per output channel along its axis | the kernels apply `w_scale[c]` per output channel |
 //! | [`int32_bias`], one code per output channel | the kernels add int32 bias codes per channel |
 //! | [`gemm_attributes`]: no `transA`, `beta = 1` with C | QGemm drops beta; transA is not modelled |
-//! | `requant::KERNEL_CONDITIONS`: code types, shapes, ranges, finite scales, equal Conv weight zero points, bias zero point 0 | what ORT's kernels accept (the same on every modelled ISA) |
+//! | `requant::KERNEL_CONDITIONS`: code types, shapes, ranges, finite scales, bias zero point 0 | what ORT's kernels accept (the same on every modelled ISA) |
 //! | `requant::BIAS_SCALE`: bias scale = `fl(sx·sw)` bitwise | ORT never reads the bias scale |
 //!
 //! `real` synthesis: when the model's own scales are not proven on some ISA under `real`,
@@ -30,9 +32,11 @@
 //! condition). The fused node then reads created constants, and the certificate lists `M'`.
 //!
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
-//! "per_k_scale_in_gemm_epilogue".
+//! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
 use super::group::{Group, channels, constant_ints, decide, explicit_zero_point, f32_constant, qparam, tag, var};
+use super::matmul_dynamic;
+use crate::ort::matmul_dynamic as ort_dynamic;
 use super::{Log, Rewrite, RuleOptions};
 use crate::exact::reference::CodeType;
 use crate::exact::{Contract, QParam, Verdict};
@@ -234,11 +238,10 @@ impl Fusion {
         }
     }
 
-    /// The fused node's inputs, in the kernel's order.
-    fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, m: &Matched, scales: &Scales, output: &str) -> Vec<Id> {
-        let g = &m.group;
+    /// The fused node's inputs, in the kernel's order; `codes`: the x, w and y code types.
+    fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, codes: [CodeType; 3], scales: &Scales, output: &str) -> Vec<Id> {
         let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{output}/qdqc_{what}_zero_point"));
-        let (zx, zw, zy) = (zp(eg, "?zx", g.x.code, "x"), zp(eg, "?zw", g.w_code, "w"), zp(eg, "?zy", g.y.code, "y"));
+        let (zx, zw, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zw", codes[1], "w"), zp(eg, "?zy", codes[2], "y"));
         let (sx, sw, sy) = match scales {
             Scales::Model => (var(s, "?sx"), var(s, "?sw"), var(s, "?sy")),
             Scales::Synthesized(w_scales) => {
@@ -259,6 +262,30 @@ impl Fusion {
                 vec![x, sx, zx, w, sw, zw, c, sy, zy]
             }
         }
+    }
+
+    /// `qlinear-matmul` with a B that is not a constant (or too large for its codes to be kept):
+    /// proven over every code of both reachable ranges ([`matmul_dynamic`]).
+    fn apply_dynamic(&self, eg: &mut QdqEGraph, eclass: Id, s: &Subst, group: &Group) -> Vec<Id> {
+        let fused_op = self.target.fused_name();
+        let g = match matmul_dynamic::read(eg, s, eclass) {
+            Ok(g) => g,
+            Err(reason) => {
+                let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+                group.log(&self.log, self.name, &fused_op, false, verdicts);
+                return vec![];
+            }
+        };
+        let (fired, verdicts) = decide(&self.options, |isa| ort_dynamic::prove(&g, isa, self.options.contract));
+        group.log(&self.log, self.name, &fused_op, fired, verdicts);
+        if !fired {
+            return vec![];
+        }
+        let inputs = self.inputs(eg, s, [g.a.code, g.b.code, g.y.code], &Scales::Model, &group.output);
+        let (op, domain) = self.target.fused();
+        let fused = group.add_kernel(eg, op, domain, Vec::new(), inputs);
+        eg.union(eclass, fused);
+        vec![eclass, fused]
     }
 }
 
@@ -317,6 +344,9 @@ impl Applier<Term, QdqAnalysis> for Fusion {
             return vec![];
         }
         let fused_op = self.target.fused_name();
+        if self.target == Target::MatMul && constant_ints(eg, var(s, "?w")).is_none() {
+            return self.apply_dynamic(eg, eclass, s, &group);
+        }
         let matched = match self.read(eg, s, eclass) {
             Ok(m) => m,
             Err(reason) => {
@@ -330,7 +360,8 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         if !fired {
             return vec![];
         }
-        let inputs = self.inputs(eg, s, &matched, &scales, &group.output);
+        let g = &matched.group;
+        let inputs = self.inputs(eg, s, [g.x.code, g.w_code, g.y.code], &scales, &group.output);
         let (op, domain) = self.target.fused();
         let fused = group.add_kernel(eg, op, domain, fused_attributes(matched.attributes, &scales), inputs);
         eg.union(eclass, fused);

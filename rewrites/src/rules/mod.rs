@@ -12,6 +12,7 @@ mod gemm;
 mod group;
 mod lookup;
 mod lut;
+mod matmul_dynamic;
 mod pool;
 
 use crate::exact::{Contract, Verdict};

@@ -1,0 +1,340 @@
+//! QLinearMatMul over two activations (attention's `QKᵀ` and `AV`): ONNX Runtime 1.31's kernel
+//! with a non-constant B, and the proof that fusing `Q(MatMul(DQ(a), DQ(b)))` into it is exact
+//! for every code both operands can take.
+//!
+//! From the sources (`quantize_linear_matmul.cc`, MLAS `qgemm.cpp`): with B not a constant
+//! initializer nothing is prepacked; `MlasGemmBatch` runs one GEMM per broadcast batch
+//! (`MatMulComputeHelper`'s offsets, the float MatMul's broadcasting) on B packed on the fly by
+//! the dispatch a constant B gets (`MlasGemmQuantGetDispatch` by the signs of A and B, then its
+//! `CopyPackB`; the GEMV shortcut needs no output processor, and QLinearMatMul always has its
+//! requantizing one). So the arithmetic is [`super::requant`]'s: raw-code products corrected by the zero
+//! points in exact int32
+//! (exact for u8×u8 and s8×s8 on every modelled ISA), the x86-avx2 u8×s8 kernel adding adjacent
+//! K pairs with int16 saturation, then `MlasRequantizeOutput` with `M = fl(fl(sa·sb)/sy)`.
+//!
+//! No value of B is known, so every bound quantifies over both reachable code ranges:
+//!
+//! * P2 (`exact`): [`p2::activation_dot_product`], the largest product at every k;
+//! * accumulators: `K·[pmin, pmax]`, the extreme products of the two offset ranges;
+//! * x86-avx2 u8×s8: unknown (never fused) when two raw-code products of the ranges can leave
+//!   int16 — any B can put them side by side;
+//! * P3: ORT's requantization against the Q of the exact value on every accumulator of that
+//!   range; a difference is reported with concrete A and B rows that reach it.
+
+use super::Isa;
+use super::requant::{GemmKind, output_multiplier, rational_text, reach, reach_order, requantize};
+use crate::exact::num::Dyadic;
+use crate::exact::p2::{self, Operand};
+use crate::exact::p3::{self, Codes, Direction, Outcome};
+use crate::exact::reference::{CodeType, quantize, quantize_real};
+use crate::exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use serde::Serialize;
+use std::time::Instant;
+
+/// A `Q(MatMul(DQ(a), DQ(b)))` group whose B is an activation, per-tensor everywhere.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DynamicMatMul {
+    pub a: QParam,
+    /// The codes that can reach the op (by default the type's range).
+    pub a_codes: (i64, i64),
+    pub b: QParam,
+    pub b_codes: (i64, i64),
+    /// The inner dimension.
+    pub k: usize,
+    pub y: QParam,
+}
+
+impl DynamicMatMul {
+    pub fn new(a: QParam, b: QParam, k: usize, y: QParam) -> DynamicMatMul {
+        DynamicMatMul { a, a_codes: a.code.range(), b, b_codes: b.code.range(), k, y }
+    }
+
+    pub fn with_codes(self, a_codes: (i64, i64), b_codes: (i64, i64)) -> DynamicMatMul {
+        DynamicMatMul { a_codes, b_codes, ..self }
+    }
+
+    /// ORT's output multiplier.
+    pub fn multiplier(&self) -> f32 {
+        output_multiplier(GemmKind::MatMul, self.a.scale, self.b.scale, self.y.scale)
+    }
+
+    /// Reachable `a − za` and `b − zb`.
+    fn offsets(&self) -> ((i64, i64), (i64, i64)) {
+        let (a, b) = (self.a_codes, self.b_codes);
+        ((a.0 - self.a.zero_point, a.1 - self.a.zero_point), (b.0 - self.b.zero_point, b.1 - self.b.zero_point))
+    }
+
+    /// The reachable accumulators: K times the extreme products of the offset ranges.
+    pub fn accumulators(&self) -> (i64, i64) {
+        let (ua, ub) = self.offsets();
+        let (lo, hi) = extreme_products(ua, ub);
+        (lo * self.k as i64, hi * self.k as i64)
+    }
+
+    /// The raw pair sum outside int16 that x86-avx2's u8×s8 kernel can meet, if any.
+    pub fn pair_overflow(&self, isa: Isa) -> Option<i64> {
+        if isa != Isa::X86Avx2 || (self.a.code, self.b.code) != (CodeType::U8, CodeType::I8) || self.k < 2 {
+            return None;
+        }
+        let (lo, hi) = extreme_products(self.a_codes, self.b_codes);
+        [2 * hi, 2 * lo].into_iter().find(|&s| s > i16::MAX as i64 || s < i16::MIN as i64)
+    }
+
+    /// Concrete A and B codes (one row, one column) whose exact accumulator is `target`, or
+    /// `None` when the search finds none (accumulators next to the extremes may be unreachable):
+    /// B fixed at one offset `v` (its farthest from zero first), with or without one position at
+    /// the offset nearest zero, and A solved greedily ([`reach`]); then the roles swapped.
+    fn reach(&self, target: i64) -> Option<(Vec<i64>, Vec<i64>)> {
+        let (ua, ub) = self.offsets();
+        let solve = |fixed: (i64, i64), free: (i64, i64)| {
+            candidates(fixed).into_iter().find_map(|(v, fine)| {
+                let mut d = vec![v; self.k];
+                if let Some(f) = fine {
+                    d[self.k - 1] = f;
+                }
+                Some((reach(&d, free, target, &[], &reach_order(&d, &[]))?, d))
+            })
+        };
+        let shift = |v: Vec<i64>, z: i64| v.into_iter().map(|u| u + z).collect::<Vec<_>>();
+        let (a, b) = solve(ub, ua).or_else(|| solve(ua, ub).map(|(b, a)| (a, b)))?;
+        Some((shift(a, self.a.zero_point), shift(b, self.b.zero_point)))
+    }
+}
+
+/// Fixed offsets tried by [`DynamicMatMul::reach`]: the nonzero offsets of `[lo, hi]`, farthest
+/// from zero first (at most [`CANDIDATES`]), each with the nearest nonzero offset at the last
+/// position and without.
+fn candidates((lo, hi): (i64, i64)) -> Vec<(i64, Option<i64>)> {
+    let mut values: Vec<i64> = (lo..=hi).filter(|&v| v != 0).collect();
+    values.sort_by_key(|v| (std::cmp::Reverse(v.abs()), *v));
+    values.truncate(CANDIDATES);
+    let fine = [1, -1, lo, hi].into_iter().find(|&v| v != 0 && lo <= v && v <= hi);
+    values.into_iter().flat_map(|v| [(v, fine), (v, None)]).collect()
+}
+
+/// Fixed offsets tried per side: enough to reach all but a few accumulators next to the extremes.
+const CANDIDATES: usize = 8;
+
+fn extreme_products((a0, a1): (i64, i64), (b0, b1): (i64, i64)) -> (i64, i64) {
+    let corners = [a0 * b0, a0 * b1, a1 * b0, a1 * b1];
+    (corners.into_iter().min().unwrap(), corners.into_iter().max().unwrap())
+}
+
+/// A precondition of ORT's kernel, named for reports.
+type Condition = (&'static str, fn(&DynamicMatMul) -> Result<(), String>);
+
+/// What ORT's QLinearMatMul needs of a group whatever its scales' values (the same on every
+/// modelled ISA).
+const CONDITIONS: [Condition; 3] = [("code types", kernel_types), ("codes in range", codes_in_range), ("finite scales", finite_scales)];
+
+/// CPU kernels exist for u8×u8, u8×s8 and s8×s8, with A's type out.
+fn kernel_types(g: &DynamicMatMul) -> Result<(), String> {
+    use CodeType::{I8, U8};
+    let (a, b, y) = (g.a.code, g.b.code, g.y.code);
+    if !matches!((a, b), (U8, U8) | (U8, I8) | (I8, I8)) || y != a {
+        return Err(format!("QLinearMatMul has no CPU kernel for A {}, B {}, y {}", a.name(), b.name(), y.name()));
+    }
+    Ok(())
+}
+
+fn codes_in_range(g: &DynamicMatMul) -> Result<(), String> {
+    let within = |what: &str, codes: &[i64], t: CodeType| {
+        let (lo, hi) = t.range();
+        codes.iter().find(|&&q| q < lo || q > hi).map_or(Ok(()), |q| Err(format!("{what} {q} outside {}", t.name())))
+    };
+    within("A zero point", &[g.a.zero_point], g.a.code)?;
+    within("B zero point", &[g.b.zero_point], g.b.code)?;
+    within("output zero point", &[g.y.zero_point], g.y.code)?;
+    within("reachable A code", &[g.a_codes.0, g.a_codes.1], g.a.code)?;
+    within("reachable B code", &[g.b_codes.0, g.b_codes.1], g.b.code)?;
+    if g.a_codes.0 > g.a_codes.1 || g.b_codes.0 > g.b_codes.1 || g.k == 0 {
+        return Err("empty reachable codes or K = 0".into());
+    }
+    Ok(())
+}
+
+fn finite_scales(g: &DynamicMatMul) -> Result<(), String> {
+    if let Some(s) = [g.a.scale, g.b.scale, g.y.scale].into_iter().find(|s| !s.is_finite()) {
+        return Err(format!("non-finite scale {s}"));
+    }
+    if g.y.scale == 0.0 {
+        return Err("output scale 0".into());
+    }
+    Ok(())
+}
+
+/// Proves or refutes fusing `g` into ORT's QLinearMatMul on `isa` under `contract`.
+pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
+    let start = Instant::now();
+    if let Err(reason) = CONDITIONS.iter().try_for_each(|(name, holds)| holds(g).map_err(|why| format!("{name}: {why}"))) {
+        return Verdict::Unknown { reason: format!("refused: {reason}") };
+    }
+    let (ua, ub) = g.offsets();
+    let max = |(lo, hi): (i64, i64)| lo.unsigned_abs().max(hi.unsigned_abs()) as u128;
+    let p2 = match contract {
+        Contract::Exact => {
+            let operand = |p: QParam, u| Operand { scale: p.scale, max_offset: max(u) };
+            match p2::activation_dot_product(operand(g.a, ua), operand(g.b, ub), g.k) {
+                Ok(c) => format!("P2: {}; ", c.detail),
+                Err(why) => return Verdict::Unknown { reason: format!("P2: {why}") },
+            }
+        }
+        Contract::Real => String::new(),
+    };
+    if let Some(sum) = g.pair_overflow(isa) {
+        let reason = format!("x86-avx2 u8×s8: two raw-code products of the reachable ranges sum to {sum}, outside the int16 that vpmaddubsw saturates to");
+        return Verdict::Unknown { reason };
+    }
+    let (lo, hi) = g.accumulators();
+    if lo < i32::MIN as i64 || hi > i32::MAX as i64 {
+        return Verdict::Unknown { reason: format!("accumulators [{lo}, {hi}] can wrap in int32") };
+    }
+    let unit = Dyadic::from_f32(g.a.scale).zip(Dyadic::from_f32(g.b.scale)).and_then(|(a, b)| a.checked_mul(b));
+    let Some(unit) = unit else { return Verdict::Unknown { reason: "exact scale product overflows".into() } };
+    let (m, y) = (g.multiplier(), g.y);
+    let (qmin, qmax) = y.code.range();
+    let kernel = |acc: i64| requantize(acc as i32, m, y.zero_point, y.code, isa);
+    // Under P2 `acc·sa·sb` is an f32, and f64 holds it exactly.
+    let unit_f64 = g.a.scale as f64 * g.b.scale as f64;
+    let reference = |acc: i64| match contract {
+        Contract::Exact => quantize((acc as f64 * unit_f64) as f32, y.scale, y.zero_point, y.code),
+        Contract::Real => Dyadic::int(acc).checked_mul(unit).and_then(|v| quantize_real(v, y.scale, y.zero_point, y.code)).unwrap_or({
+            // Beyond the exact arithmetic the quotient saturates: only its sign matters.
+            if (acc < 0) ^ (unit.mant < 0) ^ (y.scale < 0.0) { qmin } else { qmax }
+        }),
+    };
+    let codes = Codes { qmin, qmax, direction: Direction::of_sign(m.is_sign_negative()) };
+    let mut witness = None;
+    let report = p3::check((lo, hi), codes, kernel, reference, |n| {
+        witness = g.reach(n);
+        witness.is_some()
+    });
+    let detail = format!(
+        "QLinearMatMul over two activations on {isa}, {contract:?} contract: {p2}P3 over the accumulators [{lo}, {hi}] (K = {}), {} in the unsaturated window",
+        g.k, report.points
+    );
+    let proof = Certificate { method: Method::P3RequantWindow, domain: report.points, micros: start.elapsed().as_micros() as u64, detail };
+    match report.outcome {
+        Outcome::Exact => Verdict::Exact { proof },
+        Outcome::Unknown { reason } => Verdict::Unknown { reason: format!("P3: {reason}") },
+        Outcome::Refuted { first, differing } => {
+            let (a, b) = witness.expect("accepted mismatches have a witness");
+            let mut inputs = vec![("acc".to_string(), first.at)];
+            inputs.extend(listed("a", &a));
+            inputs.extend(listed("b", &b));
+            let exact = Dyadic::int(first.at).checked_mul(unit).zip(Dyadic::from_f32(y.scale)).map(|(v, s)| rational_text(v, s));
+            let counterexample = Counterexample { inputs, unfused: first.reference, fused: first.kernel, exact, differing };
+            Verdict::Refuted { counterexample, proof }
+        }
+    }
+}
+
+/// A row of codes as `name[*]` (its most frequent code) and the positions that differ from it.
+fn listed(name: &str, codes: &[i64]) -> Vec<(String, i64)> {
+    let count = |v: i64| codes.iter().filter(|&&c| c == v).count();
+    let common = codes.iter().copied().max_by_key(|&v| (count(v), std::cmp::Reverse(v))).unwrap_or(0);
+    let mut out = vec![(format!("{name}[*]"), common)];
+    out.extend(codes.iter().enumerate().filter(|&(_, &c)| c != common).map(|(k, &c)| (format!("{name}[{k}]"), c)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CodeType::{I8, U8};
+
+    fn attention(k: usize, sy: f32) -> DynamicMatMul {
+        let s = 2f32.powi(-5);
+        DynamicMatMul::new(QParam::new(s, 122, U8), QParam::new(s, 122, U8), k, QParam::new(sy, 136, U8))
+    }
+
+    /// The exact accumulator of concrete rows.
+    fn dot(g: &DynamicMatMul, a: &[i64], b: &[i64]) -> i64 {
+        a.iter().zip(b).map(|(x, w)| (x - g.a.zero_point) * (w - g.b.zero_point)).sum()
+    }
+
+    fn row(c: &Counterexample, name: &str, k: usize) -> Vec<i64> {
+        let get = |n: &str| c.inputs.iter().find(|(m, _)| m == n).map(|(_, v)| *v);
+        (0..k).map(|i| get(&format!("{name}[{i}]")).or(get(&format!("{name}[*]"))).unwrap()).collect()
+    }
+
+    #[test]
+    fn power_of_two_scales_are_proven_on_every_isa() {
+        let g = attention(16, 2f32.powi(-3));
+        assert_eq!(g.accumulators(), (-16 * 133 * 122, 16 * 133 * 133));
+        for isa in Isa::ALL {
+            for contract in [Contract::Exact, Contract::Real] {
+                let v = prove(&g, isa, contract);
+                assert!(v.is_exact(), "{isa} {contract:?}: {v:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_generic_output_scale_is_refuted_with_rows_that_reach_the_accumulator() {
+        let g = attention(16, 0.3);
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        let c = v.counterexample().unwrap_or_else(|| panic!("{v:?}"));
+        let (a, b) = (row(c, "a", 16), row(c, "b", 16));
+        let acc = dot(&g, &a, &b);
+        assert_eq!(acc, c.inputs[0].1, "{c}");
+        assert_eq!(requantize(acc as i32, g.multiplier(), 136, U8, Isa::X86Avx512Vnni), c.fused);
+        let value = (acc as f64 * g.a.scale as f64 * g.b.scale as f64) as f32;
+        assert_eq!(quantize(value, 0.3, 136, U8), c.unfused);
+        assert_ne!(c.fused, c.unfused);
+    }
+
+    #[test]
+    fn long_reductions_fail_p2_and_are_never_fused() {
+        let g = attention(4096, 2f32.powi(-3));
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        assert!(matches!(&v, Verdict::Unknown { reason } if reason.starts_with("P2:")), "{v:?}");
+    }
+
+    #[test]
+    fn u8_times_s8_pairs_are_refused_on_avx2_unless_the_ranges_keep_them_in_int16() {
+        let s = 2f32.powi(-5);
+        let g = DynamicMatMul::new(QParam::new(s, 128, U8), QParam::new(s, 0, I8), 16, QParam::new(1.0, 128, U8));
+        assert_eq!(g.pair_overflow(Isa::X86Avx2), Some(2 * 255 * 127));
+        let v = prove(&g, Isa::X86Avx2, Contract::Exact);
+        assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("int16")), "{v:?}");
+        assert!(prove(&g, Isa::X86Avx512Vnni, Contract::Exact).is_exact());
+        // Reachable codes 0..=100 × -64..=63: 2·100·64 fits int16.
+        let narrow = g.with_codes((0, 100), (-64, 63));
+        assert_eq!(narrow.pair_overflow(Isa::X86Avx2), None);
+        assert!(prove(&narrow, Isa::X86Avx2, Contract::Exact).is_exact());
+    }
+
+    #[test]
+    fn kernel_conditions_refuse() {
+        let mut g = attention(4, 1.0);
+        g.b.code = I8;
+        g.b.zero_point = 0;
+        g.a.code = I8;
+        g.a.zero_point = 0;
+        let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("no CPU kernel for A i8, B i8, y u8")), "{v:?}");
+        let mut g = attention(4, 1.0);
+        g.y.scale = 0.0;
+        assert!(matches!(prove(&g, Isa::X86Avx512Vnni, Contract::Real), Verdict::Unknown { reason } if reason.contains("output scale 0")));
+    }
+
+    #[test]
+    fn witnesses_are_valid_and_found_for_almost_every_reachable_accumulator() {
+        let g = attention(2, 1.0).with_codes((120, 125), (118, 130));
+        let pairs: Vec<(i64, i64)> = (120..=125).flat_map(|a| (118..=130).map(move |b| (a, b))).collect();
+        let g = &g;
+        let reachable: std::collections::BTreeSet<i64> = pairs.iter().flat_map(|p| pairs.iter().map(move |q| dot(g, &[p.0, q.0], &[p.1, q.1]))).collect();
+        let (lo, hi) = g.accumulators();
+        assert_eq!((lo, hi), (*reachable.first().unwrap(), *reachable.last().unwrap()));
+        let mut found = 0;
+        for t in lo..=hi {
+            if let Some((a, b)) = g.reach(t) {
+                assert!(a.iter().all(|c| (120..=125).contains(c)) && b.iter().all(|c| (118..=130).contains(c)), "{t}: {a:?} {b:?}");
+                assert_eq!(dot(g, &a, &b), t);
+                found += 1;
+            }
+        }
+        assert!(found * 10 >= reachable.len() * 9, "{found} of {} reachable accumulators", reachable.len());
+    }
+}

@@ -1,0 +1,47 @@
+//! The `qlinear-matmul` rule's reading of a group whose B is not a constant (attention's `QKᵀ`
+//! and `AV`): `Q(MatMul(DQ(a), DQ(b)))` into ONNX QLinearMatMul over two activations.
+//!
+//! Obligation (spec §5, "MatMul with Q output", both operands activations):
+//! [`matmul_dynamic::prove`] on every selected ISA. Under `exact`: P2 over the value grids of
+//! both reachable code ranges (the float reduction is exact in every order for every A and B),
+//! then P3 over every reachable accumulator `K·[pmin, pmax]`; under `real`: P3 against the exact
+//! rational. Hazards: x86-avx2 u8×s8 int16 pair saturation, judged from the code ranges; int32
+//! wrap. No synthesis: a refused group stays as authored.
+//!
+//! Conditions, each refusing with its name (`unknown`, never fired):
+//!
+//! | condition | why |
+//! |---|---|
+//! | per-tensor A, B and output parameters | the kernel takes one scale and zero point per input here |
+//! | [`inner_dimension`]: both ranks ≥ 2, one static K | the accumulator range is K products; ORT's batch broadcasting is the float MatMul's |
+//! | `matmul_dynamic` conditions: code types, ranges, finite scales | what ORT's kernel accepts |
+
+use super::group::{qparam, var};
+use crate::ort::matmul_dynamic::DynamicMatMul;
+use egg::{Id, Subst};
+use qdqc_lang::analysis::{Dim, QdqEGraph};
+
+/// The group's parameters, or the first condition it fails.
+pub fn read(eg: &QdqEGraph, s: &Subst, output: Id) -> Result<DynamicMatMul, String> {
+    let (a, b) = (var(s, "?x"), var(s, "?w"));
+    let pa = qparam(eg, Some(a), var(s, "?sx"), var(s, "?zx")).map_err(|e| format!("A parameters: {e}"))?;
+    let pb = qparam(eg, Some(b), var(s, "?sw"), var(s, "?zw")).map_err(|e| format!("B parameters: {e}"))?;
+    let y = qparam(eg, Some(output), var(s, "?sy"), var(s, "?zy")).map_err(|e| format!("output parameters: {e}"))?;
+    let k = inner_dimension(eg, a, b)?;
+    let range = |id: Id, p: crate::exact::QParam| eg[id].data.codes.map_or(p.code.range(), |r| (r.lo, r.hi));
+    Ok(DynamicMatMul::new(pa, pb, k, y).with_codes(range(a, pa), range(b, pb)))
+}
+
+/// Condition: A `[…, M, K]` and B `[…, K, N]` both of rank ≥ 2 with the same static K. Rank-1
+/// operands (which MatMul promotes) are not modelled.
+fn inner_dimension(eg: &QdqEGraph, a: Id, b: Id) -> Result<usize, String> {
+    let dims = |id: Id, what: &str| eg[id].data.shape.clone().ok_or(format!("shapes: {what}'s rank is unknown"));
+    let (sa, sb) = (dims(a, "A")?, dims(b, "B")?);
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err(format!("shapes: ranks {} and {}; operands of rank < 2 are not modelled", sa.len(), sb.len()));
+    }
+    match (&sa[sa.len() - 1], &sb[sb.len() - 2]) {
+        (Dim::Known(x), Dim::Known(y)) if x == y && *x > 0 => Ok(*x as usize),
+        (ka, kb) => Err(format!("shapes: K must be static and equal, A has {ka:?} and B {kb:?}")),
+    }
+}

@@ -1,0 +1,92 @@
+"""`qdqc compile --ort-isa x86-avx512vnni` (this machine's profile) under `exact`, against ONNX
+Runtime: with x86-only profiles qdqc re-signs int8 activations to uint8 (`lower/src/resign.rs`)
+and fuses what the x86 kernels make exact. The compiled model's outputs must stay byte-identical
+to the original's under ORT_DISABLE_ALL and under ORT_ENABLE_ALL with the printed session profile;
+every re-signed tensor is proven and its zero point is moved by exactly 128.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from oracle_util import describe, full_check_error, model_path, random_inputs, run_qdqc, session_inputs
+from test_compile_exact import PROFILE, session
+
+N_INPUTS = 8
+ISA = "x86-avx512vnni"
+
+
+@pytest.fixture(scope="module")
+def compiled_x86(qdqc, tmp_path_factory):
+    cache = {}
+
+    def get(entry):
+        if entry["name"] not in cache:
+            out_dir = tmp_path_factory.mktemp(entry["name"])
+            out, report = out_dir / "out.onnx", out_dir / "report.json"
+            r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report, "--ort-isa", ISA)
+            assert r.returncode == 0, describe(r)
+            cache[entry["name"]] = (out, json.loads(report.read_text()))
+        return cache[entry["name"]]
+
+    return get
+
+
+def test_outputs_byte_identical(compiled_x86, entry):
+    src = model_path(entry)
+    out, report = compiled_x86(entry)
+    if entry["full_check"]:
+        assert full_check_error(out) is None, full_check_error(out)
+    original = session(src, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    plain = session(out, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    profiled = session(out, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, PROFILE)
+    for i, feed in enumerate(random_inputs(entry["name"], session_inputs(original), N_INPUTS)):
+        want = original.run(None, feed)
+        for label, sess in [("ORT_DISABLE_ALL", plain), ("ORT_ENABLE_ALL + profile", profiled)]:
+            for k, (a, b) in enumerate(zip(want, sess.run(None, feed))):
+                assert a.dtype == b.dtype and a.shape == b.shape, (label, k)
+                assert a.tobytes() == b.tobytes(), (
+                    f"{label}: output {k} differs on input {i} ({int(np.sum(a != b))} elements); "
+                    f"re-signed: {[r['tensor'] for r in report['resigned']]}; "
+                    f"fused: {[d['output'] for d in report['decisions'] if d['fired']]}"
+                )
+
+
+def test_resigned_tensors_are_uint8_with_shifted_zero_points(compiled_x86, entry):
+    out, report = compiled_x86(entry)
+    if not report["resigned"]:
+        pytest.skip("nothing re-signed in this model")
+    m = onnx.load(str(out), load_external_data=False)
+    inits = {t.name: t for t in m.graph.initializer}
+    for r in report["resigned"]:
+        assert r["verdict"] == "exact" and r["zero_point_uint8"] == r["zero_point_int8"] + 128, r
+    # Every QuantizeLinear left in the main graph that writes a re-signed tensor now writes uint8.
+    written = {r["tensor"] for r in report["resigned"]}
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] in written:
+            zp = inits[n.input[2]]
+            assert zp.data_type == onnx.TensorProto.UINT8, (n.name, zp.data_type)
+    assert report["resign_costs"]["chosen"] == "uint8"
+
+
+def test_s8s8_corpus_models_run_uint8_kernels(compiled_x86, corpus_manifest):
+    """The point of re-signing: on the s8s8 models, every fused QLinearConv/QLinearMatMul/QGemm
+    takes uint8 activations (ORT's fast x86 u8s8 path) unless the cost model kept int8."""
+    checked = 0
+    for entry in corpus_manifest["models"]:
+        if "s8s8" not in entry["name"]:
+            continue
+        out, report = compiled_x86(entry)
+        if report.get("resign_costs", {}).get("chosen") != "uint8":
+            continue
+        m = onnx.load(str(out), load_external_data=False)
+        types = {t.name: t.data_type for t in m.graph.initializer}
+        for n in m.graph.node:
+            if n.op_type in ("QLinearConv", "QLinearMatMul", "QGemm"):
+                assert types.get(n.input[2]) == onnx.TensorProto.UINT8, (entry["name"], n.name)
+                checked += 1
+    assert checked > 0, "no fused integer kernel on uint8 activations in the s8s8 corpus"
