@@ -69,14 +69,16 @@ class BenchError(Exception):
     pass
 
 
-def compile_model(qdqc: Path, src: Path, out: Path, contract: str, isa: str = "all") -> tuple[dict, dict]:
-    """`qdqc compile SRC -o OUT --contract C --ort-isa I --report`; returns (report, printed session profile)."""
+def compile_model(qdqc: Path, src: Path, out: Path, contract: str, isa: str = "all",
+                  extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """`qdqc compile SRC -o OUT --contract C --ort-isa I --report [EXTRA]`; returns (report, printed session profile)."""
     report = out.with_suffix(".report.json")
-    cmd = [str(qdqc), "compile", str(src), "-o", str(out), "--contract", contract, "--ort-isa", isa, "--report", str(report)]
+    cmd = [str(qdqc), "compile", str(src), "-o", str(out), "--contract", contract, "--ort-isa", isa, "--report",
+           str(report), *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         err = (r.stderr.strip().splitlines() or [""])[-1]
-        raise BenchError(f"qdqc compile --contract {contract} exited {r.returncode}: {err}")
+        raise BenchError(f"qdqc compile --contract {contract} {' '.join(extra)} exited {r.returncode}: {err}")
     m = PROFILE_RE.search(r.stdout)
     if m is None:
         raise BenchError(f"no session profile ('or any level with k=v ...') in qdqc's stdout: {r.stdout.strip()[:300]!r}")

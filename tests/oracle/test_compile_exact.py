@@ -18,7 +18,12 @@ N_INPUTS = 16
 PROFILE = {
     "session.disable_quant_qdq": "1",
     "session.disable_double_qdq_remover": "1",
-    "optimization.disable_specified_optimizers": "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;ConstantFolding;NchwcTransformer;NhwcTransformer",
+    "optimization.disable_specified_optimizers": (
+        "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;ConstantFolding;NchwcTransformer;NhwcTransformer;"
+        "SkipLayerNormFusion;MatMulScaleFusion;MatmulTransposeFusion;"
+        "LayerNormFusionL1;LayerNormFusionL2;SimplifiedLayerNormFusion;GeluFusionL1;GeluFusionL2;"
+        "DivMulFusion;ConvBNFusion;ConvMulFusion;ConvAddFusion;MatMul_BatchNormalization_Fusion"
+    ),
 }
 
 
