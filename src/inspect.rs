@@ -48,8 +48,19 @@ pub struct EndJson {
     /// Scales as exact f32 bit patterns, for comparing.
     pub scale_bits: Option<Vec<String>>,
     pub zero_point: Option<Vec<i64>>,
+    /// How many scales the tensor has when the lists above show only the first [`LISTED`]
+    /// (a blocked weight has one per block: millions, for an LLM's embedding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<usize>,
     pub axis: Option<i64>,
     pub block_size: Option<i64>,
+}
+
+/// Scales and zero points listed per group end; longer lists are cut and their length given.
+pub const LISTED: usize = 64;
+
+fn first<T: Clone>(v: &[T]) -> Vec<T> {
+    v[..v.len().min(LISTED)].to_vec()
 }
 
 pub(crate) fn group_json(g: &Group) -> GroupJson {
@@ -57,9 +68,10 @@ pub(crate) fn group_json(g: &Group) -> GroupJson {
         node: e.node.clone(),
         tensor: e.tensor.clone(),
         code_type: e.params.code_type.clone(),
-        scale: e.params.scale_bits.as_ref().map(|b| b.iter().map(|&x| f32::from_bits(x)).collect()),
-        scale_bits: e.params.scale_bits.as_ref().map(|b| b.iter().map(|x| format!("0x{x:08x}")).collect()),
-        zero_point: e.params.zero_point.clone(),
+        scale: e.params.scale_bits.as_ref().map(|b| first(b).iter().map(|&x| f32::from_bits(x)).collect()),
+        scale_bits: e.params.scale_bits.as_ref().map(|b| first(b).iter().map(|x| format!("0x{x:08x}")).collect()),
+        zero_point: e.params.zero_point.as_deref().map(first),
+        parameters: e.params.scale_bits.as_ref().map(Vec::len).filter(|&n| n > LISTED),
         axis: e.params.axis,
         block_size: e.params.block_size,
     };
