@@ -8,6 +8,7 @@ use qdqc_lower::{Limits, Options};
 use crate::verdicts::Maps;
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
 use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -21,11 +22,13 @@ pub struct CompileOptions {
     /// A fusion fires only if proven on every one of these profiles.
     pub isas: Vec<Isa>,
     pub limits: Limits,
+    /// Lossy rewrites allowed by `--allow` (none by default), with `--inputs` activations.
+    pub allow: Allow,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default() }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), allow: Allow::default() }
     }
 }
 
@@ -85,6 +88,9 @@ pub struct DecisionJson {
     pub counterexample: BTreeMap<Isa, Counterexample>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reason: BTreeMap<Isa, String>,
+    /// An applied lossy rewrite: its contract, accuracy level and measured deviations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lossy: Option<Lossy>,
 }
 
 fn decision_json(d: &Decision) -> DecisionJson {
@@ -98,6 +104,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
         proof: BTreeMap::new(),
         counterexample: BTreeMap::new(),
         reason: BTreeMap::new(),
+        lossy: d.lossy.clone(),
     };
     let mut maps = Maps { verdict: &mut out.verdict, proof: &mut out.proof, counterexample: &mut out.counterexample, reason: &mut out.reason };
     for (isa, v) in &d.verdicts {
@@ -108,7 +115,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
     let model = Model::load(input)?;
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone() });
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), allow: options.allow.clone() });
     let lowering = qdqc_lower::lower(&model, &Options { rules: rules.clone(), limits: options.limits.clone() })?;
     let saved = qdqc_codegen::onnx::write(&model, &lowering.graph, output, &SaveOptions::default())?;
     let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
@@ -167,6 +174,12 @@ impl CompileReport {
             }
             for (isa, r) in &d.reason {
                 writeln!(out, "    {isa}: {r}").unwrap();
+            }
+            if let Some(l) = &d.lossy {
+                writeln!(out, "    LOSSY (contract lossy): accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
+                for dev in &l.deviation {
+                    writeln!(out, "    deviation on {} ({} rows): max abs {:.3e}, max rel {:.3e}", dev.inputs, dev.rows, dev.max_abs, dev.max_rel).unwrap();
+                }
             }
         }
         for g in &self.undecided {

@@ -1,7 +1,7 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{CompileOptions, Contract, Error, ErrorKind, Isa};
+use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,6 +34,15 @@ enum Command {
         /// A fusion must be proven on every one of these ISA profiles.
         #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
         ort_isa: IsaList,
+        /// Allow a lossy rewrite (contract `lossy`, reported per instance with its measured
+        /// deviation); repeatable. `matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into
+        /// MatMulNBits at that accuracy level, acc1 (f32, the least lossy) when none is given.
+        #[arg(long, value_name = "NAME[=VALUE]", value_parser = parse_allow)]
+        allow: Vec<AllowArg>,
+        /// Activations (numpy.savez, float32, keyed by tensor name) on which lossy instances
+        /// also measure their deviation.
+        #[arg(long, value_name = "FILE.npz")]
+        inputs: Option<PathBuf>,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -85,6 +94,23 @@ fn parse_isas(s: &str) -> Result<IsaList, String> {
     Isa::parse_list(s).map(IsaList)
 }
 
+/// One `--allow NAME[=VALUE]`.
+#[derive(Clone)]
+enum AllowArg {
+    MatMulNBits(AccuracyLevel),
+}
+
+fn parse_allow(s: &str) -> Result<AllowArg, String> {
+    let (name, value) = s.split_once('=').map_or((s, None), |(n, v)| (n, Some(v)));
+    match name {
+        "matmulnbits" => {
+            let level = value.unwrap_or("acc1");
+            AccuracyLevel::parse(level).map(AllowArg::MatMulNBits).ok_or_else(|| format!("unknown matmulnbits accuracy level '{level}' (acc0, acc1 or acc4)"))
+        }
+        _ => Err(format!("unknown lossy rewrite '{name}' (known: matmulnbits)")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -101,8 +127,17 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa } => {
-            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, ..CompileOptions::default() };
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, allow, inputs } => {
+            let mut lossy = Allow::default();
+            for a in allow {
+                match a {
+                    AllowArg::MatMulNBits(level) => lossy.matmulnbits = Some(level),
+                }
+            }
+            if let Some(path) = inputs {
+                lossy.inputs = qdqc::read_inputs(&path)?;
+            }
+            let options = CompileOptions { fuse: !no_fuse, contract: contract.into(), isas: ort_isa.0, allow: lossy, ..CompileOptions::default() };
             let result = qdqc::compile(&input, &output, &options)?;
             if explain {
                 print!("{}", result.explain());
@@ -111,8 +146,10 @@ fn run(command: Command) -> Result<(), Error> {
                 let json = serde_json::to_string_pretty(&result).expect("report serializes");
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
+            let lossy = result.decisions.iter().filter(|d| d.lossy.is_some()).count();
+            let lossy = if lossy > 0 { format!(" ({lossy} lossy, allowed by --allow: deviations in the report)") } else { String::new() };
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused); contract {:?}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused{lossy}, {} refused); contract {:?}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,

@@ -118,6 +118,7 @@ pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
             Uint32 => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
             Int64 => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
             Uint4 | Int4 => b.iter().flat_map(|&x| [nibble(x, dt), nibble(x >> 4, dt)]).collect(),
+            Uint2 | Int2 => b.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb(x >> s, dt))).collect(),
             _ => return None,
         }),
         Payload::Typed(t) => Some(match dt {
@@ -133,6 +134,11 @@ pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
 fn nibble(x: u8, dt: DataType) -> i64 {
     let v = (x & 0xf) as i64;
     if dt == DataType::Int4 && v >= 8 { v - 16 } else { v }
+}
+
+fn crumb(x: u8, dt: DataType) -> i64 {
+    let v = (x & 0x3) as i64;
+    if dt == DataType::Int2 && v >= 2 { v - 4 } else { v }
 }
 
 /// The exact bit patterns of an f32 tensor (scales are compared bitwise, never as numbers).
@@ -181,6 +187,13 @@ mod tests {
         let p = Payload::Raw(Bytes::from_static(&[0x8f]));
         assert_eq!(ints(DataType::Int4, &p), Some(vec![-1, -8]));
         assert_eq!(ints(DataType::Uint4, &p), Some(vec![15, 8]));
+    }
+
+    #[test]
+    fn int2_unpacks_lowest_bits_first_with_sign() {
+        let p = Payload::Raw(Bytes::from_static(&[0b1110_0100]));
+        assert_eq!(ints(DataType::Int2, &p), Some(vec![0, 1, -2, -1]));
+        assert_eq!(ints(DataType::Uint2, &p), Some(vec![0, 1, 2, 3]));
     }
 
     #[test]

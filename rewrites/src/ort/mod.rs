@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod lut;
+pub mod nbits;
 pub mod pool;
 pub mod requant;
 pub mod selectors;

@@ -1,7 +1,7 @@
 //! What every rule does with a matched group: read its parameters from the e-class facts,
 //! decide on every ISA profile, create the fused node and log the decision.
 
-use super::{Decision, Log, RuleOptions};
+use super::{Decision, Log, Lossy, RuleOptions};
 use crate::exact::reference::CodeType;
 use crate::exact::{QParam, Verdict};
 use crate::ort::Isa;
@@ -30,7 +30,7 @@ fn value(eg: &QdqEGraph, id: Id) -> Option<ValueRef> {
     }
 }
 
-fn absent(eg: &QdqEGraph, id: Id) -> bool {
+pub fn absent(eg: &QdqEGraph, id: Id) -> bool {
     eg[id].data.leaf == Some(Op::Absent)
 }
 
@@ -45,6 +45,17 @@ fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
 pub fn constant_ints(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[i64])> {
     let (_, c) = constant(eg, id)?;
     Some((&c.dims, c.ints.as_deref()?))
+}
+
+/// Dims and values of the constant f32 tensor behind a leaf.
+pub fn constant_f32(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<f32>)> {
+    let (_, c) = constant(eg, id)?;
+    Some((&c.dims, c.f32_bits.as_ref()?.iter().map(|&b| f32::from_bits(b)).collect()))
+}
+
+/// The name of the value behind a leaf.
+pub fn value_name(eg: &QdqEGraph, id: Id) -> Option<&str> {
+    Some(&eg.analysis.env.value(value(eg, id)?).name)
 }
 
 /// Per-channel scales and zero points of a (scale, zero point) pair of leaves, and the zero
@@ -118,7 +129,12 @@ impl Group {
     }
 
     pub fn log(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>) {
-        log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired });
+        self.log_lossy(log, rule, fused_op, fired, verdicts, None);
+    }
+
+    /// Logs a decision of a lossy rewrite, with what it reports for an applied instance.
+    pub fn log_lossy(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>, lossy: Option<Lossy>) {
+        log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired, lossy });
     }
 
     /// Adds the fused node in place of the group's Q: same outputs, a name derived from them.
@@ -172,6 +188,21 @@ pub fn f32_constant(eg: &mut QdqEGraph, values: &[f32], dims: Vec<i64>, name: &s
         shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
         constant: Some(Constant { f32_bits: Some(values.iter().map(|x| x.to_bits()).collect()), dims, ..Constant::default() }),
         created: Some(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
+    });
+    eg.add(Term::leaf(Op::Value(v)))
+}
+
+/// A created uint8 constant of shape `dims` (packed weights). Its values stay out of the
+/// environment's facts: no rule reads them.
+pub fn u8_constant(eg: &mut QdqEGraph, bytes: Vec<u8>, dims: Vec<i64>, name: &str) -> Id {
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    env.values.push(ValueFacts {
+        name: name.to_string(),
+        dtype: Some(DataType::Uint8),
+        shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
+        constant: Some(Constant { dims, ..Constant::default() }),
+        created: Some(bytes),
     });
     eg.add(Term::leaf(Op::Value(v)))
 }

@@ -12,10 +12,15 @@ mod gemm;
 mod group;
 mod lookup;
 mod lut;
+mod nbits;
 mod pool;
 
 use crate::exact::{Contract, Verdict};
 use crate::ort::Isa;
+use crate::ort::nbits::{AccuracyLevel, Deviation};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
 use std::sync::{Arc, Mutex};
@@ -28,6 +33,43 @@ pub struct RuleOptions {
     pub contract: Contract,
     /// A fusion fires only if proven on every one of these.
     pub isas: Vec<Isa>,
+    /// Lossy rewrites the user allowed (spec §2 `lossy`); none by default.
+    pub allow: Allow,
+}
+
+/// The opt-in lossy rewrites (`--allow NAME[=VALUE]`), each off unless named.
+#[derive(Clone, Debug, Default)]
+pub struct Allow {
+    /// `--allow matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into MatMulNBits at this level.
+    pub matmulnbits: Option<AccuracyLevel>,
+    /// `--inputs FILE.npz`: activations by tensor name; a lossy instance whose input is among
+    /// them also reports its deviation on those values.
+    pub inputs: Activations,
+}
+
+/// Named f32 activations (their last axis is the one a MatMul reduces).
+#[derive(Clone, Default)]
+pub struct Activations {
+    pub source: String,
+    pub arrays: std::sync::Arc<BTreeMap<String, Vec<f32>>>,
+}
+
+impl fmt::Debug for Activations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Activations").field("source", &self.source).field("names", &self.arrays.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// What a lossy rewrite reports for an instance it applied (spec §2: listed with its measured
+/// deviation).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Lossy {
+    pub contract: &'static str,
+    pub accuracy_level: AccuracyLevel,
+    pub bits: u32,
+    pub block_size: usize,
+    /// On seeded random activations, then on the user's (`--inputs`) when they feed it.
+    pub deviation: Vec<Deviation>,
 }
 
 /// One decision of a rule on one group.
@@ -42,6 +84,8 @@ pub struct Decision {
     pub output: String,
     pub verdicts: Vec<(Isa, Verdict)>,
     pub fired: bool,
+    /// Set for an applied lossy rewrite.
+    pub lossy: Option<Lossy>,
 }
 
 /// The decisions of one run, shared by the rules' appliers.
@@ -64,7 +108,7 @@ impl Log {
     }
 }
 
-/// The catalog, in a fixed order, sharing `log`.
+/// The catalog, in a fixed order, sharing `log`; lossy rules only when `options.allow` names them.
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(gemm::rules(options, log));
@@ -72,5 +116,8 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     rules.extend(lookup::rules(options, log));
     rules.extend(lut::rules(options, log));
     rules.extend(pool::rules(options, log));
+    if let Some(level) = options.allow.matmulnbits {
+        rules.extend(nbits::rules(options, level, log));
+    }
     rules
 }
