@@ -124,6 +124,7 @@ pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
         Payload::Typed(t) => Some(match dt {
             Uint8 | Bool | Int8 | Uint16 | Int16 | Int32 => t.int32_data.iter().map(|&x| x as i64).collect(),
             Uint4 | Int4 => t.int32_data.iter().flat_map(|&x| [nibble(x as u8, dt), nibble((x as u8) >> 4, dt)]).collect(),
+            Uint2 | Int2 => t.int32_data.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb((x as u8) >> s, dt))).collect(),
             Int64 => t.int64_data.clone(),
             Uint32 => t.uint64_data.iter().map(|&x| x as i64).collect(),
             _ => return None,
