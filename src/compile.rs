@@ -168,18 +168,20 @@ impl CompileReport {
         let mut out = String::new();
         for d in &self.decisions {
             let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
+            if let Some(l) = &d.lossy {
+                writeln!(out, "LOSSY   {} → {} [{}] (allowed by --allow; weights exact: {})", d.output, d.fused_op, d.nodes.join(", "), l.weights.detail).unwrap();
+                writeln!(out, "    contract lossy: accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
+                for dev in &l.deviation {
+                    writeln!(out, "    deviation on {} ({} rows): max abs {:.3e}, max rel {:.3e}", dev.inputs, dev.rows, dev.max_abs, dev.max_rel).unwrap();
+                }
+                continue;
+            }
             writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
             for (isa, c) in &d.counterexample {
                 writeln!(out, "    {isa}: {c}").unwrap();
             }
             for (isa, r) in &d.reason {
                 writeln!(out, "    {isa}: {r}").unwrap();
-            }
-            if let Some(l) = &d.lossy {
-                writeln!(out, "    LOSSY (contract lossy): accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
-                for dev in &l.deviation {
-                    writeln!(out, "    deviation on {} ({} rows): max abs {:.3e}, max rel {:.3e}", dev.inputs, dev.rows, dev.max_abs, dev.max_rel).unwrap();
-                }
             }
         }
         for g in &self.undecided {

@@ -15,7 +15,7 @@ mod lut;
 mod nbits;
 mod pool;
 
-use crate::exact::{Contract, Verdict};
+use crate::exact::{Certificate, Contract, Verdict};
 use crate::ort::Isa;
 use crate::ort::nbits::{AccuracyLevel, Deviation};
 use serde::Serialize;
@@ -68,6 +68,9 @@ pub struct Lossy {
     pub accuracy_level: AccuracyLevel,
     pub bits: u32,
     pub block_size: usize,
+    /// The proof that the packed weights dequantize to the authored `DQ(W)` bit for bit: what is
+    /// exact about the instance (no per-ISA verdict is given for its lossy product).
+    pub weights: Certificate,
     /// On seeded random activations, then on the user's (`--inputs`) when they feed it.
     pub deviation: Vec<Deviation>,
 }

@@ -26,7 +26,7 @@
 
 use super::group::{Group, absent, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
 use super::{Log, Lossy, Rewrite, RuleOptions};
-use crate::exact::Verdict;
+use crate::exact::{Certificate, Verdict};
 use crate::ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
@@ -178,7 +178,7 @@ impl Fusion {
 
     /// What the report lists for the applied instance: deviation on random activations, and on
     /// the user's when A is among them.
-    fn lossy(&self, eg: &QdqEGraph, s: &Subst, w: &Weight, p: &Packed) -> Lossy {
+    fn lossy(&self, eg: &QdqEGraph, s: &Subst, w: &Weight, p: &Packed, weights: Certificate) -> Lossy {
         let reference = |k: usize, n: usize| w.dequantized(k, n);
         let random = nbits::random_activations(w.k);
         let described = format!("random: {} rows uniform in [-1, 1), splitmix64 seed {:#x}", nbits::RANDOM_ROWS, nbits::RANDOM_SEED);
@@ -192,7 +192,7 @@ impl Fusion {
             let rows = values.len() / w.k;
             deviation.push(nbits::deviation(p, reference, values, rows, self.level, format!("{}: '{name}'", inputs.source)));
         }
-        Lossy { contract: "lossy", accuracy_level: self.level, bits: w.bits, block_size: p.block_size, deviation }
+        Lossy { contract: "lossy", accuracy_level: self.level, bits: w.bits, block_size: p.block_size, weights, deviation }
     }
 
     /// The fused node's inputs: A, B, scales, zero points, g_idx (absent), bias. Created
@@ -238,8 +238,9 @@ impl Applier<Term, QdqAnalysis> for Fusion {
             group.log(&self.log, self.name, FUSED_OP, false, self.options.isas.iter().map(|&i| (i, check.clone())).collect());
             return vec![];
         }
-        let lossy = self.lossy(eg, s, &w, &packed);
-        group.log_lossy(&self.log, self.name, FUSED_OP, true, self.options.isas.iter().map(|&i| (i, check.clone())).collect(), Some(lossy));
+        let Verdict::Exact { proof } = check else { unreachable!("checked above") };
+        let lossy = self.lossy(eg, s, &w, &packed, proof);
+        group.log_lossy(&self.log, self.name, FUSED_OP, true, Vec::new(), Some(lossy));
         let inputs = self.inputs(eg, s, &w, &packed);
         let attributes = vec![
             Attribute::int("K", w.k as i64),
