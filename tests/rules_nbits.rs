@@ -329,3 +329,28 @@ fn supplied_inputs_add_a_deviation_and_bad_archives_are_refused() {
         assert_eq!(run.status.code(), Some(2), "{bad}: {}", stderr(&run));
     }
 }
+
+#[test]
+fn f16_dequantize_cast_to_f32_fuses_and_other_casts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Uint4, layout: Layout::Blocked(16), zp: true, k: 32, n: 4 };
+    for (to, fused) in [(DataType::Float, true), (DataType::Double, false)] {
+        let mut m = case.model("MatMul", None, vec![], &[2, 32]);
+        let g = m.graph.as_mut().unwrap();
+        // Scale 0.0625 and 0.125 as f16 bit patterns.
+        let halves: Vec<u8> = [0x2c00u16, 0x3000].iter().cycle().take(8).flat_map(|h| h.to_le_bytes()).collect();
+        g.initializer[1] = TensorProto { name: Some("s".into()), dims: vec![2, 4], data_type: Some(DataType::Float16 as i32), raw_data: Some(halves.into()), ..Default::default() };
+        g.node[0].output[0] = "w16".into();
+        g.node.insert(1, attr(node("Cast", "cast", &["w16"], &["wf"]), Attribute::int("to", to as i64)));
+        let (report, out) = compile(dir.path(), "cast", &m, &allow(AccuracyLevel::Acc1));
+        let d = report.decisions.iter().find(|d| d.rule == "matmulnbits-matmul-cast").expect("decided");
+        assert_eq!(d.fired, fused, "{to:?}: {d:?}");
+        if fused {
+            let (_, p) = packed(&out);
+            // Row n, block b reads s[b, n]: columns alternate 0.0625 and 0.125.
+            assert_eq!(p.scales, [0.0625, 0.0625, 0.125, 0.125, 0.0625, 0.0625, 0.125, 0.125], "f16 scales widened exactly");
+        } else {
+            assert!(d.reason.values().all(|r| r.contains("not float")), "{:?}", d.reason);
+        }
+    }
+}

@@ -153,6 +153,17 @@ pub fn f32_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u32>> {
     })
 }
 
+/// The exact bit patterns of an f16 tensor (typed payloads keep each in an int32).
+pub fn f16_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u16>> {
+    if dt != DataType::Float16 {
+        return None;
+    }
+    Some(match payload {
+        Payload::Raw(b) => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+        Payload::Typed(t) => t.int32_data.iter().map(|&x| x as u16).collect(),
+    })
+}
+
 /// Inclusive range of the codes a quantized integer type can hold.
 pub fn int_range(dt: DataType) -> Option<(i64, i64)> {
     use DataType::*;

@@ -97,6 +97,8 @@ fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
         }
     } else if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
         c.f32_bits = Some(bits);
+    } else if let Some(bits) = tensor::f16_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
+        c.f16_bits = Some(bits);
     }
     c
 }

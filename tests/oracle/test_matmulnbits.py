@@ -321,3 +321,29 @@ def test_seed_repro_compiles_and_runs(qdqc, tmp_path):
         want = reference(onnx.load(src), feed)[0]
         for got in (profiled(out, feed)[0], session(out, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, feed)[0]):
             assert np.abs(got - want).max() <= 0.05 * max(np.abs(want).max(), 1e-3)
+
+
+@pytest.mark.parametrize("level", ["acc1", "acc4"])
+def test_f16_dequantize_cast_to_f32(qdqc, tmp_path, level):
+    """DQ(W) with an f16 scale → Cast(to f32) → MatMul: fused in f32 with the f16 scales widened;
+    the f16 rounding of each weight the fused node skips is in the reported deviation."""
+    rng = np.random.default_rng(9)
+    k, n, rows = 128, 48, 4
+    w = rng.integers(-8, 8, (k, n))
+    scale = (rng.random((k // 32, n)) * 0.05 + 0.01).astype(np.float16)
+    inits = [h.make_tensor("w_q", T.INT4, (k, n), w.flatten().tolist()), nh.from_array(scale, "w_scale")]
+    nodes = [h.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w16"], axis=0, block_size=32),
+             h.make_node("Cast", ["w16"], ["w32"], to=T.FLOAT), h.make_node("MatMul", ["a", "w32"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("a", T.FLOAT, [rows, k])], [h.make_tensor_value_info("y", T.FLOAT, [rows, n])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    acts = rng.uniform(-1, 1, (rows, k)).astype(np.float32)
+    np.savez(tmp_path / "acts.npz", a=acts)
+    _, out, report = compile_model(qdqc, tmp_path, model, "--allow", f"matmulnbits={level}", "--inputs", tmp_path / "acts.npz")
+    (decision,) = [d for d in report["decisions"] if d["fired"]]
+    assert decision["rule"] == "matmulnbits-matmul-cast"
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["MatMulNBits"]
+    want = reference(model, {"a": acts})[0].astype(np.float64)
+    got = profiled(out, {"a": acts})[0].astype(np.float64)
+    measured, reported, scale_ = np.abs(got - want).max(), decision["lossy"]["deviation"][1]["max_abs"], np.abs(want).max()
+    eps = 4e-6 * scale_
+    assert measured <= 2 * reported + eps and reported <= 2 * measured + eps, (measured, reported)

@@ -75,6 +75,34 @@ impl Weight {
     }
 }
 
+/// The f16 with bit pattern `h`, exactly, as an f32.
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = (i32::from((h >> 10) & 0x1f), f32::from(h & 0x3ff));
+    sign * match e {
+        0 => m * 2f32.powi(-24),
+        31 if m == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        _ => (1024.0 + m) * 2f32.powi(e - 25),
+    }
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as an f32: what a DequantizeLinear with an f16
+/// scale stores for the f32 product it computes.
+pub fn round_to_f16(x: f32) -> f32 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let a = x.abs();
+    // Half of the largest f16's ulp above it rounds to infinity.
+    if a >= 65520.0 {
+        return f32::INFINITY.copysign(x);
+    }
+    let exponent = ((a.to_bits() >> 23) & 0xff) as i32 - 127;
+    let ulp = 2f32.powi(exponent.max(-14) - 10);
+    ((a / ulp).round_ties_even() * ulp).copysign(x)
+}
+
 /// MatMulNBits' constant inputs and attributes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Packed {
@@ -363,6 +391,21 @@ mod tests {
         let p = pack(&w);
         assert_eq!(p.b[0], 77);
         assert_eq!(p.zero_points, Some(vec![2 | 8 << 4]));
+    }
+
+    #[test]
+    fn f16_rounding_is_to_nearest_even_with_subnormals_and_overflow() {
+        for h in 0..=u16::MAX {
+            let x = f16_to_f32(h);
+            if x.is_finite() {
+                assert_eq!(round_to_f16(x).to_bits(), x.to_bits(), "{h:#x} is an f16");
+            }
+        }
+        assert_eq!(round_to_f16(1.0 + 2f32.powi(-11)), 1.0, "a tie goes to the even neighbour");
+        assert_eq!(round_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 1.0 + 2f32.powi(-9));
+        assert_eq!(round_to_f16(2f32.powi(-25)), 0.0, "half the smallest subnormal ties to 0");
+        assert_eq!(round_to_f16(65519.0), 65504.0);
+        assert_eq!(round_to_f16(65520.0), f32::INFINITY);
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub fn constant_f32(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<f32>)> {
     Some((&c.dims, c.f32_bits.as_ref()?.iter().map(|&b| f32::from_bits(b)).collect()))
 }
 
+/// Dims and bit patterns of the constant f16 tensor behind a leaf.
+pub fn constant_f16(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[u16])> {
+    let (_, c) = constant(eg, id)?;
+    Some((&c.dims, c.f16_bits.as_deref()?))
+}
+
 /// The name of the value behind a leaf.
 pub fn value_name(eg: &QdqEGraph, id: Id) -> Option<&str> {
     Some(&eg.analysis.env.value(value(eg, id)?).name)

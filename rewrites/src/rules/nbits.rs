@@ -1,5 +1,6 @@
-//! `MatMul(A, DQ(W))`, `Gemm(A, DQ(W)[, C])` into com.microsoft MatMulNBits: weight-only
-//! quantized MatMuls run on the packed codes instead of a dequantized float weight.
+//! `MatMul(A, DQ(W))`, `Gemm(A, DQ(W)[, C])` and `MatMul(A, Cast(DQ(W) → f16, to f32))` into
+//! com.microsoft MatMulNBits: weight-only quantized MatMuls run on the packed codes instead of a
+//! dequantized float weight.
 //!
 //! Obligation (spec §5, "DQ(weight)→MatMul/Gemm without Q"): contract `lossy`, registered only
 //! under `--allow matmulnbits[=LEVEL]`. MatMulNBits re-orders the sum at every accuracy level and
@@ -17,6 +18,7 @@
 //! | [`layout`]: per tensor, per column (axis 1), or blocked along K (axis 0, block ≥ 16, a power of two) | the layouts ORT's fusion packs |
 //! | [`activation`]: rank ≥ 2 known | MatMulNBits' A is `[..., K]`; a 1-D A changes the output shape |
 //! | [`gemm_form`]: `alpha = 1`, `transA = transB = 0`, `beta = 1` with C of shape `[N]` | MatMulNBits has no alpha, no transposes, a bias of `[N]` |
+//! | [`cast_to_f32`]: the Cast widens an f16 DQ (f16 scale) to f32 | the fused node computes in f32 with the f16 scales widened exactly (ORT's own fusion computes in f16 instead); the skipped f16 rounding of each weight is in the deviation |
 //!
 //! Subgraphs: W, its scale and zero point may be initializers of an enclosing graph (facts walk
 //! the scope chain); the packed constants are created in the graph of the MatMul, where the body
@@ -24,7 +26,7 @@
 //!
 //! Broken twin: `tests/broken` "matmulnbits_signed_codes_unshifted".
 
-use super::group::{Group, absent, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
+use super::group::{Group, absent, constant_f16, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
 use super::{Log, Lossy, Rewrite, RuleOptions};
 use crate::exact::{Certificate, Verdict};
 use crate::ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
@@ -36,18 +38,28 @@ use qdqc_lang::term::{Op, Term};
 
 const FUSED_OP: &str = "com.microsoft.MatMulNBits";
 
-/// (rule name, pattern, whether the target is a Gemm, whether it has a bias).
-const RULES: [(&str, &str, bool, bool); 3] = [
-    ("matmulnbits-matmul", "(MatMul ?tm ?a (dq ?tw ?w ?s ?z))", false, false),
-    ("matmulnbits-gemm", "(Gemm ?tm ?a (dq ?tw ?w ?s ?z))", true, false),
-    ("matmulnbits-gemm-bias", "(Gemm ?tm ?a (dq ?tw ?w ?s ?z) ?c)", true, true),
+/// The form a rule matches.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    MatMul,
+    Gemm,
+    GemmBias,
+    /// `MatMul(A, Cast(DQ(W) → f16, to f32))`: f16 scales.
+    MatMulCast,
+}
+
+const RULES: [(&str, &str, Form); 4] = [
+    ("matmulnbits-matmul", "(MatMul ?tm ?a (dq ?tw ?w ?s ?z))", Form::MatMul),
+    ("matmulnbits-gemm", "(Gemm ?tm ?a (dq ?tw ?w ?s ?z))", Form::Gemm),
+    ("matmulnbits-gemm-bias", "(Gemm ?tm ?a (dq ?tw ?w ?s ?z) ?c)", Form::GemmBias),
+    ("matmulnbits-matmul-cast", "(MatMul ?tm ?a (Cast ?tc (dq ?tw ?w ?s ?z)))", Form::MatMulCast),
 ];
 
 pub fn rules(options: &RuleOptions, level: AccuracyLevel, log: &Log) -> Vec<Rewrite> {
     RULES
         .into_iter()
-        .map(|(name, pattern, gemm, bias)| {
-            let applier = Fusion { name, gemm, bias, level, options: options.clone(), log: log.clone() };
+        .map(|(name, pattern, form)| {
+            let applier = Fusion { name, form, level, options: options.clone(), log: log.clone() };
             Rewrite::new(name, pattern.parse::<egg::Pattern<Term>>().expect("valid pattern"), applier).expect("valid rule")
         })
         .collect()
@@ -55,8 +67,7 @@ pub fn rules(options: &RuleOptions, level: AccuracyLevel, log: &Log) -> Vec<Rewr
 
 struct Fusion {
     name: &'static str,
-    gemm: bool,
-    bias: bool,
+    form: Form,
     level: AccuracyLevel,
     options: RuleOptions,
     log: Log,
@@ -86,8 +97,13 @@ fn weight(eg: &QdqEGraph, w: Id) -> Result<(usize, usize, u32, bool, Vec<i64>), 
 
 /// Condition: the DQ's scales are one, one per column (axis 1), or blocked along K (axis 0,
 /// block size ≥ 16 and a power of two), with zero points of the same shape and code type.
-fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize) -> Result<(Layout, Vec<f32>, Option<Vec<i64>>), String> {
-    let (scale_dims, scales) = constant_f32(eg, var(s, "?s")).ok_or("weight scale: not a constant f32 tensor")?;
+fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<(Layout, Vec<f32>, Option<Vec<i64>>), String> {
+    let (scale_dims, scales) = if f16 {
+        let (dims, bits) = constant_f16(eg, var(s, "?s")).ok_or("weight scale: not a constant f16 tensor")?;
+        (dims, bits.iter().map(|&b| nbits::f16_to_f32(b)).collect())
+    } else {
+        constant_f32(eg, var(s, "?s")).ok_or("weight scale: not a constant f32 tensor")?
+    };
     let dq = tag(eg, var(s, "?tw")).map(|t| eg.analysis.env.tag(t)).ok_or("weight DQ: no tag")?;
     let block = dq.block_size.unwrap_or(0);
     let axis = dq.axis.map(|a| if a < 0 { a + 2 } else { a });
@@ -134,6 +150,20 @@ fn activation(eg: &QdqEGraph, a: Id) -> Result<(), String> {
     }
 }
 
+/// Condition (Cast form): the Cast widens the DQ's f16 output to f32. The fused node then
+/// computes in f32 with the f16 scales widened exactly; the f16 rounding of each dequantized
+/// weight it skips is part of the measured deviation.
+fn cast_to_f32(eg: &QdqEGraph, s: &Subst) -> Result<(), String> {
+    let to = tag(eg, var(s, "?tc")).and_then(|t| eg.analysis.env.tag(t).attributes.iter().find(|a| a.name == "to").map(|a| a.value.clone()));
+    if to != Some(AttrValue::Int(DataType::Float as i64)) {
+        return Err(format!("Cast: to {to:?}, not float"));
+    }
+    match eg[var(s, "?s")].data.dtype {
+        Some(DataType::Float16) => Ok(()),
+        other => Err(format!("Cast: the DQ's scale is {other:?}, not float16")),
+    }
+}
+
 /// Condition (Gemm): MatMulNBits has no alpha and no transposes, and adds a bias of `[N]` once.
 fn gemm_form(eg: &QdqEGraph, s: &Subst, bias: bool, n: usize) -> Result<(), String> {
     let attributes = tag(eg, var(s, "?tm")).map(|t| eg.analysis.env.tag(t).attributes.clone()).unwrap_or_default();
@@ -168,10 +198,13 @@ fn gemm_form(eg: &QdqEGraph, s: &Subst, bias: bool, n: usize) -> Result<(), Stri
 impl Fusion {
     fn read(&self, eg: &QdqEGraph, s: &Subst) -> Result<Weight, String> {
         let (k, n, bits, signed, codes) = weight(eg, var(s, "?w"))?;
-        let (layout, scales, zero_points) = layout(eg, s, k, n)?;
+        if self.form == Form::MatMulCast {
+            cast_to_f32(eg, s)?;
+        }
+        let (layout, scales, zero_points) = layout(eg, s, k, n, self.form == Form::MatMulCast)?;
         activation(eg, var(s, "?a"))?;
-        if self.gemm {
-            gemm_form(eg, s, self.bias, n)?;
+        if matches!(self.form, Form::Gemm | Form::GemmBias) {
+            gemm_form(eg, s, self.form == Form::GemmBias, n)?;
         }
         Ok(Weight { k, n, bits, signed, layout, codes, scales, zero_points })
     }
@@ -179,7 +212,9 @@ impl Fusion {
     /// What the report lists for the applied instance: deviation on random activations, and on
     /// the user's when A is among them.
     fn lossy(&self, eg: &QdqEGraph, s: &Subst, w: &Weight, p: &Packed, weights: Certificate) -> Lossy {
-        let reference = |k: usize, n: usize| w.dequantized(k, n);
+        // What the unfused graph multiplies by: DQ(W), rounded to f16 in the Cast form.
+        let f16 = self.form == Form::MatMulCast;
+        let reference = |k: usize, n: usize| if f16 { nbits::round_to_f16(w.dequantized(k, n)) } else { w.dequantized(k, n) };
         let random = nbits::random_activations(w.k);
         let described = format!("random: {} rows uniform in [-1, 1), splitmix64 seed {:#x}", nbits::RANDOM_ROWS, nbits::RANDOM_SEED);
         let mut deviation = vec![nbits::deviation(p, reference, &random, nbits::RANDOM_ROWS, self.level, described)];
@@ -208,7 +243,7 @@ impl Fusion {
             let source = if w.zero_points.is_some() { name(eg, "?z") } else { format!("u{}_zero", w.bits) };
             u8_constant(eg, z.clone(), vec![z.len() as i64], &format!("{source}/qdqc_nbits_zero_points_{shape}"))
         });
-        if self.bias {
+        if self.form == Form::GemmBias {
             let absent = eg.add(Term::leaf(Op::Absent));
             inputs.extend([zp.unwrap_or(absent), absent, var(s, "?c")]);
         } else {
