@@ -250,7 +250,8 @@ def test_unread_initializers_are_pruned_but_not_inputs_or_unused_ones(qdqc, tmp_
 
 
 def if_model(where, loop="If"):
-    """DQ→MatMul in a body; `where` maps each of w_q, w_scale, w_zp to 'outer' or 'local'."""
+    """DQ→MatMul in an If (both branches), Loop or Scan body; `where` maps each of w_q, w_scale,
+    w_zp to 'outer' (an initializer of the main graph) or 'local' (of the body)."""
     rng = np.random.default_rng(11)
     k, n = 64, 32
     inits, names, attrs = quantized_weight(rng, "uint8", k, n, "block32", True)
@@ -268,6 +269,12 @@ def if_model(where, loop="If"):
         return h.make_graph(nodes, name, inputs, outputs, [onnx.TensorProto.FromString(t.SerializeToString()) for t in local])
 
     x = h.make_tensor_value_info("x", T.FLOAT, [1, k])
+    if loop == "Scan":
+        # The body multiplies each scanned row [1, K] of xs [T, 1, K]; its input is the body's own.
+        b = body("scan", [h.make_tensor_value_info("x", T.FLOAT, [1, k])], [h.make_tensor_value_info("y_scan", T.FLOAT, [1, n])])
+        node = h.make_node("Scan", ["xs"], ["y"], body=b, num_scan_inputs=1)
+        g = h.make_graph([node], "g", [h.make_tensor_value_info("xs", T.FLOAT, [3, 1, k])], [h.make_tensor_value_info("y", T.FLOAT, None)], outer)
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
     if loop == "If":
         node = h.make_node("If", ["cond"], ["y"], then_branch=body("then", [], [h.make_tensor_value_info("y_then", T.FLOAT, [1, n])]),
                            else_branch=body("else", [], [h.make_tensor_value_info("y_else", T.FLOAT, [1, n])]))
@@ -289,7 +296,7 @@ SCOPES = {
 }
 
 
-@pytest.mark.parametrize("loop", ["If", "Loop"])
+@pytest.mark.parametrize("loop", ["If", "Loop", "Scan"])
 @pytest.mark.parametrize("scopes", list(SCOPES), ids=list(SCOPES))
 def test_bodies_with_outer_scope_parameters(qdqc, tmp_path, scopes, loop):
     model = if_model(SCOPES[scopes], loop)
@@ -301,7 +308,11 @@ def test_bodies_with_outer_scope_parameters(qdqc, tmp_path, scopes, loop):
     assert all(any(n.op_type == "MatMulNBits" for n in b.node) for b in bodies)
     assert not {t.name for t in compiled.graph.initializer} & {"w_q", "w_scale", "w_zp"}, "outer initializers no body reads are pruned"
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
-    feeds = [{"cond": np.array(c), "x": x} for c in (True, False)] if loop == "If" else [{"trip": np.array(2), "x": x}]
+    feeds = {
+        "If": [{"cond": np.array(c), "x": x} for c in (True, False)],
+        "Loop": [{"trip": np.array(2), "x": x}],
+        "Scan": [{"xs": np.random.default_rng(3).standard_normal((3, 1, 64)).astype(np.float32)}],
+    }[loop]
     for feed in feeds:
         want, got = reference(model, feed)[0], profiled(out, feed)[0]
         assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
@@ -347,3 +358,34 @@ def test_f16_dequantize_cast_to_f32(qdqc, tmp_path, level):
     measured, reported, scale_ = np.abs(got - want).max(), decision["lossy"]["deviation"][1]["max_abs"], np.abs(want).max()
     eps = 4e-6 * scale_
     assert measured <= 2 * reported + eps and reported <= 2 * measured + eps, (measured, reported)
+
+
+def test_body_reads_the_packing_of_its_enclosing_graph(qdqc, tmp_path):
+    """The main graph and an If branch both multiply by DQ(W): W is packed once, in the main
+    graph; the branch reads that packing from the outer scope (no shadowing copy)."""
+    rng = np.random.default_rng(13)
+    k, n = 64, 16
+    inits, names, attrs = quantized_weight(rng, "int4", k, n, "block32", True)
+
+    def branch(name, nodes):
+        return h.make_graph(nodes, name, [], [h.make_tensor_value_info(f"y_{name}", T.FLOAT, [1, n])])
+
+    then_nodes = [h.make_node("DequantizeLinear", names, ["wf_then"], **attrs), h.make_node("MatMul", ["x", "wf_then"], ["y_then"])]
+    else_nodes = [h.make_node("Identity", ["y_main"], ["y_else"])]
+    nodes = [h.make_node("DequantizeLinear", names, ["wf"], **attrs), h.make_node("MatMul", ["x", "wf"], ["y_main"]),
+             h.make_node("If", ["cond"], ["y"], then_branch=branch("then", then_nodes), else_branch=branch("else", else_nodes))]
+    ins = [h.make_tensor_value_info("cond", T.BOOL, []), h.make_tensor_value_info("x", T.FLOAT, [1, k])]
+    model = h.make_model(h.make_graph(nodes, "g", ins, [h.make_tensor_value_info("y", T.FLOAT, [1, n])], inits),
+                         opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    _, out, report = compile_model(qdqc, tmp_path, model, "--allow", "matmulnbits")
+    assert sum(d["fired"] for d in report["decisions"]) == 2
+    compiled = onnx.load(out)
+    then_branch = next(a.g for a in compiled.graph.node[-1].attribute if a.name == "then_branch")
+    assert [n.op_type for n in then_branch.node] == ["MatMulNBits"] and not then_branch.initializer
+    main_nbits = next(n for n in compiled.graph.node if n.op_type == "MatMulNBits")
+    assert list(then_branch.node[0].input) == list(main_nbits.input), "the branch reads the main graph's packing"
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    for c in (True, False):
+        feed = {"cond": np.array(c), "x": x}
+        want, got = reference(model, feed)[0], profiled(out, feed)[0]
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
