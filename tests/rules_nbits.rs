@@ -354,3 +354,16 @@ fn f16_dequantize_cast_to_f32_fuses_and_other_casts_are_refused() {
         }
     }
 }
+
+#[test]
+fn compiling_twice_gives_the_same_bytes_and_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Int8, layout: Layout::Blocked(32), zp: true, k: 72, n: 10 };
+    let input = write_model(dir.path(), "m.onnx", &case.model("MatMul", None, vec![], &[2, 72]));
+    let run = |name: &str| {
+        let out = dir.path().join(name);
+        let report = qdqc::compile(&input, &out, &allow(AccuracyLevel::Acc4)).unwrap();
+        (std::fs::read(&out).unwrap(), report.explain())
+    };
+    assert_eq!(run("a.onnx"), run("b.onnx"));
+}

@@ -41,3 +41,55 @@ fn prune(g: &mut GraphProto, before: &BTreeSet<String>, now: &BTreeSet<String>) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qdqc_lang::onnx::{AttributeProto, NodeProto, TensorProto, ValueInfoProto};
+
+    fn node(inputs: &[&str], body: Option<GraphProto>) -> NodeProto {
+        NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            attribute: body.into_iter().map(|g| AttributeProto { name: Some("body".into()), g: Some(g), ..Default::default() }).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn init(name: &str) -> TensorProto {
+        TensorProto { name: Some(name.into()), ..Default::default() }
+    }
+
+    fn named(name: &str) -> ValueInfoProto {
+        ValueInfoProto { name: Some(name.into()), ..Default::default() }
+    }
+
+    fn names(g: &GraphProto) -> Vec<&str> {
+        g.initializer.iter().map(|t| t.name.as_deref().unwrap()).collect()
+    }
+
+    #[test]
+    fn only_initializers_the_rewrite_left_unread_go() {
+        let initializers = ["w", "s", "in", "out", "unused", "outer", "kept"].map(init).to_vec();
+        let original_body = GraphProto { node: vec![node(&["outer"], None)], ..Default::default() };
+        let original = GraphProto {
+            node: vec![node(&["w", "s", "in", "out", "kept"], None), node(&[], Some(original_body))],
+            input: vec![named("in")],
+            output: vec![named("out")],
+            initializer: initializers.clone(),
+            ..Default::default()
+        };
+        // The rewrite replaced every read of w, s, in, out and outer; the body's node reads a
+        // packed constant of its own now.
+        let body = GraphProto { node: vec![node(&["packed"], None)], initializer: vec![init("packed")], ..Default::default() };
+        let mut rebuilt = GraphProto {
+            node: vec![node(&["kept"], None), node(&[], Some(body))],
+            input: vec![named("in")],
+            output: vec![named("out")],
+            initializer: initializers,
+            ..Default::default()
+        };
+        unread_initializers(&original, &mut rebuilt);
+        assert_eq!(names(&rebuilt), ["in", "out", "unused", "kept"], "graph input, graph output, already unused, still read");
+        assert_eq!(names(rebuilt.node[1].attribute[0].g.as_ref().unwrap()), ["packed"]);
+    }
+}
