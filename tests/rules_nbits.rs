@@ -367,3 +367,18 @@ fn compiling_twice_gives_the_same_bytes_and_report() {
     };
     assert_eq!(run("a.onnx"), run("b.onnx"));
 }
+
+#[test]
+fn weights_above_the_kept_constant_size_are_read_from_their_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 × 65 600 codes: above the 2^22 whose values facts keep, so the rule decodes the payload.
+    let case = Case { dt: DataType::Uint8, layout: Layout::PerChannel, zp: true, k: 64, n: 65_600 };
+    assert!(case.k * case.n > qdqc_lang::analysis::SMALL_CONSTANT);
+    let (report, out) = compile(dir.path(), "large", &case.model("MatMul", None, vec![], &[1, 64]), &allow(AccuracyLevel::Acc4));
+    assert!(report.decisions[0].fired, "{:?}", report.decisions[0].reason);
+    let (_, p) = packed(&out);
+    let w = case.weight();
+    for (k, n) in [(0, 0), (63, 65_599), (17, 40_000), (40, 12_345)] {
+        assert_eq!(p.dequantized(k, n).to_bits(), w.dequantized(k, n).to_bits(), "W[{k}, {n}]");
+    }
+}

@@ -41,6 +41,9 @@ pub struct Constant {
     pub ints: Option<Vec<i64>>,
     /// Range of an integer tensor's values, whatever its size.
     pub int_range: Option<Interval>,
+    /// The packed little-endian payload of an integer tensor of 8 bits or fewer too large for
+    /// `ints` (a shared handle, not a copy): weights that a rule packs reads it themselves.
+    pub raw_codes: Option<bytes::Bytes>,
 }
 
 /// Constants up to this many elements keep their values in the environment: scales, zero

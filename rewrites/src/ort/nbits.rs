@@ -309,11 +309,15 @@ pub struct Deviation {
 /// f32 products), standing for every summation order ORT's float MatMul may use.
 pub fn deviation(p: &Packed, reference: impl Fn(usize, usize) -> f32, a: &[f32], rows: usize, level: AccuracyLevel, inputs: String) -> Deviation {
     let fused = matmul(p, a, rows, level);
-    let weights: Vec<f64> = (0..p.k * p.n).map(|i| reference(i / p.n, i % p.n) as f64).collect();
     let (mut max_abs, mut max_ref) = (0f64, 0f64);
-    for r in 0..rows {
-        for n in 0..p.n {
-            let exact: f64 = (0..p.k).map(|k| a[r * p.k + k] as f64 * weights[k * p.n + n]).sum();
+    // Column by column: memory stays O(K) however large the weight.
+    let mut column = vec![0f64; p.k];
+    for n in 0..p.n {
+        for (k, c) in column.iter_mut().enumerate() {
+            *c = reference(k, n) as f64;
+        }
+        for r in 0..rows {
+            let exact: f64 = a[r * p.k..(r + 1) * p.k].iter().zip(&column).map(|(&x, &w)| x as f64 * w).sum();
             max_abs = max_abs.max((fused[r * p.n + n] as f64 - exact).abs());
             max_ref = max_ref.max(exact.abs());
         }

@@ -47,6 +47,17 @@ pub fn constant_ints(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[i64])> {
     Some((&c.dims, c.ints.as_deref()?))
 }
 
+/// Dims and values of the constant integer tensor of at most 8-bit codes behind a leaf, however
+/// large: the kept values, or its payload decoded now (packed weights).
+pub fn constant_codes(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<i64>)> {
+    let (facts, c) = constant(eg, id)?;
+    if let Some(ints) = &c.ints {
+        return Some((&c.dims, ints.clone()));
+    }
+    let raw = qdqc_lang::tensor::Payload::Raw(c.raw_codes.clone()?);
+    Some((&c.dims, qdqc_lang::tensor::ints(facts.dtype?, &raw)?))
+}
+
 /// Dims and values of the constant f32 tensor behind a leaf.
 pub fn constant_f32(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<f32>)> {
     let (_, c) = constant(eg, id)?;

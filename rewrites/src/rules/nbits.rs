@@ -14,7 +14,7 @@
 //!
 //! | condition | why |
 //! |---|---|
-//! | [`weight`]: constant 2-D `[K, N]` codes of 2, 4 or 8 bits, at most 2^22 | what MatMulNBits packs; the check reads every code |
+//! | [`weight`]: constant 2-D `[K, N]` codes of 2, 4 or 8 bits | what MatMulNBits packs; the check reads every code (at most 2^26, P1's limit) |
 //! | [`layout`]: per tensor, per column (axis 1), or blocked along K (axis 0, block ≥ 16, a power of two) | the layouts ORT's fusion packs |
 //! | [`activation`]: rank ≥ 2 known | MatMulNBits' A is `[..., K]`; a 1-D A changes the output shape |
 //! | [`gemm_form`]: `alpha = 1`, `transA = transB = 0`, `beta = 1` with C of shape `[N]` | MatMulNBits has no alpha, no transposes, a bias of `[N]` |
@@ -26,7 +26,7 @@
 //!
 //! Broken twin: `tests/broken` "matmulnbits_signed_codes_unshifted".
 
-use super::group::{Group, absent, constant_f16, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
+use super::group::{Group, absent, constant_codes, constant_f16, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
 use super::{Log, Lossy, Rewrite, RuleOptions};
 use crate::exact::{Certificate, Verdict};
 use crate::ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
@@ -85,14 +85,15 @@ fn weight(eg: &QdqEGraph, w: Id) -> Result<(usize, usize, u32, bool, Vec<i64>), 
         Some(DataType::Int8) => (8, true),
         other => return Err(format!("weights: {} codes (MatMulNBits packs 2, 4 or 8 bits)", other.map_or("unknown", |d| d.as_str_name()))),
     };
-    let (dims, codes) = constant_ints(eg, w).ok_or("weights: not a constant integer tensor of at most 2^22 codes")?;
+    let (dims, mut codes) = constant_codes(eg, w).ok_or("weights: not a constant initializer")?;
     let &[k, n] = dims else { return Err(format!("weights: shape {dims:?} is not 2-D [K, N]")) };
     let (k, n) = (k as usize, n as usize);
     if k == 0 || n == 0 {
         return Err(format!("weights: empty shape {dims:?}"));
     }
     // Sub-byte payloads unpack to whole bytes: drop the padding past K·N.
-    Ok((k, n, bits, signed, codes[..k * n].to_vec()))
+    codes.truncate(k * n);
+    Ok((k, n, bits, signed, codes))
 }
 
 /// Condition: the DQ's scales are one, one per column (axis 1), or blocked along K (axis 0,
