@@ -199,6 +199,18 @@ fn gemm_with_bias_fuses_with_the_bias_as_input_5() {
 }
 
 #[test]
+fn gemm_with_an_omitted_bias_fuses_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Uint8, layout: Layout::PerTensor, zp: true, k: 32, n: 8 };
+    let mut m = case.model("Gemm", None, vec![], &[3, 32]);
+    m.graph.as_mut().unwrap().node[1].input.push(String::new());
+    let (report, out) = compile(dir.path(), "g", &m, &allow(AccuracyLevel::Acc1));
+    assert!(report.decisions[0].fired, "{:?}", report.decisions);
+    let (node, _) = packed(&out);
+    assert_eq!(node.input.len(), 4, "A, B, scales, zero points: no bias input");
+}
+
+#[test]
 fn each_condition_refuses_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
     let int4 = Case { dt: DataType::Int4, layout: Layout::Blocked(16), zp: true, k: 32, n: 8 };

@@ -261,7 +261,9 @@ impl AccuracyLevel {
 /// MatMulNBits' output for `rows` rows of `a` (`[rows, K]`) at `level`, as the x86 kernels
 /// compute it: f32 block sums at acc0/1; at acc4 each block of A quantized to int8 with scale
 /// `amax/127` and `rne(a·(127/amax))` (AVX2/AVX-512 `QuantizeARow_CompInt8`, ties to even), an
-/// int32 dot per block, scaled by `scale_a·scale_b` and summed in f32.
+/// int32 dot per block, scaled by `scale_a·scale_b` and summed in f32. ARM quantizes with ties
+/// away from zero (and KleidiAI per row, asymmetric): the deviation it shows is of the same order
+/// but not this model's to the bit; the report states what this model measures.
 pub fn matmul(p: &Packed, a: &[f32], rows: usize, level: AccuracyLevel) -> Vec<f32> {
     let mut y = vec![0f32; rows * p.n];
     for r in 0..rows {

@@ -96,9 +96,12 @@ fn weight(eg: &QdqEGraph, w: Id) -> Result<(usize, usize, u32, bool, Vec<i64>), 
     Ok((k, n, bits, signed, codes))
 }
 
+/// The DQ's layout, scales (as f32) and zero points.
+type Parameters = (Layout, Vec<f32>, Option<Vec<i64>>);
+
 /// Condition: the DQ's scales are one, one per column (axis 1), or blocked along K (axis 0,
 /// block size ≥ 16 and a power of two), with zero points of the same shape and code type.
-fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<(Layout, Vec<f32>, Option<Vec<i64>>), String> {
+fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<Parameters, String> {
     let (scale_dims, scales) = if f16 {
         let (dims, bits) = constant_f16(eg, var(s, "?s")).ok_or("weight scale: not a constant f16 tensor")?;
         (dims, bits.iter().map(|&b| nbits::f16_to_f32(b)).collect())
@@ -181,7 +184,8 @@ fn gemm_form(eg: &QdqEGraph, s: &Subst, bias: bool, n: usize) -> Result<(), Stri
     {
         return Err(format!("Gemm attributes: alpha = {alpha} ≠ 1"));
     }
-    if !bias {
+    // An omitted C (`Gemm(A, B, "")`) is no bias.
+    if !bias || absent(eg, var(s, "?c")) {
         return Ok(());
     }
     if let Some(AttrValue::Float(beta)) = get("beta")
@@ -244,7 +248,7 @@ impl Fusion {
             let source = if w.zero_points.is_some() { name(eg, "?z") } else { format!("u{}_zero", w.bits) };
             u8_constant(eg, z.clone(), vec![z.len() as i64], &format!("{source}/qdqc_nbits_zero_points_{shape}"))
         });
-        if self.form == Form::GemmBias {
+        if self.form == Form::GemmBias && !absent(eg, var(s, "?c")) {
             let absent = eg.add(Term::leaf(Op::Absent));
             inputs.extend([zp.unwrap_or(absent), absent, var(s, "?c")]);
         } else {
