@@ -394,3 +394,27 @@ fn weights_above_the_kept_constant_size_are_read_from_their_payload() {
         assert_eq!(p.dequantized(k, n).to_bits(), w.dequantized(k, n).to_bits(), "W[{k}, {n}]");
     }
 }
+
+#[test]
+fn a_body_initializer_shadowing_a_packed_outer_one_is_an_error_not_a_wrong_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Uint4, layout: Layout::Blocked(16), zp: false, k: 16, n: 2 };
+    let mut m = case.model("MatMul", None, vec![], &[1, 16]);
+    let outer = m.graph.as_ref().unwrap().clone();
+    // The branch declares its own 'w' (other codes) and multiplies by it.
+    let mut w = outer.initializer[0].clone();
+    w.raw_data = Some(vec![0x11u8; 16].into());
+    let mut branch = graph("then", outer.node.clone(), vec![], vec![value("y_then", F32, &[1, 2])], vec![w]);
+    branch.node[1].output[0] = "y_then".into();
+    let mut other = graph("else", vec![node("Identity", "id", &["y"], &["y_else"])], vec![], vec![value("y_else", F32, &[1, 2])], vec![]);
+    other.name = Some("else".into());
+    let g = m.graph.as_mut().unwrap();
+    g.node.push(with_graph(with_graph(node("If", "if", &["c"], &["z"]), "then_branch", branch), "else_branch", other));
+    g.input.push(value("c", BOOL, &[]));
+    g.output.push(value("z", F32, &[1, 2]));
+    let input = write_model(dir.path(), "shadow.onnx", &m);
+    let out = dir.path().join("shadow.out.onnx");
+    let err = qdqc::compile(&input, &out, &allow(AccuracyLevel::Acc1)).unwrap_err();
+    assert!(err.problem.contains("would shadow a different one"), "{err}");
+    assert!(!out.exists());
+}

@@ -118,19 +118,14 @@ fn lower_graph(
     // Created constants are named after what they are computed from, so one name is one value:
     // a graph keeps one copy, and a body reads an enclosing graph's instead of shadowing it.
     constants.sort_by(|a: &lowered::LoweredConstant, b| a.name.cmp(&b.name));
-    constants.dedup_by(|a, b| a.name == b.name);
-    let mut shadowing = None;
-    constants.retain(|c| match outer.iter().find(|o| o.name == c.name) {
-        Some(o) if *o == c => false,
-        Some(_) => {
-            shadowing = Some(c.name.clone());
-            true
-        }
-        None => true,
-    });
-    if let Some(name) = shadowing {
-        return Err(fail(format!("created constant '{name}' would shadow a different one of an enclosing graph (a body initializer shadows an outer name)")));
+    if let Some(w) = constants.windows(2).find(|w| w[0].name == w[1].name && w[0] != w[1]) {
+        return Err(fail(format!("two different created constants are named '{}'", w[0].name)));
     }
+    constants.dedup_by(|a, b| a.name == b.name);
+    if let Some(c) = constants.iter().find(|c| outer.iter().any(|o| o.name == c.name && *o != *c)) {
+        return Err(fail(format!("created constant '{}' would shadow a different one of an enclosing graph (a body initializer shadows an outer name)", c.name)));
+    }
+    constants.retain(|c| !outer.iter().any(|o| o.name == c.name));
     let visible: Vec<&lowered::LoweredConstant> = outer.iter().copied().chain(&constants).collect();
     let mut subgraphs = Vec::new();
     for sub in &graph.subgraphs {
