@@ -225,6 +225,12 @@ fn each_condition_refuses_with_its_reason() {
         ("bias_shape", int4.model("Gemm", Some(&[3, 8]), vec![], &[3, 32]), "Gemm bias: shape Some([3, 8])"),
         ("rank1", int4.model("MatMul", None, vec![], &[32]), "activation: rank 1"),
         ("uint16", sixteen.model("MatMul", None, vec![], &[3, 32]), "UINT16 codes"),
+        ("output_dtype", {
+            let mut m = int4.model("MatMul", None, vec![], &[3, 32]);
+            let dq = m.graph.as_mut().unwrap().node.remove(0);
+            m.graph.as_mut().unwrap().node.insert(0, attr(dq, Attribute::int("output_dtype", DataType::Float16 as i64)));
+            m
+        }, "output_dtype 10 differs"),
     ];
     for (name, m, reason) in cases {
         let (report, out) = compile(dir.path(), name, &m, &allow(AccuracyLevel::Acc1));

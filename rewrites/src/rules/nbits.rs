@@ -109,6 +109,12 @@ fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<Pa
         constant_f32(eg, var(s, "?s")).ok_or("weight scale: not a constant f32 tensor")?
     };
     let dq = tag(eg, var(s, "?tw")).map(|t| eg.analysis.env.tag(t)).ok_or("weight DQ: no tag")?;
+    // DequantizeLinear-23's output_dtype may differ from the scale's type; MatMulNBits' A, scales
+    // and Y share one type.
+    let scale_type = if f16 { DataType::Float16 } else { DataType::Float };
+    if dq.output_dtype != 0 && dq.output_dtype != scale_type as i64 {
+        return Err(format!("weight DQ: output_dtype {} differs from its scale's type", dq.output_dtype));
+    }
     let block = dq.block_size.unwrap_or(0);
     let axis = dq.axis.map(|a| if a < 0 { a + 2 } else { a });
     let layout = if block > 0 {
