@@ -223,7 +223,6 @@ fn each_condition_refuses_with_its_reason() {
         ("alpha", int4.model("Gemm", None, vec![float("alpha", 0.5)], &[3, 32]), "alpha = 0.5"),
         ("beta", int4.model("Gemm", Some(&[8]), vec![float("beta", 2.0)], &[3, 32]), "beta = 2"),
         ("bias_shape", int4.model("Gemm", Some(&[3, 8]), vec![], &[3, 32]), "Gemm bias: shape Some([3, 8])"),
-        ("rank1", int4.model("MatMul", None, vec![], &[32]), "activation: rank 1"),
         ("uint16", sixteen.model("MatMul", None, vec![], &[3, 32]), "UINT16 codes"),
         ("output_dtype", {
             let mut m = int4.model("MatMul", None, vec![], &[3, 32]);

@@ -180,6 +180,18 @@ def test_reported_deviation_matches_orts(qdqc, tmp_path, level, ty, layout):
         assert supplied["max_rel"] > 1e-4, "acc4 quantizes activations: its deviation is visible"
 
 
+def test_one_dimensional_activation(qdqc, tmp_path):
+    """MatMul of a 1-D A gives [N]; so does MatMulNBits."""
+    model = make_model("uint4", 64, 16, "block32", True)
+    model.graph.input[0].CopyFrom(h.make_tensor_value_info("a", T.FLOAT, [64]))
+    model.graph.output[0].CopyFrom(h.make_tensor_value_info("y", T.FLOAT, [16]))
+    _, out, report = compile_model(qdqc, tmp_path, model, "--allow", "matmulnbits")
+    assert [d["fired"] for d in report["decisions"]] == [True]
+    feed = {"a": np.random.default_rng(8).standard_normal(64).astype(np.float32)}
+    want, got = reference(model, feed)[0], profiled(out, feed)[0]
+    assert got.shape == want.shape == (16,) and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
 def test_nothing_lossy_without_allow(qdqc, tmp_path):
     model = make_model("int4", 64, 16, "block32", True)
     _, out, report = compile_model(qdqc, tmp_path, model)
@@ -261,9 +273,11 @@ def if_model(where, loop="If"):
     local = [t for t in inits if where[t.name] == "local"]
 
     def body(name, inputs, outputs):
+        # A is a body value nothing declares a shape for, as in exported merged decoders.
+        relu = h.make_node("Relu", ["x"], [f"xr_{name}"])
         dq = h.make_node("DequantizeLinear", names, [f"wf_{name}"], **attrs)
-        mm = h.make_node("MatMul", ["x", f"wf_{name}"], [f"y_{name}"])
-        nodes = [dq, mm]
+        mm = h.make_node("MatMul", [f"xr_{name}", f"wf_{name}"], [f"y_{name}"])
+        nodes = [relu, dq, mm]
         if loop == "Loop":
             nodes.append(h.make_node("Identity", ["cond_in"], ["cond_out"]))
         return h.make_graph(nodes, name, inputs, outputs, [onnx.TensorProto.FromString(t.SerializeToString()) for t in local])
@@ -306,6 +320,7 @@ def test_bodies_with_outer_scope_parameters(qdqc, tmp_path, scopes, loop):
     compiled = onnx.load(out)
     bodies = [a.g for a in compiled.graph.node[0].attribute if a.g.node]
     assert all(any(n.op_type == "MatMulNBits" for n in b.node) for b in bodies)
+    assert all(n.op_type != "DequantizeLinear" for b in bodies for n in b.node)
     assert not {t.name for t in compiled.graph.initializer} & {"w_q", "w_scale", "w_zp"}, "outer initializers no body reads are pruned"
     x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
     feeds = {

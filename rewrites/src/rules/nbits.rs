@@ -16,9 +16,11 @@
 //! |---|---|
 //! | [`weight`]: constant 2-D `[K, N]` codes of 2, 4 or 8 bits | what MatMulNBits packs; the check reads every code (at most 2^26, P1's limit) |
 //! | [`layout`]: per tensor, per column (axis 1), or blocked along K (axis 0, block ≥ 16, a power of two) | the layouts ORT's fusion packs |
-//! | [`activation`]: rank ≥ 2 known | MatMulNBits' A is `[..., K]`; a 1-D A changes the output shape |
 //! | [`gemm_form`]: `alpha = 1`, `transA = transB = 0`, `beta = 1` with C of shape `[N]` | MatMulNBits has no alpha, no transposes, a bias of `[N]` |
 //! | [`cast_to_f32`]: the Cast widens an f16 DQ (f16 scale) to f32 | the fused node computes in f32 with the f16 scales widened exactly (ORT's own fusion computes in f16 instead); the skipped f16 rounding of each weight is in the deviation |
+//!
+//! A needs no condition: MatMulNBits shapes its output as MatMul does, 1-D A included (checked in
+//! ORT 1.31.1), so body values whose shape nothing declares fuse too.
 //!
 //! Subgraphs: W, its scale and zero point may be initializers of an enclosing graph (facts walk
 //! the scope chain); the packed constants are created in the graph of the MatMul, where the body
@@ -150,16 +152,6 @@ fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<Pa
     Ok((layout, scales.clone(), Some(zps[..scales.len()].to_vec())))
 }
 
-/// Condition: A's rank is known and at least 2 (MatMulNBits reads `[..., K]`; a 1-D A would
-/// change the MatMul's output shape).
-fn activation(eg: &QdqEGraph, a: Id) -> Result<(), String> {
-    match eg[a].data.shape.as_ref().map(Vec::len) {
-        Some(rank) if rank >= 2 => Ok(()),
-        Some(rank) => Err(format!("activation: rank {rank} (MatMulNBits needs rank ≥ 2)")),
-        None => Err("activation: rank unknown".into()),
-    }
-}
-
 /// Condition (Cast form): the Cast widens the DQ's f16 output to f32. The fused node then
 /// computes in f32 with the f16 scales widened exactly; the f16 rounding of each dequantized
 /// weight it skips is part of the measured deviation.
@@ -213,7 +205,6 @@ impl Fusion {
             cast_to_f32(eg, s)?;
         }
         let (layout, scales, zero_points) = layout(eg, s, k, n, self.form == Form::MatMulCast)?;
-        activation(eg, var(s, "?a"))?;
         if matches!(self.form, Form::Gemm | Form::GemmBias) {
             gemm_form(eg, s, self.form == Form::GemmBias, n)?;
         }
