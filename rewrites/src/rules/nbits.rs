@@ -23,8 +23,10 @@
 //! ORT 1.31.1), so body values whose shape nothing declares fuse too.
 //!
 //! Subgraphs: W, its scale and zero point may be initializers of an enclosing graph (facts walk
-//! the scope chain); the packed constants are created in the graph of the MatMul, where the body
-//! sees them (ORT 1.31.1 prepacks either placement, tests/oracle/test_matmulnbits.py).
+//! the scope chain); the packed constants are created in the graph of the MatMul, unless an
+//! enclosing graph already holds the same packing, which the body then reads (ORT 1.31.1 runs
+//! MatMulNBits with body-local and outer-scope constant inputs alike,
+//! tests/oracle/test_matmulnbits.py).
 //!
 //! Broken twin: `tests/broken` "matmulnbits_signed_codes_unshifted".
 
