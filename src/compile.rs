@@ -167,7 +167,6 @@ impl CompileReport {
         use std::fmt::Write;
         let mut out = String::new();
         for d in &self.decisions {
-            let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
             if let Some(l) = &d.lossy {
                 writeln!(out, "LOSSY   {} → {} [{}] (allowed by --allow; weights exact: {})", d.output, d.fused_op, d.nodes.join(", "), l.weights.detail).unwrap();
                 writeln!(out, "    contract lossy: accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
@@ -176,6 +175,7 @@ impl CompileReport {
                 }
                 continue;
             }
+            let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
             writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
             for (isa, c) in &d.counterexample {
                 writeln!(out, "    {isa}: {c}").unwrap();
