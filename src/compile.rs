@@ -9,6 +9,7 @@ use crate::verdicts::Maps;
 use crate::weights::{FloatTableJson, ModelSize};
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
 use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -26,11 +27,13 @@ pub struct CompileOptions {
     pub resign: bool,
     /// `--fold-weights`: constant weight DQs become float initializers.
     pub fold_weights: bool,
+    /// Lossy rewrites allowed by `--allow` (none by default), with `--inputs` activations.
+    pub allow: Allow,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false, allow: Allow::default() }
     }
 }
 
@@ -158,6 +161,9 @@ pub struct DecisionJson {
     pub counterexample: BTreeMap<Isa, Counterexample>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reason: BTreeMap<Isa, String>,
+    /// An applied lossy rewrite: its contract, accuracy level and measured deviations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lossy: Option<Lossy>,
 }
 
 fn decision_json(d: &Decision) -> DecisionJson {
@@ -171,6 +177,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
         proof: BTreeMap::new(),
         counterexample: BTreeMap::new(),
         reason: BTreeMap::new(),
+        lossy: d.lossy.clone(),
     };
     let mut maps = Maps { verdict: &mut out.verdict, proof: &mut out.proof, counterexample: &mut out.counterexample, reason: &mut out.reason };
     for (isa, v) in &d.verdicts {
@@ -180,7 +187,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
 }
 
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights });
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone() });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
     let model = Model::load(input)?;
     let lowering = lower(&model)?;
@@ -268,6 +275,14 @@ impl CompileReport {
             writeln!(out, "RESIGNED {} int8 zero point {} → uint8 {} [{} → {}]{proof}", r.tensor, r.zero_point_int8, r.zero_point_uint8, r.quantize, r.dequantize.join(", ")).unwrap();
         }
         for d in &self.decisions {
+            if let Some(l) = &d.lossy {
+                writeln!(out, "LOSSY   {} → {} [{}] (allowed by --allow; weights exact: {})", d.output, d.fused_op, d.nodes.join(", "), l.weights.detail).unwrap();
+                writeln!(out, "    contract lossy: accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
+                for dev in &l.deviation {
+                    writeln!(out, "    deviation on {} ({} rows): max abs {:.3e}, max rel {:.3e}", dev.inputs, dev.rows, dev.max_abs, dev.max_rel).unwrap();
+                }
+                continue;
+            }
             let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
             writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
             for (isa, c) in &d.counterexample {

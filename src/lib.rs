@@ -5,6 +5,7 @@
 mod audit;
 mod compile;
 mod inspect;
+mod npz;
 mod placement;
 mod profile;
 mod verdicts;
@@ -20,6 +21,13 @@ pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_rewrites::exact::Contract;
 pub use qdqc_rewrites::ort::Isa;
+pub use qdqc_rewrites::ort::nbits::AccuracyLevel;
+pub use qdqc_rewrites::rules::{Activations, Allow};
+
+/// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.
+pub fn read_inputs(path: &std::path::Path) -> Result<Activations> {
+    Ok(Activations { source: path.display().to_string(), arrays: std::sync::Arc::new(npz::read(path)?) })
+}
 
 /// The human-readable audit table.
 pub fn audit_text(a: &Audit) -> String {

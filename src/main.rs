@@ -1,7 +1,7 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{CompileOptions, Contract, Error, ErrorKind, Isa};
+use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,6 +43,15 @@ enum Command {
         /// model grows to 4 bytes per weight).
         #[arg(long)]
         fold_weights: bool,
+        /// Allow a lossy rewrite (contract `lossy`, reported per instance with its measured
+        /// deviation); repeatable. `matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into
+        /// MatMulNBits at that accuracy level, acc1 (f32, the least lossy) when none is given.
+        #[arg(long, value_name = "NAME[=VALUE]", value_parser = parse_allow)]
+        allow: Vec<AllowArg>,
+        /// Activations (numpy.savez, float32, keyed by tensor name) on which lossy instances
+        /// also measure their deviation.
+        #[arg(long, value_name = "FILE.npz")]
+        inputs: Option<PathBuf>,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -94,6 +103,23 @@ fn parse_isas(s: &str) -> Result<IsaList, String> {
     Isa::parse_list(s).map(IsaList)
 }
 
+/// One `--allow NAME[=VALUE]`.
+#[derive(Clone)]
+enum AllowArg {
+    MatMulNBits(AccuracyLevel),
+}
+
+fn parse_allow(s: &str) -> Result<AllowArg, String> {
+    let (name, value) = s.split_once('=').map_or((s, None), |(n, v)| (n, Some(v)));
+    match name {
+        "matmulnbits" => {
+            let level = value.unwrap_or("acc1");
+            AccuracyLevel::parse(level).map(AllowArg::MatMulNBits).ok_or_else(|| format!("unknown matmulnbits accuracy level '{level}' (acc0, acc1 or acc4)"))
+        }
+        _ => Err(format!("unknown lossy rewrite '{name}' (known: matmulnbits)")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -110,13 +136,23 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights } => {
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights, allow, inputs } => {
+            let mut lossy = Allow::default();
+            for a in allow {
+                match a {
+                    AllowArg::MatMulNBits(level) => lossy.matmulnbits = Some(level),
+                }
+            }
+            if let Some(path) = inputs {
+                lossy.inputs = qdqc::read_inputs(&path)?;
+            }
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
                 isas: ort_isa.0,
                 resign: !keep_int8_activations,
                 fold_weights,
+                allow: lossy,
                 ..CompileOptions::default()
             };
             let result = qdqc::compile(&input, &output, &options)?;
@@ -127,8 +163,10 @@ fn run(command: Command) -> Result<(), Error> {
                 let json = serde_json::to_string_pretty(&result).expect("report serializes");
                 qdqc::write_atomically(&path, json.as_bytes())?;
             }
+            let lossy = result.decisions.iter().filter(|d| d.lossy.is_some()).count();
+            let lossy = if lossy > 0 { format!(" ({lossy} lossy, allowed by --allow: deviations in the report)") } else { String::new() };
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused, {} refused, {} int8 activation(s) re-signed; {} → {} bytes); contract {:?}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused{lossy}, {} refused, {} int8 activation(s) re-signed; {} → {} bytes); contract {:?}{}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
@@ -138,6 +176,7 @@ fn run(command: Command) -> Result<(), Error> {
                 result.model_size.before_bytes,
                 result.model_size.after_bytes,
                 result.contract,
+                if result.decisions.iter().any(|d| d.lossy.is_some()) { " except the lossy instances" } else { "" },
                 result.session_profile.describe()
             );
         }

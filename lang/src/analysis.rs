@@ -34,10 +34,16 @@ pub struct Constant {
     pub dims: Vec<i64>,
     /// Exact bit patterns of an f32 tensor of at most [`SMALL_CONSTANT`] elements.
     pub f32_bits: Option<Vec<u32>>,
+    /// Exact bit patterns of an f16 tensor of at most [`SMALL_CONSTANT`] elements (fp16 scales;
+    /// kept apart from `f32_bits` so no f32 rule mistakes them for f32 scales).
+    pub f16_bits: Option<Vec<u16>>,
     /// Values of an integer tensor of at most [`SMALL_CONSTANT`] elements.
     pub ints: Option<Vec<i64>>,
     /// Range of an integer tensor's values, whatever its size.
     pub int_range: Option<Interval>,
+    /// The packed little-endian payload of an integer tensor of 8 bits or fewer too large for
+    /// `ints` (a shared handle, not a copy): weights that a rule packs reads it themselves.
+    pub raw_codes: Option<bytes::Bytes>,
 }
 
 /// Constants up to this many elements keep their values in the environment: scales, zero

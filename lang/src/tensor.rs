@@ -118,11 +118,13 @@ pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
             Uint32 => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
             Int64 => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
             Uint4 | Int4 => b.iter().flat_map(|&x| [nibble(x, dt), nibble(x >> 4, dt)]).collect(),
+            Uint2 | Int2 => b.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb(x >> s, dt))).collect(),
             _ => return None,
         }),
         Payload::Typed(t) => Some(match dt {
             Uint8 | Bool | Int8 | Uint16 | Int16 | Int32 => t.int32_data.iter().map(|&x| x as i64).collect(),
             Uint4 | Int4 => t.int32_data.iter().flat_map(|&x| [nibble(x as u8, dt), nibble((x as u8) >> 4, dt)]).collect(),
+            Uint2 | Int2 => t.int32_data.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb((x as u8) >> s, dt))).collect(),
             Int64 => t.int64_data.clone(),
             Uint32 => t.uint64_data.iter().map(|&x| x as i64).collect(),
             _ => return None,
@@ -135,6 +137,11 @@ fn nibble(x: u8, dt: DataType) -> i64 {
     if dt == DataType::Int4 && v >= 8 { v - 16 } else { v }
 }
 
+fn crumb(x: u8, dt: DataType) -> i64 {
+    let v = (x & 0x3) as i64;
+    if dt == DataType::Int2 && v >= 2 { v - 4 } else { v }
+}
+
 /// The exact bit patterns of an f32 tensor (scales are compared bitwise, never as numbers).
 pub fn f32_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u32>> {
     if dt != DataType::Float {
@@ -143,6 +150,17 @@ pub fn f32_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u32>> {
     Some(match payload {
         Payload::Raw(b) => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect(),
         Payload::Typed(t) => t.float_data.iter().map(|f| f.to_bits()).collect(),
+    })
+}
+
+/// The exact bit patterns of an f16 tensor (typed payloads keep each in an int32).
+pub fn f16_bits(dt: DataType, payload: &Payload<'_>) -> Option<Vec<u16>> {
+    if dt != DataType::Float16 {
+        return None;
+    }
+    Some(match payload {
+        Payload::Raw(b) => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+        Payload::Typed(t) => t.int32_data.iter().map(|&x| x as u16).collect(),
     })
 }
 
@@ -181,6 +199,13 @@ mod tests {
         let p = Payload::Raw(Bytes::from_static(&[0x8f]));
         assert_eq!(ints(DataType::Int4, &p), Some(vec![-1, -8]));
         assert_eq!(ints(DataType::Uint4, &p), Some(vec![15, 8]));
+    }
+
+    #[test]
+    fn int2_unpacks_lowest_bits_first_with_sign() {
+        let p = Payload::Raw(Bytes::from_static(&[0b1110_0100]));
+        assert_eq!(ints(DataType::Int2, &p), Some(vec![0, 1, -2, -1]));
+        assert_eq!(ints(DataType::Uint2, &p), Some(vec![0, 1, 2, 3]));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use qdqc_lang::analysis::{Constant, Dim, Interval, SMALL_CONSTANT, ValueFacts};
 use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
+use qdqc_lang::tensor::Payload;
 use qdqc_lang::{Model, tensor};
 
 /// The graphs enclosing the current one, outermost first.
@@ -94,9 +95,15 @@ fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
         }
         if ints.len() <= SMALL_CONSTANT {
             c.ints = Some(ints);
+        } else if let Payload::Raw(bytes) = &payload
+            && tensor::bits_per_element(dt).is_some_and(|b| b <= 8)
+        {
+            c.raw_codes = Some(bytes.clone());
         }
     } else if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
         c.f32_bits = Some(bits);
+    } else if let Some(bits) = tensor::f16_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
+        c.f16_bits = Some(bits);
     }
     c
 }

@@ -69,7 +69,7 @@ pub fn lower(model: &Model, options: &Options) -> Result<Lowering> {
     let log = Log::default();
     let rules = options.rules.as_ref().map(|o| qdqc_rewrites::catalog(o, &log)).unwrap_or_default();
     let mut stats = Stats::default();
-    let graph = lower_graph(model, &model.graph, &Scopes::main(model), options, &rules, &mut stats)?;
+    let graph = lower_graph(model, &model.graph, &Scopes::main(model), &[], options, &rules, &mut stats)?;
     Ok(Lowering { graph, stats, decisions: log.take() })
 }
 
@@ -78,10 +78,12 @@ pub fn rule_names(options: &RuleOptions) -> Vec<String> {
     qdqc_rewrites::catalog(options, &Log::default()).iter().map(|r| r.name.to_string()).collect()
 }
 
+/// `outer`: the constants created in enclosing graphs, which this graph sees.
 fn lower_graph(
     model: &Model,
     graph: &ir::Graph,
     scopes: &Scopes,
+    outer: &[&lowered::LoweredConstant],
     options: &Options,
     rules: &[qdqc_rewrites::Rewrite],
     stats: &mut Stats,
@@ -114,14 +116,24 @@ fn lower_graph(
         constants.extend(emit::constants(&runner.egraph, &extraction));
     }
     let nodes = order::stable_topological(nodes, graph).map_err(&fail)?;
+    // Created constants are named after what they are computed from, so one name is one value:
+    // a graph keeps one copy, and a body reads an enclosing graph's instead of shadowing it.
+    constants.sort_by(|a: &lowered::LoweredConstant, b| a.name.cmp(&b.name));
+    if let Some(w) = constants.windows(2).find(|w| w[0].name == w[1].name && w[0] != w[1]) {
+        return Err(fail(format!("two different created constants are named '{}'", w[0].name)));
+    }
+    constants.dedup_by(|a, b| a.name == b.name);
+    if let Some(c) = constants.iter().find(|c| outer.iter().any(|o| o.name == c.name && *o != *c)) {
+        return Err(fail(format!("created constant '{}' would shadow a different one of an enclosing graph (a body initializer shadows an outer name)", c.name)));
+    }
+    constants.retain(|c| !outer.iter().any(|o| o.name == c.name));
+    let visible: Vec<&lowered::LoweredConstant> = outer.iter().copied().chain(&constants).collect();
     let mut subgraphs = Vec::new();
     for sub in &graph.subgraphs {
         let sub_proto = subgraph_proto(proto, sub).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
-        let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), options, rules, stats)?;
+        let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), &visible, options, rules, stats)?;
         subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), index: sub.index, graph: lowered });
     }
-    constants.sort_by(|a: &lowered::LoweredConstant, b| a.name.cmp(&b.name));
-    constants.dedup_by(|a, b| a.name == b.name);
     Ok(LoweredGraph { nodes, constants, subgraphs })
 }
 

@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod lut;
 pub mod matmul_dynamic;
+pub mod nbits;
 pub mod pool;
 pub mod requant;
 pub mod selectors;

@@ -1,7 +1,7 @@
 //! What every rule does with a matched group: read its parameters from the e-class facts,
 //! decide on every ISA profile, create the fused node and log the decision.
 
-use super::{Decision, Log, RuleOptions};
+use super::{Decision, Log, Lossy, RuleOptions};
 use crate::exact::reference::CodeType;
 use crate::exact::{QParam, Verdict};
 use crate::ort::Isa;
@@ -45,6 +45,34 @@ pub fn constant(eg: &QdqEGraph, id: Id) -> Option<(&ValueFacts, &Constant)> {
 pub fn constant_ints(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[i64])> {
     let (_, c) = constant(eg, id)?;
     Some((&c.dims, c.ints.as_deref()?))
+}
+
+/// Dims and values of the constant integer tensor of at most 8-bit codes behind a leaf, however
+/// large: the kept values, or its payload decoded now (packed weights).
+pub fn constant_codes(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<i64>)> {
+    let (facts, c) = constant(eg, id)?;
+    if let Some(ints) = &c.ints {
+        return Some((&c.dims, ints.clone()));
+    }
+    let raw = qdqc_lang::tensor::Payload::Raw(c.raw_codes.clone()?);
+    Some((&c.dims, qdqc_lang::tensor::ints(facts.dtype?, &raw)?))
+}
+
+/// Dims and values of the constant f32 tensor behind a leaf.
+pub fn constant_f32(eg: &QdqEGraph, id: Id) -> Option<(&[i64], Vec<f32>)> {
+    let (_, c) = constant(eg, id)?;
+    Some((&c.dims, c.f32_bits.as_ref()?.iter().map(|&b| f32::from_bits(b)).collect()))
+}
+
+/// Dims and bit patterns of the constant f16 tensor behind a leaf.
+pub fn constant_f16(eg: &QdqEGraph, id: Id) -> Option<(&[i64], &[u16])> {
+    let (_, c) = constant(eg, id)?;
+    Some((&c.dims, c.f16_bits.as_deref()?))
+}
+
+/// The name of the value behind a leaf.
+pub fn value_name(eg: &QdqEGraph, id: Id) -> Option<&str> {
+    Some(&eg.analysis.env.value(value(eg, id)?).name)
 }
 
 /// Per-channel scales and zero points of a (scale, zero point) pair of leaves, and the zero
@@ -118,7 +146,12 @@ impl Group {
     }
 
     pub fn log(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>) {
-        log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired });
+        self.log_lossy(log, rule, fused_op, fired, verdicts, None);
+    }
+
+    /// Logs a decision of a lossy rewrite, with what it reports for an applied instance.
+    pub fn log_lossy(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>, lossy: Option<Lossy>) {
+        log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired, lossy });
     }
 
     /// Adds the fused node in place of the group's Q: same outputs, a name derived from them.
@@ -218,6 +251,21 @@ pub fn int_constant(eg: &mut QdqEGraph, values: &[i64], code: CodeType, dims: Ve
             ints: Some(values.to_vec()),
             ..Constant::default()
         }),
+        created: Some(bytes),
+    });
+    eg.add(Term::leaf(Op::Value(v)))
+}
+
+/// A created uint8 constant of shape `dims` (packed weights). Its values stay out of the
+/// environment's facts: no rule reads them.
+pub fn u8_constant(eg: &mut QdqEGraph, bytes: Vec<u8>, dims: Vec<i64>, name: &str) -> Id {
+    let env = &mut eg.analysis.env;
+    let v = ValueRef(env.values.len() as u32);
+    env.values.push(ValueFacts {
+        name: name.to_string(),
+        dtype: Some(DataType::Uint8),
+        shape: Some(dims.iter().map(|&d| Dim::Known(d)).collect()),
+        constant: Some(Constant { dims, ..Constant::default() }),
         created: Some(bytes),
     });
     eg.add(Term::leaf(Op::Value(v)))

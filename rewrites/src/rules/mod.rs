@@ -15,12 +15,17 @@ mod group;
 mod lookup;
 mod lut;
 mod matmul_dynamic;
+mod nbits;
 mod pool;
 
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 
-use crate::exact::{Contract, Verdict};
+use crate::exact::{Certificate, Contract, Verdict};
 use crate::ort::Isa;
+use crate::ort::nbits::{AccuracyLevel, Deviation};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
 use std::sync::{Arc, Mutex};
@@ -35,6 +40,46 @@ pub struct RuleOptions {
     pub isas: Vec<Isa>,
     /// `--fold-weights`: dequantize constant weights into float initializers.
     pub fold_weights: bool,
+    /// Lossy rewrites the user allowed (spec §2 `lossy`); none by default.
+    pub allow: Allow,
+}
+
+/// The opt-in lossy rewrites (`--allow NAME[=VALUE]`), each off unless named.
+#[derive(Clone, Debug, Default)]
+pub struct Allow {
+    /// `--allow matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into MatMulNBits at this level.
+    pub matmulnbits: Option<AccuracyLevel>,
+    /// `--inputs FILE.npz`: activations by tensor name; a lossy instance whose input is among
+    /// them also reports its deviation on those values.
+    pub inputs: Activations,
+}
+
+/// Named f32 activations (their last axis is the one a MatMul reduces).
+#[derive(Clone, Default)]
+pub struct Activations {
+    pub source: String,
+    pub arrays: std::sync::Arc<BTreeMap<String, Vec<f32>>>,
+}
+
+impl fmt::Debug for Activations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Activations").field("source", &self.source).field("names", &self.arrays.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// What a lossy rewrite reports for an instance it applied (spec §2: listed with its measured
+/// deviation).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Lossy {
+    pub contract: &'static str,
+    pub accuracy_level: AccuracyLevel,
+    pub bits: u32,
+    pub block_size: usize,
+    /// The proof that the packed weights dequantize to the authored `DQ(W)` bit for bit: what is
+    /// exact about the instance (no per-ISA verdict is given for its lossy product).
+    pub weights: Certificate,
+    /// On seeded random activations, then on the user's (`--inputs`) when they feed it.
+    pub deviation: Vec<Deviation>,
 }
 
 /// One decision of a rule on one group.
@@ -49,6 +94,8 @@ pub struct Decision {
     pub output: String,
     pub verdicts: Vec<(Isa, Verdict)>,
     pub fired: bool,
+    /// Set for an applied lossy rewrite.
+    pub lossy: Option<Lossy>,
 }
 
 /// The decisions of one run, shared by the rules' appliers.
@@ -71,7 +118,7 @@ impl Log {
     }
 }
 
-/// The catalog, in a fixed order, sharing `log`.
+/// The catalog, in a fixed order, sharing `log`; lossy rules only when `options.allow` names them.
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let mut rules = binary::rules(options, log);
     rules.extend(gemm::rules(options, log));
@@ -82,6 +129,9 @@ pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     rules.extend(pool::rules(options, log));
     if options.fold_weights {
         rules.extend(fold::rules(options, log));
+    }
+    if let Some(level) = options.allow.matmulnbits {
+        rules.extend(nbits::rules(options, level, log));
     }
     rules
 }
