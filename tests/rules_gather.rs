@@ -183,3 +183,30 @@ fn explain_says_what_became_of_the_float_table() {
     assert!(text.contains("TABLE   W_f = DQ(W): 24 elements, 96 bytes of f32, read row by row by emb; gone"), "{text}");
     assert!(r.model_size.before_bytes > 0 && r.model_size.after_bytes > 0);
 }
+
+/// A 4-bit table above the analysis's 2^22-code bound keeps no codes in its facts: the rule
+/// reads them from the payload to widen them (the bench decoder's tied int4 table).
+#[test]
+fn int4_table_above_the_facts_bound_is_widened_from_its_payload() {
+    const INT4: i32 = 22;
+    let (rows, cols) = (5i64, 1i64 << 20);
+    let n = (rows * cols) as usize;
+    let code = |i: usize| ((i * 7) % 16) as i64 - 8; // int4 codes in [-8, 7]
+    let packed: Vec<u8> = (0..n / 2).map(|b| ((code(2 * b) & 0xf) | ((code(2 * b + 1) & 0xf) << 4)) as u8).collect();
+    let table = TensorProto { name: Some("W".into()), dims: vec![rows, cols], data_type: Some(INT4), raw_data: Some(packed.into()), ..Default::default() };
+    let mut m = embedding(&[1, 1], &[], &[], 0, Some(&[3]), 21);
+    let g = m.graph.as_mut().unwrap();
+    g.initializer[0] = table;
+    g.initializer[2] = TensorProto { name: Some("z".into()), data_type: Some(INT4), raw_data: Some(vec![0x03].into()), ..Default::default() };
+    let (report, graph) = compile(&m, &CompileOptions::default());
+    let d = gather_decision(&report);
+    assert!(d.fired, "{d:?}");
+    let (_, gathers) = lookup(&graph);
+    let widened = initializer(&graph, &gathers[0]);
+    assert_eq!(widened.data_type, Some(I8));
+    let raw = widened.raw_data.as_ref().unwrap();
+    assert_eq!(raw.len(), n);
+    for i in [0, 1, 2, 15, n / 2 + 3, n - 1] {
+        assert_eq!(raw[i] as i8 as i64, code(i), "code {i}");
+    }
+}

@@ -15,7 +15,7 @@
 //! whatever `block_size` says, so a gathered blocked parameter needs an output of rank ≥ 2.
 //! Broken twin: `tests/broken` "gather_rows_keep_first_row_scale".
 
-use super::group::{Group, absent, add_node, constant, decide, f32_constant, int_constant, shape, tag, var};
+use super::group::{Group, absent, add_node, constant, constant_codes, decide, f32_constant, int_constant, shape, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use crate::exact::Verdict;
 use crate::exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
@@ -87,7 +87,10 @@ fn plan(eg: &QdqEGraph, s: &Subst) -> Result<Plan, String> {
         if zc.dims != sdims {
             return Err(format!("zero point dims {:?} differ from scale dims {sdims:?}", zc.dims));
         }
-        zc.ints.clone().ok_or("the zero point's values are not known")?
+        let mut z = zc.ints.clone().ok_or("the zero point's values are not known")?;
+        // Sub-byte payloads unpack whole bytes: an odd count leaves a padding nibble.
+        z.truncate(scales.len());
+        z
     };
     let dq = env.tag(dq_tag);
     let layout = ParamLayout::of(&dims, &sdims, dq.axis.unwrap_or(1), dq.block_size.unwrap_or(0))?;
@@ -97,9 +100,15 @@ fn plan(eg: &QdqEGraph, s: &Subst) -> Result<Plan, String> {
         CodeType::I4 | CodeType::I2 => Some(CodeType::I8),
         _ => None,
     };
-    let table_codes = wc.ints.clone();
+    // Widening needs every code; a table above the facts' size bound is read from its payload.
+    let elements = dims.iter().product::<i64>().max(0) as usize;
+    let table_codes = if widened.is_some() { constant_codes(eg, w).map(|(_, codes)| codes) } else { wc.ints.clone() }
+        .map(|mut codes| {
+            codes.truncate(elements);
+            codes
+        });
     if widened.is_some() && table_codes.is_none() {
-        return Err(format!("{}-bit codes must be widened for Gather, and the table is too large to keep its codes", code.bits()));
+        return Err(format!("{}-bit codes must be widened for Gather, and the table's codes could not be read", code.bits()));
     }
     // Rank of the gathered output, when the rank of the indices is known.
     let out_rank = shape(eg, idx).map(|d| rank - 1 + d.len() as i64);
