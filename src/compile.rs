@@ -153,7 +153,12 @@ pub struct DecisionJson {
     pub fused_op: String,
     pub nodes: Vec<String>,
     pub output: String,
+    /// Proven (or allowed) and added to the e-graph.
     pub fired: bool,
+    /// A fired fusion the cost model did not pick: extraction kept the authored group because
+    /// ONNX Runtime's fused kernel is measured slower (`lower/src/extract.rs`). Absent when picked.
+    #[serde(skip_serializing_if = "is_false")]
+    pub kept_unfused: bool,
     pub verdict: BTreeMap<Isa, &'static str>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub proof: BTreeMap<Isa, Certificate>,
@@ -166,6 +171,23 @@ pub struct DecisionJson {
     pub lossy: Option<Lossy>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Values written by authored nodes of the lowered graph and its subgraphs: a fired decision
+/// whose output is among them was not extracted.
+fn authored_outputs(g: &qdqc_lower::lowered::LoweredGraph, out: &mut std::collections::BTreeSet<String>) {
+    for n in &g.nodes {
+        if matches!(n.computation, qdqc_lower::lowered::Computation::Authored { .. }) {
+            out.extend(n.outputs.iter().filter(|o| !o.is_empty()).cloned());
+        }
+    }
+    for sub in &g.subgraphs {
+        authored_outputs(&sub.graph, out);
+    }
+}
+
 fn decision_json(d: &Decision) -> DecisionJson {
     let mut out = DecisionJson {
         rule: d.rule.to_string(),
@@ -173,6 +195,7 @@ fn decision_json(d: &Decision) -> DecisionJson {
         nodes: d.nodes.clone(),
         output: d.output.clone(),
         fired: d.fired,
+        kept_unfused: false,
         verdict: BTreeMap::new(),
         proof: BTreeMap::new(),
         counterexample: BTreeMap::new(),
@@ -209,7 +232,12 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     } else {
         (model, lowering, Vec::new())
     };
-    let decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let mut decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let mut kept = std::collections::BTreeSet::new();
+    authored_outputs(&lowering.graph, &mut kept);
+    for d in decisions.iter_mut().filter(|d| d.fired) {
+        d.kept_unfused = kept.contains(&d.output);
+    }
     let compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
     let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
     let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
@@ -235,7 +263,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         session_profile: SessionProfile::ort(),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
         nodes_after: count_lowered(&lowering.graph),
-        fused: decisions.iter().filter(|d| d.fired).count(),
+        fused: decisions.iter().filter(|d| d.fired && !d.kept_unfused).count(),
         stats: StatsJson {
             graphs: s.graphs,
             regions: s.regions,
@@ -284,7 +312,15 @@ impl CompileReport {
                 continue;
             }
             let verdicts: Vec<String> = d.verdict.iter().map(|(i, v)| format!("{i}: {v}")).collect();
-            writeln!(out, "{} {} → {} [{}] ({})", if d.fired { "FUSED  " } else { "REFUSED" }, d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
+            let word = match (d.fired, d.kept_unfused) {
+                (true, false) => "FUSED  ",
+                (true, true) => "PROVEN ",
+                (false, _) => "REFUSED",
+            };
+            writeln!(out, "{word} {} → {} [{}] ({})", d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
+            if d.kept_unfused {
+                writeln!(out, "    kept unfused: ONNX Runtime's fused kernel is measured slower than the group (cost model, lower/src/extract.rs)").unwrap();
+            }
             for (isa, c) in &d.counterexample {
                 writeln!(out, "    {isa}: {c}").unwrap();
             }

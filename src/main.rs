@@ -165,13 +165,15 @@ fn run(command: Command) -> Result<(), Error> {
             }
             let lossy = result.decisions.iter().filter(|d| d.lossy.is_some()).count();
             let lossy = if lossy > 0 { format!(" ({lossy} lossy, allowed by --allow: deviations in the report)") } else { String::new() };
+            let kept = result.decisions.iter().filter(|d| d.kept_unfused).count();
+            let kept = if kept > 0 { format!(", {kept} proven but kept unfused (slower in ORT)") } else { String::new() };
             println!(
-                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused{lossy}, {} refused, {} int8 activation(s) re-signed; {} → {} bytes); contract {:?}{}; guarantee holds in ONNX Runtime under {}",
+                "qdqc: wrote {} ({} → {} nodes, {} group(s) fused{lossy}{kept}, {} refused, {} int8 activation(s) re-signed; {} → {} bytes); contract {:?}{}; guarantee holds in ONNX Runtime under {}",
                 output.display(),
                 result.nodes_before,
                 result.nodes_after,
                 result.fused,
-                result.decisions.len() - result.fused,
+                result.decisions.iter().filter(|d| !d.fired).count(),
                 result.resigned.len(),
                 result.model_size.before_bytes,
                 result.model_size.after_bytes,

@@ -21,7 +21,12 @@ fn outcome(input: &Path) -> String {
 fn decisions(r: &CompileReport) -> String {
     let mut s = String::new();
     for d in &r.decisions {
-        writeln!(s, "{} {} {} → {} [{}]", if d.fired { "FUSED" } else { "REFUSED" }, d.rule, d.output, d.fused_op, d.nodes.join(", ")).unwrap();
+        let word = match (d.fired, d.kept_unfused) {
+            (true, false) => "FUSED",
+            (true, true) => "PROVEN (kept unfused by the cost model)",
+            (false, _) => "REFUSED",
+        };
+        writeln!(s, "{word} {} {} → {} [{}]", d.rule, d.output, d.fused_op, d.nodes.join(", ")).unwrap();
         for (isa, v) in &d.verdict {
             let detail = match (d.proof.get(isa), d.counterexample.get(isa), d.reason.get(isa)) {
                 (_, Some(c), _) => format!("{c}"),

@@ -229,6 +229,30 @@ fn conv_with_unequal_per_channel_weight_zero_points_is_fused() {
     assert_fused(&r, &m, "qlinear-conv-bias", "QLinearConv");
 }
 
+/// The same proof on a depthwise Conv (group = channels): proven, but ORT 1.31.1 runs a grouped
+/// QLinearConv with unequal weight zero points 5–7x slower than the unfused group, so the cost
+/// model keeps the group (`lower/src/extract.rs`) and the report says so.
+#[test]
+fn depthwise_conv_with_unequal_weight_zero_points_is_proven_but_kept_unfused() {
+    let s = power_of_two(2);
+    let op = with_attr(with_ints(with_ints(node("Conv", "Conv", &["dx", "dw"], &["out"]), "pads", &[1, 1, 1, 1]), "kernel_shape", &[3, 3]), "group", int_attr(2));
+    let w = i8s("w", &[2, 1, 3, 3], &weights(18));
+    let mut m = group(op, &s, w, 0, None, ("x", U8, &[1, 2, 4, 4]), &[1, 2, 4, 4]);
+    let z_w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    *z_w = i8s("z_w", &[2], &[3, -5]);
+    let (r, out) = compile(&m, Contract::Exact);
+    let d = decision(&r);
+    assert!(d.fired && d.kept_unfused, "{d:#?}");
+    assert_eq!(r.fused, 0);
+    assert_eq!(op_types(&out), ["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);
+    // Equal zero points keep the fast path: fused.
+    let z_w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    *z_w = i8s("z_w", &[2], &[3, 3]);
+    let (r, out) = compile(&m, Contract::Exact);
+    assert!(decision(&r).fired && !decision(&r).kept_unfused);
+    assert_eq!(op_types(&out), ["QLinearConv"]);
+}
+
 #[test]
 fn conv_with_generic_scales_is_refuted_under_exact() {
     let (r, m) = compile(&conv(&generic(2), None), Contract::Exact);

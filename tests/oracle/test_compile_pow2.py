@@ -125,14 +125,19 @@ def test_outputs_stay_byte_identical(compiled, pow2_entry):
 
 def test_counts(compiled, capsys):
     """The per-op counts over the pow2 corpus: every Conv and MatMul fused."""
-    total, fused = collections.Counter(), collections.Counter()
+    total, fused, kept = collections.Counter(), collections.Counter(), collections.Counter()
     for entry in pow2_entries():
         _, report, groups = compiled(entry)
         fired = {n for d in report["decisions"] if d["fired"] for n in d["nodes"]}
+        unpicked = {n for d in report["decisions"] if d["fired"] and d.get("kept_unfused") for n in d["nodes"]}
         for g in (g for g in groups if g["op"] in OPS):
             total[g["op"]] += 1
             fused[g["op"]] += g["node"] in fired
+            kept[g["op"]] += g["node"] in unpicked
     assert total["Conv"] and total["MatMul"] and total["Add"], total
     with capsys.disabled():
-        print("\npow2 corpus on " + ISA + ": " + ", ".join(f"{op} {fused[op]}/{total[op]} fused" for op in OPS))
+        # "fused" counts proven fusions; those the cost model kept unfused (ORT's fused kernel is
+        # slower there) are counted again in parentheses.
+        print("\npow2 corpus on " + ISA + ": " + ", ".join(
+            f"{op} {fused[op]}/{total[op]} fused ({kept[op]} of them kept unfused by the cost model)" for op in OPS))
     assert (fused["Conv"], fused["MatMul"]) == (total["Conv"], total["MatMul"]), (fused, total)

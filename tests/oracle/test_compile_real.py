@@ -442,7 +442,7 @@ def check_model(qdqc, entry, tmp, isa: str) -> Result:
 
     groups = []
     for d in report["decisions"]:
-        if not d["fired"]:
+        if not d["fired"] or d.get("kept_unfused"):
             continue
         _, op = split_op(d["fused_op"])
         if op in LAYOUT:
