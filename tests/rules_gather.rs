@@ -210,3 +210,46 @@ fn int4_table_above_the_facts_bound_is_widened_from_its_payload() {
         assert_eq!(raw[i] as i8 as i64, code(i), "code {i}");
     }
 }
+
+/// A tied 4-bit table whose lm_head is a plain `MatMul(h, DQ(W))`: under `exact` the lookup is
+/// refused (the lm_head keeps the float table, so an int8 copy of the codes saves nothing); with
+/// `--allow matmulnbits` the lm_head becomes MatMulNBits, the lookup gathers codes, and the
+/// float table is gone.
+#[test]
+fn tied_int4_table_is_gathered_only_when_the_lm_head_is_fused() {
+    const INT4: i32 = 22;
+    let (h, v) = (64i64, 32i64);
+    let nibbles = |n: usize, f: &dyn Fn(usize) -> i64| -> Vec<u8> { (0..n.div_ceil(2)).map(|b| ((f(2 * b) & 0xf) | ((f(2 * b + 1) & 0xf) << 4)) as u8).collect() };
+    let w = nibbles((h * v) as usize, &|i| (i as i64 * 5) % 16 - 8);
+    let z = nibbles((2 * v) as usize, &|i| i as i64 % 3 - 1);
+    let scales: Vec<f32> = (0..2 * v).map(|i| 0.01 + i as f32 * 1e-3).collect();
+    let int4 = |name: &str, dims: &[i64], raw: Vec<u8>| TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(INT4), raw_data: Some(raw.into()), ..Default::default() };
+    let mut dq = node("DequantizeLinear", "DQ_W", &["W", "s", "z"], &["W_f"]);
+    dq.attribute.push(qdqc_lang::attr::Attribute::int("axis", 0).to_proto());
+    dq.attribute.push(qdqc_lang::attr::Attribute::int("block_size", 32).to_proto());
+    let mut gather = node("Gather", "embed", &["W_f", "ids"], &["emb"]);
+    gather.attribute.push(qdqc_lang::attr::Attribute::int("axis", 1).to_proto());
+    let lm_head = node("MatMul", "lm_head", &["hidden", "W_f"], &["logits"]);
+    let inits = vec![int4("W", &[h, v], w), f32s("s", &[2, v], &scales), int4("z", &[2, v], z)];
+    let g = graph(
+        "tied",
+        vec![dq, gather, lm_head],
+        vec![value("ids", 7, &[3]), value("hidden", F32, &[1, h])],
+        vec![value("emb", F32, &[h, 3]), value("logits", F32, &[1, v])],
+        inits,
+    );
+    let m = model(g, 21);
+    let (report, _) = compile(&m, &CompileOptions::default());
+    let d = gather_decision(&report);
+    assert!(!d.fired && d.reason.values().all(|r| r.contains("sub-byte codes need an 8-bit copy")), "{d:?}");
+    let lossy = CompileOptions {
+        allow: qdqc::Allow { matmulnbits: Some(qdqc::AccuracyLevel::Acc1), ..Default::default() },
+        ..CompileOptions::default()
+    };
+    let (report, graph) = compile(&m, &lossy);
+    assert!(gather_decision(&report).fired);
+    assert!(report.decisions.iter().any(|d| d.fired && d.lossy.is_some()), "the lm_head is fused");
+    assert_eq!(report.float_tables.len(), 1);
+    assert!(!report.float_tables[0].materialised, "{:?}", report.float_tables[0]);
+    assert!(graph.node.iter().all(|n| n.op_type.as_deref() != Some("DequantizeLinear") || n.input[0] != "W"), "no DQ of the whole table");
+}

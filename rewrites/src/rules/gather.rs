@@ -162,7 +162,13 @@ impl Applier<Term, QdqAnalysis> for GatherBeforeDq {
         if self.log.decided(NAME, &group.output) {
             return vec![];
         }
-        let planned = plan(eg, s);
+        let lossy_matmuls = self.options.allow.matmulnbits.is_some();
+        let planned = plan(eg, s).and_then(|p| match p.widened {
+            Some(_) if float_table_kept(eg, eclass, s, lossy_matmuls) => Err(
+                "sub-byte codes need an 8-bit copy of the whole table for Gather, and the float table stays materialised for its other readers (a tied lm_head): nothing would be saved (with --allow matmulnbits a MatMul/Gemm reader is fused and no longer counts)".to_string(),
+            ),
+            _ => Ok(p),
+        });
         let verdict = match &planned {
             Ok(p) => gather_before_dequantize(&p.table_dims, p.axis, p.table_codes.as_deref(), &p.original, &p.rewritten),
             Err(reason) => Verdict::Unknown { reason: reason.clone() },
@@ -175,6 +181,26 @@ impl Applier<Term, QdqAnalysis> for GatherBeforeDq {
         eg.union(eclass, dq);
         vec![eclass, dq]
     }
+}
+
+/// Whether the dequantized table the matched Gather reads has readers besides Gathers: one
+/// outside the region, or another node of the e-graph (a MatMul of a tied lm_head). With
+/// `lossy_matmuls` (`--allow matmulnbits`) MatMul and Gemm readers do not count: that rule
+/// fuses them onto the codes.
+fn float_table_kept(eg: &QdqEGraph, eclass: Id, s: &Subst, lossy_matmuls: bool) -> bool {
+    use qdqc_lang::term::FloatOp;
+    let tg = eg.find(var(s, "?tg"));
+    let Some(dq) = eg[eclass].nodes.iter().find(|n| n.op == Op::Float(FloatOp::Gather) && n.args.first().map(|&a| eg.find(a)) == Some(tg)).and_then(|n| n.args.get(1).copied()) else {
+        return false;
+    };
+    let env = &eg.analysis.env;
+    let escaping = tag(eg, var(s, "?td")).and_then(|t| env.tag(t).outputs.first().copied().flatten()).is_some_and(|v| env.escaping.contains(&v));
+    let keeps = |op: &Op| match op {
+        Op::Float(FloatOp::Gather) => false,
+        Op::Float(FloatOp::MatMul | FloatOp::Gemm) => !lossy_matmuls,
+        _ => true,
+    };
+    escaping || eg[dq].parents().any(|p| keeps(&eg.id_to_node(p).op))
 }
 
 /// Adds `DQ'(Gather(codes'), Gather(s')?, Gather(zp')?)` and returns the DQ''s e-class.
