@@ -54,7 +54,7 @@ fn summary(runs: Vec<(f64, &'static str)>) -> String {
 }
 
 fn main() {
-    let mut rng = Rng(0x5eed_0f_9a0f_c0de);
+    let mut rng = Rng(0x005e_ed0f_9a0f_c0de);
     println!("P1: QLinearAdd over all 65 536 code pairs (median of {SETS} parameter sets, ms)");
     println!("{:<16} {:>22} {:>22}", "profile", "exact (e/r/u)", "real (e/r/u)");
     let sets: Vec<BinaryParams> = (0..SETS)

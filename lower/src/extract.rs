@@ -48,9 +48,9 @@ impl CostModel for NodeCount {
 
 fn kernel_cost(term: &Term, egraph: &QdqEGraph) -> u64 {
     let env = &egraph.analysis.env;
-    let Some(Op::Tag(t)) = term.args.first().and_then(|&tag| egraph[tag].data.leaf.clone()) else { return 1 };
+    let Some(Op::Tag(t)) = term.args.first().and_then(|&tag| egraph[tag].data.leaf) else { return 1 };
     let facts = env.tag(t);
-    let constant = |i: usize| match term.args.get(i).and_then(|&a| egraph[a].data.leaf.clone()) {
+    let constant = |i: usize| match term.args.get(i).and_then(|&a| egraph[a].data.leaf) {
         Some(Op::Value(v)) => env.value(v).constant.as_ref(),
         _ => None,
     };

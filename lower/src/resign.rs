@@ -90,6 +90,10 @@ struct Planned {
     resigned: Resigned,
 }
 
+/// A tensor that may be re-signed: its source, its name, and the Q's scale bits and zero-point
+/// name (constants have none).
+type Candidate = (Source, String, Option<(i64, String)>);
+
 enum Source {
     Quantize(usize),
     Constant(Vec<i64>),
@@ -115,8 +119,8 @@ fn plan(model: &Model) -> Vec<Planned> {
         }
     };
     let inputs: BTreeSet<&str> = graph.input.iter().filter_map(|o| o.name.as_deref()).collect();
-    // Candidates: (source, tensor, the source's own scale and zero point, if any).
-    let mut candidates: Vec<(Source, String, Option<(i64, String)>)> = Vec::new();
+    // Candidates: (source, tensor, the source's own scale bits and zero-point name, if any).
+    let mut candidates: Vec<Candidate> = Vec::new();
     for (pos, node) in graph.node.iter().enumerate() {
         if kind(node) != NodeKind::Quantize || node.input.len() != 3 || node.output.len() != 1 || !dtype_attr_allows(node) {
             continue;

@@ -85,7 +85,7 @@ impl Dyadic {
 }
 
 fn shl(m: i128, by: i32) -> Option<i128> {
-    if by < 0 || by >= 127 {
+    if !(0..127).contains(&by) {
         return if m == 0 { Some(0) } else { None };
     }
     let r = m.checked_mul(1i128 << by)?;
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn f32_values_are_exact_dyadics() {
-        for x in [1.0f32, -0.5, 0.1, 3.0e-39, f32::MAX, f32::MIN_POSITIVE, 123456.789] {
+        for x in [1.0f32, -0.5, 0.1, 3.0e-39, f32::MAX, f32::MIN_POSITIVE, 123_456.79] {
             let d = Dyadic::from_f32(x).unwrap();
             assert_eq!(d.to_f64_lossy(), x as f64, "{x}");
             assert!(d.is_f32());

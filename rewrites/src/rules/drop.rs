@@ -73,7 +73,7 @@ fn prove(x: QParam, y: QParam, monotone: bool, selects: bool) -> Verdict {
     if x.scale.to_bits() != y.scale.to_bits() || x.zero_point != y.zero_point || x.code != y.code {
         return Verdict::Unknown { reason: "DQ and Q parameters differ (bitwise)".into() };
     }
-    if monotone && !(x.scale > 0.0) {
+    if monotone && x.scale.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return Verdict::Unknown { reason: format!("scale {} is not positive: the order of codes is not the order of values", x.scale) };
     }
     if !selects {

@@ -75,9 +75,12 @@ pub fn value_name(eg: &QdqEGraph, id: Id) -> Option<&str> {
     Some(&eg.analysis.env.value(value(eg, id)?).name)
 }
 
+/// Scales, zero points and the zero point's type, per channel.
+pub type Channels = (Vec<f32>, Vec<i64>, Option<DataType>);
+
 /// Per-channel scales and zero points of a (scale, zero point) pair of leaves, and the zero
 /// point's type when it has one.
-pub fn channels(eg: &QdqEGraph, scale: Id, zp: Id) -> Result<(Vec<f32>, Vec<i64>, Option<DataType>), String> {
+pub fn channels(eg: &QdqEGraph, scale: Id, zp: Id) -> Result<Channels, String> {
     let (sf, sc) = constant(eg, scale).ok_or("the scale is not a constant")?;
     let bits = sc.f32_bits.as_ref().ok_or_else(|| format!("scale '{}' is not a constant f32 tensor", sf.name))?;
     let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
