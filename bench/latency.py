@@ -53,6 +53,7 @@ from compile_vs_ort import CORPUS_SCRIPT, ensure_corpus  # noqa: E402
 
 sys.path.insert(0, str(CORPUS_SCRIPT.parent))
 import corpus  # noqa: E402
+import oracle_util  # noqa: E402
 
 KINDS = ("qdq", "pow2")
 TARGETS = {"exact": 0.8, "real": 1.0, "pow2": 0.95}
@@ -87,17 +88,9 @@ def compile_model(qdqc: Path, src: Path, out: Path, contract: str, isa: str = "a
 
 
 def session(path: Path, level, config: dict | None = None):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
+    """The oracle's single-threaded session (tests/oracle/oracle_util.ort_session), failures as BenchError."""
     try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return oracle_util.ort_session(path, level, config)
     except Exception as e:  # noqa: BLE001
         raise BenchError(f"ORT session for {path.name} failed: {str(e).strip().splitlines()[0][:160]}") from e
 

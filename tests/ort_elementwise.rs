@@ -572,19 +572,6 @@ fn random_geometry(rng: &mut Rng) -> PoolGeometry {
     g
 }
 
-/// The window a pooling counterexample describes: named ranges `x[i]`, `x[i..j]` of codes.
-fn window_of(c: &Counterexample) -> Vec<i64> {
-    let mut window = Vec::new();
-    for (name, code) in c.inputs.iter().filter(|(n, _)| n.starts_with("x[")) {
-        let range = name.trim_start_matches("x[").trim_end_matches(']');
-        let count = match range.split_once("..") {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap(),
-            None => 1,
-        };
-        window.extend(std::iter::repeat_n(*code, count));
-    }
-    window
-}
 
 /// Parameter sets whose proofs refute the fusion, each counterexample run as one more channel:
 /// global pools (P2 holds, and P2 fails with an order-independent window) and the float
@@ -605,7 +592,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
         let c = pool::prove_global_average_pool(&params, n, Contract::Exact).counterexample().cloned().expect("a refutation");
         let (lo, hi) = x.code.range();
         let mut input: Vec<Vec<i64>> = (n as i64 * (lo - x.zero_point)..=n as i64 * (hi - x.zero_point)).map(|acc| window_for(x, n, acc)).collect();
-        input.push(window_of(&c));
+        input.push(qdqc_rewrites::ort::pool::counterexample_window(&c));
         let last = input.len() - 1;
         let mut case = pool_case(oracle, format!("QLinearGlobalAveragePool-pinned-{i}"), params, None, vec![h, w], input);
         case.refutation = Some((last, c));
@@ -614,7 +601,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
     let geom = PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
     let c = pool::prove_average_pool(&params, &geom, HOST, Contract::Exact).counterexample().cloned().expect("a refutation");
-    let codes = window_of(&c);
+    let codes = qdqc_rewrites::ort::pool::counterexample_window(&c);
     let windows = geom.windows().unwrap();
     let (at, window) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == codes.len()).expect("a window of that size");
     let mut channel = vec![params.x.zero_point; 25];

@@ -16,8 +16,6 @@ use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
 use qdqc_rewrites::ort::requant::requantize;
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::Command;
 
 const ISA: Isa = Isa::HOST_TESTED;
 const TYPES: [(CodeType, CodeType); 3] = [(U8, U8), (U8, I8), (I8, I8)];
@@ -99,20 +97,7 @@ impl Case {
 }
 
 fn run_ort(cases: &[Case]) -> Vec<Result<Vec<i64>, String>> {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (dir.path().join("cases.json"), dir.path().join("outputs.json"));
-    std::fs::write(&input, serde_json::to_vec(&cases.iter().map(Case::json).collect::<Vec<_>>()).unwrap()).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/requant.py");
-    let status = Command::new(common::oracle_python()).arg(script).arg(&input).arg(&output).status().unwrap();
-    assert!(status.success(), "requant.py failed: {status}");
-    let results: Vec<Value> = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
-    results
-        .into_iter()
-        .map(|r| match r {
-            Value::Array(v) => Ok(v.iter().map(|c| c.as_i64().unwrap()).collect()),
-            other => Err(other["error"].as_str().unwrap_or("?").to_string()),
-        })
-        .collect()
+    common::run_requant_oracle(cases.iter().map(Case::json).collect())
 }
 
 /// Shapes of A and B: plain, batched on one side, batched on both with broadcasting.

@@ -17,8 +17,6 @@ use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize};
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 const ISA: Isa = Isa::HOST_TESTED;
@@ -187,26 +185,8 @@ impl Case {
     }
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs every case in one Python process; each result is the output codes or an error message.
 fn run_ort(cases: &[Case]) -> Vec<Result<Vec<i64>, String>> {
-    let python = common::oracle_python();
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (dir.path().join("cases.json"), dir.path().join("outputs.json"));
-    std::fs::write(&input, serde_json::to_vec(&cases.iter().map(Case::json).collect::<Vec<_>>()).unwrap()).unwrap();
-    let status = Command::new(&python).arg(repo().join("tests/oracle/requant.py")).arg(&input).arg(&output).status().unwrap();
-    assert!(status.success(), "requant.py failed: {status} (is the venv complete? `bash tests/oracle/setup.sh`)");
-    let results: Vec<Value> = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
-    results
-        .into_iter()
-        .map(|r| match r {
-            Value::Array(v) => Ok(v.iter().map(|c| c.as_i64().unwrap()).collect()),
-            other => Err(other["error"].as_str().unwrap_or("?").to_string()),
-        })
-        .collect()
+    common::run_requant_oracle(cases.iter().map(Case::json).collect())
 }
 
 fn xrange(t: CodeType) -> Vec<i64> {

@@ -509,23 +509,10 @@ fn average_pool_model(p: &[QParam]) -> ModelProto {
     qdq_model(&[("x", p[0], dims.to_vec())], &[], op, p[1], &dims)
 }
 
-/// The codes of a pooling counterexample's window: named ranges `x[i]`, `x[i..j]`.
-fn window_of(c: &Counterexample) -> Vec<i64> {
-    let mut window = Vec::new();
-    for (name, code) in c.inputs.iter().filter(|(n, _)| n.starts_with("x[")) {
-        let range = name.trim_start_matches("x[").trim_end_matches(']');
-        let count = match range.split_once("..") {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap(),
-            None => 1,
-        };
-        window.extend(std::iter::repeat_n(*code, count));
-    }
-    window
-}
 
 /// The first output whose window has the counterexample's size, and that window's inputs.
 fn counterexample_window(c: &Counterexample) -> (usize, Vec<usize>) {
-    let size = window_of(c).len();
+    let size = qdqc_rewrites::ort::pool::counterexample_window(c).len();
     let windows = geometry().windows().unwrap();
     let (at, w) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == size).expect("a window of that size");
     (at, w.inputs.clone())
@@ -547,7 +534,7 @@ fn average_pool_feeds(p: &[QParam], c: Option<&Counterexample>) -> Vec<Feed> {
     let mut last = vec![x.zero_point; 25];
     if let Some(c) = c {
         let (_, inputs) = counterexample_window(c);
-        for (i, q) in inputs.into_iter().zip(window_of(c)) {
+        for (i, q) in inputs.into_iter().zip(qdqc_rewrites::ort::pool::counterexample_window(c)) {
             last[i] = q;
         }
     }

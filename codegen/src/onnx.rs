@@ -1,7 +1,7 @@
 //! The ONNX backend: the authored model with its node lists replaced by the lowered nodes.
 //! Everything qdqc does not rewrite — opset imports, functions, metadata, doc strings,
 //! value_info, inputs, outputs, initializers and their order — is carried over untouched, except
-//! initializers that fused nodes left unread ([`crate::prune`]).
+//! initializers that fused nodes left unread ([`qdqc_lang::prune`]).
 
 use qdqc_lang::onnx::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use qdqc_lang::save::{SaveOptions, Saved, save};
@@ -14,7 +14,7 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
     let mut proto = model.proto.clone();
     let graph = proto.graph.as_mut().expect("checked at load");
     rebuild(graph, lowered).map_err(|p| Error::compile(&model.path, p))?;
-    crate::prune::unread_initializers(model.proto.graph.as_ref().expect("checked at load"), graph);
+    qdqc_lang::prune::unread_initializers(model.proto.graph.as_ref().expect("checked at load"), graph);
     import_created_domains(&mut proto, lowered);
     Ok(proto)
 }

@@ -7,6 +7,7 @@
 //! * [`term`] / [`analysis`]: the Q/DQ term language of the e-graph and its facts.
 //! * [`shapes`]: static shape inference for the main graph, kept on [`Model::shapes`].
 //! * [`canon`]: the canonical text form used by snapshots.
+//! * [`prune`]: dropping initializers an edit left unread.
 
 pub mod analysis;
 pub mod attr;
@@ -16,6 +17,7 @@ pub mod ir;
 pub mod load;
 pub mod onnx;
 pub mod opset;
+pub mod prune;
 pub mod save;
 pub mod shapes;
 pub mod tensor;

@@ -40,12 +40,10 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
         return Ok(plan.into_iter().map(|p| p.resigned).collect());
     }
     let graph = model.proto.graph.as_mut().expect("checked at load");
+    let original = graph.clone();
     let mut taken: BTreeSet<String> = names(graph);
     let mut created: HashMap<String, String> = HashMap::new();
-    let mut old: BTreeSet<String> = BTreeSet::new();
     for p in &plan {
-        old.insert(p.zero_point_name.clone());
-        old.extend(p.dequantize.iter().map(|&d| graph.node[d].input[2].clone()));
         let u8_name = created
             .entry(p.zero_point_name.clone())
             .or_insert_with(|| {
@@ -59,7 +57,6 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
             Source::Constant(codes) => {
                 let name = fresh(&mut taken, &format!("{}_u8", p.resigned.tensor));
                 graph.initializer.push(uint8_tensor(&name, &dims_of(graph, &p.resigned.tensor), codes));
-                old.insert(p.resigned.tensor.clone());
                 for &d in &p.dequantize {
                     graph.node[d].input[0] = name.clone();
                 }
@@ -74,7 +71,8 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
             }
         }
     }
-    drop_unused(graph, &old);
+    // The int8 zero points and codes nothing reads any more.
+    qdqc_lang::prune::unread_initializers(&original, graph);
     model.rebuild()?;
     Ok(plan.into_iter().map(|p| p.resigned).collect())
 }
@@ -263,25 +261,4 @@ fn fresh(taken: &mut BTreeSet<String>, base: &str) -> String {
     }
     taken.insert(name.clone());
     name
-}
-
-/// Drops the old int8 zero-point initializers nothing reads any more (and no graph input or
-/// output names).
-fn drop_unused(graph: &mut GraphProto, old: &BTreeSet<String>) {
-    let mut read = BTreeSet::new();
-    collect_reads(graph, &mut read);
-    let io: BTreeSet<String> = graph.input.iter().chain(&graph.output).filter_map(|v| v.name.clone()).collect();
-    let gone: BTreeSet<&String> = old.iter().filter(|n| !read.contains(*n) && !io.contains(*n)).collect();
-    graph.initializer.retain(|t| !gone.iter().any(|g| g.as_str() == tensor::name(t)));
-}
-
-fn collect_reads(g: &GraphProto, out: &mut BTreeSet<String>) {
-    for n in &g.node {
-        out.extend(n.input.iter().cloned());
-        for a in &n.attribute {
-            for sub in a.g.iter().chain(&a.graphs) {
-                collect_reads(sub, out);
-            }
-        }
-    }
 }

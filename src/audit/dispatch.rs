@@ -3,7 +3,7 @@
 
 use super::params::{ChannelParams, Ctx};
 use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{dequantize, quantize};
+use qdqc_rewrites::exact::reference::dequantize;
 use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_rewrites::ort::matmul_dynamic::{self, DynamicMatMul};
@@ -225,25 +225,12 @@ fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {
     })
 }
 
-/// ORT's drop rules run the op on codes: exact when `Q(DQ(q)) = q` for every code (spec P4,
-/// checked here by P1 for the concrete parameters) and, for monotone ops, the scale is positive.
+/// ORT's drop rules run the op on codes: the obligation of qdqc's own on-codes rules
+/// (`rules::on_codes`), the scale positive for the monotone ones.
 fn round_trip(x: QParam, y: QParam, rule: &str) -> Verdict {
-    if x.scale.to_bits() != y.scale.to_bits() || x.zero_point != y.zero_point {
-        return Verdict::Unknown { reason: format!("{rule}: DQ and Q parameters differ") };
-    }
-    if rule.ends_with("positive_scale") && x.scale.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        return Verdict::Unknown { reason: "a monotone op on codes needs a positive scale".into() };
-    }
-    match exhaustive(&[x.domain("q")], "Q(DQ(q)) = q", |q| quantize(dequantize(q[0], x.scale, x.zero_point), x.scale, x.zero_point, x.code), |q| q[0], |_| None) {
-        Verdict::Exact { proof } => Verdict::Exact {
-            proof: Certificate {
-                method: Method::P4Lemma("data movement and monotone ops commute with Q/DQ when Q(DQ(q)) = q".into()),
-                domain: proof.domain,
-                micros: proof.micros,
-                detail: "round trip checked over every code by P1".into(),
-            },
-        },
-        other => other,
+    match qdqc_rewrites::rules::on_codes(x, y, rule.ends_with("positive_scale"), true) {
+        Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{rule}: {reason}") },
+        v => v,
     }
 }
 

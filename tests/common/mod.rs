@@ -168,3 +168,22 @@ pub fn codes(t: qdqc_rewrites::exact::reference::CodeType) -> Vec<i64> {
     let (lo, hi) = t.range();
     (lo..=hi).collect()
 }
+
+/// Runs the cases (JSON, `tests/oracle/requant.py`'s format) through ONNX Runtime in one Python
+/// process; each result is the output codes or ORT's error message.
+pub fn run_requant_oracle(cases: Vec<serde_json::Value>) -> Vec<Result<Vec<i64>, String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("cases.json"), dir.path().join("outputs.json"));
+    std::fs::write(&input, serde_json::to_vec(&cases).unwrap()).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/requant.py");
+    let status = Command::new(oracle_python()).arg(script).arg(&input).arg(&output).status().unwrap();
+    assert!(status.success(), "requant.py failed: {status} (is the venv complete? `bash tests/oracle/setup.sh`)");
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    results
+        .into_iter()
+        .map(|r| match r {
+            serde_json::Value::Array(v) => Ok(v.iter().map(|c| c.as_i64().unwrap()).collect()),
+            other => Err(other["error"].as_str().unwrap_or("?").to_string()),
+        })
+        .collect()
+}

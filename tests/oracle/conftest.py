@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle_util import CORPUS_DIR, QDQC_BIN, CompileCache, manifest
+from oracle_util import QDQC_BIN, CompileCache, manifest
 
 
 def pytest_generate_tests(metafunc):

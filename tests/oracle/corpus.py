@@ -18,8 +18,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import subprocess
 import sys
 import tempfile

@@ -93,6 +93,15 @@ def run_qdqc(qdqc: Path, *args) -> subprocess.CompletedProcess:
         pytest.fail(f"timed out after {TIMEOUT}s: {' '.join(cmd)}", pytrace=False)
 
 
+def compile_with_report(qdqc: Path, src: Path, out_dir: Path, *args) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """`qdqc compile SRC -o OUT_DIR/out.onnx --report OUT_DIR/report.json ARGS...`, asserted to
+    succeed; returns the output path, the parsed report and the process (for its stdout)."""
+    out, report = out_dir / "out.onnx", out_dir / "report.json"
+    r = run_qdqc(qdqc, "compile", src, "-o", out, "--report", report, *args)
+    assert r.returncode == 0, describe(r)
+    return out, json.loads(report.read_text()), r
+
+
 def describe(r: subprocess.CompletedProcess) -> str:
     return f"$ {' '.join(r.args)}\nexit {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-4000:]}"
 
@@ -170,13 +179,18 @@ def assert_same_dirs(a: Path, b: Path, what: str):
 # ORT
 
 
-def ort_session(path: Path) -> ort.InferenceSession:
+def ort_session(model, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL, config: dict | None = None) -> ort.InferenceSession:
+    """A single-threaded CPU session of `model` (a path or an onnx.ModelProto) at `level`, with
+    session config entries `config` (e.g. the profile qdqc prints)."""
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.graph_optimization_level = level
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
 def session_inputs(sess: ort.InferenceSession):

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from oracle_util import CORPUS_DIR, describe, model_path, random_inputs, run_qdqc, session_inputs
+from oracle_util import describe, model_path, random_inputs, run_qdqc, session_inputs, ort_session as session
 
 PROFILE = "x86-avx512vnni"
 N_RUNS = 4
@@ -30,14 +30,6 @@ def audit(qdqc, path) -> dict:
     assert r.returncode == 0, describe(r)
     return json.loads(r.stdout)
 
-
-def session(model: onnx.ModelProto, level) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def f32(bits: str) -> np.float32:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 
-from oracle_util import describe, full_check_error, model_path, random_inputs, run_qdqc, session_inputs
+from oracle_util import describe, full_check_error, model_path, random_inputs, run_qdqc, session_inputs, ort_session as session, compile_with_report
 
 N_INPUTS = 16
 PROFILE = {
@@ -27,16 +26,6 @@ PROFILE = {
 }
 
 
-def session(path, level, config=None) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
 
 @pytest.fixture(scope="module")
 def compiled_exact(qdqc, tmp_path_factory):
@@ -44,36 +33,39 @@ def compiled_exact(qdqc, tmp_path_factory):
 
     def get(entry):
         if entry["name"] not in cache:
-            out_dir = tmp_path_factory.mktemp(entry["name"])
-            out, report = out_dir / "out.onnx", out_dir / "report.json"
-            r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report)
-            assert r.returncode == 0, describe(r)
+            out, report, r = compile_with_report(qdqc, model_path(entry), tmp_path_factory.mktemp(entry["name"]))
             printed = dict(kv.split("=", 1) for kv in r.stdout.split("any level with ", 1)[1].split())
             assert printed == PROFILE, f"the printed profile is not the one tested: {printed}"
-            cache[entry["name"]] = (out, json.loads(report.read_text()))
+            cache[entry["name"]] = (out, report)
         return cache[entry["name"]]
 
     return get
 
 
-def test_outputs_byte_identical_under_both_profiles(compiled_exact, entry):
+def assert_byte_identical_under_both_profiles(entry, out, report, n_inputs: int):
+    """OUT's outputs equal the original's, byte for byte, under ORT_DISABLE_ALL and under
+    ORT_ENABLE_ALL with the printed profile, on N_INPUTS seeded inputs (full_check first)."""
     src = model_path(entry)
-    out, report = compiled_exact(entry)
     if entry["full_check"]:
         assert full_check_error(out) is None, full_check_error(out)
     original = session(src, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     plain = session(out, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     profiled = session(out, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, PROFILE)
-    for i, feed in enumerate(random_inputs(entry["name"], session_inputs(original), N_INPUTS)):
+    for i, feed in enumerate(random_inputs(entry["name"], session_inputs(original), n_inputs)):
         want = original.run(None, feed)
         for label, sess in [("ORT_DISABLE_ALL", plain), ("ORT_ENABLE_ALL + profile", profiled)]:
-            got = sess.run(None, feed)
-            for k, (a, b) in enumerate(zip(want, got)):
+            for k, (a, b) in enumerate(zip(want, sess.run(None, feed))):
                 assert a.dtype == b.dtype and a.shape == b.shape, (label, k)
                 assert a.tobytes() == b.tobytes(), (
                     f"{label}: output {k} differs on input {i} ({int(np.sum(a != b))} elements); "
+                    f"re-signed: {[r['tensor'] for r in report.get('resigned', [])]}; "
                     f"fused: {[d['output'] for d in report['decisions'] if d['fired']]}"
                 )
+
+
+def test_outputs_byte_identical_under_both_profiles(compiled_exact, entry):
+    out, report = compiled_exact(entry)
+    assert_byte_identical_under_both_profiles(entry, out, report, N_INPUTS)
 
 
 def test_only_fused_boundaries_disappear(qdqc, compiled_exact, entry):

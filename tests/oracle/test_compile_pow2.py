@@ -27,7 +27,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from oracle_util import describe, manifest, model_path, random_inputs, run_qdqc, session_inputs
+from oracle_util import describe, manifest, model_path, random_inputs, run_qdqc, session_inputs, compile_with_report
 from test_compile_exact import PROFILE, session
 
 ISA = "x86-avx512vnni"
@@ -46,13 +46,10 @@ def compiled(qdqc, tmp_path_factory):
 
     def get(entry):
         if entry["name"] not in cache:
-            out_dir = tmp_path_factory.mktemp(entry["name"])
-            out, report = out_dir / "out.onnx", out_dir / "report.json"
-            r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report, "--ort-isa", ISA)
-            assert r.returncode == 0, describe(r)
+            out, report, _ = compile_with_report(qdqc, model_path(entry), tmp_path_factory.mktemp(entry["name"]), "--ort-isa", ISA)
             groups = run_qdqc(qdqc, "inspect", model_path(entry), "--json")
             assert groups.returncode == 0, describe(groups)
-            cache[entry["name"]] = (out, json.loads(report.read_text()), json.loads(groups.stdout)["groups"])
+            cache[entry["name"]] = (out, report, json.loads(groups.stdout)["groups"])
         return cache[entry["name"]]
 
     return get

@@ -28,12 +28,11 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
 from corpus import iter_graphs
-from oracle_util import N_INPUTS, describe, manifest, model_path, random_inputs, run_qdqc, session_inputs
+from oracle_util import N_INPUTS, describe, manifest, model_path, random_inputs, run_qdqc, session_inputs, ort_session
 
 KINDS = ("qdq", "pow2")
 
@@ -65,14 +64,6 @@ LAYOUT = {
 CODE_TYPES = {np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32)}
 MAX_REPORTED = 5  # mismatching elements printed per group
 
-
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def split_op(fused_op: str) -> tuple[str, str]:
@@ -474,7 +465,7 @@ def check_model(qdqc, entry, tmp, isa: str) -> Result:
     for t in watched:
         if t not in inits and t not in graph_inputs and t not in existing:
             probe.graph.output.append(helper.make_empty_tensor_value_info(t))
-    sess = session(probe)
+    sess = ort_session(probe)
     names = [o.name for o in sess.get_outputs()]
     const = {t.name: numpy_helper.to_array(t) for t in probe.graph.initializer}
 

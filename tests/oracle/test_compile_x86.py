@@ -6,15 +6,11 @@ every re-signed tensor is proven and its zero point is moved by exactly 128.
 """
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
-from oracle_util import describe, full_check_error, model_path, random_inputs, run_qdqc, session_inputs
-from test_compile_exact import PROFILE, session
+from oracle_util import compile_with_report, model_path
+from test_compile_exact import assert_byte_identical_under_both_profiles
 
 N_INPUTS = 8
 ISA = "x86-avx512vnni"
@@ -26,34 +22,16 @@ def compiled_x86(qdqc, tmp_path_factory):
 
     def get(entry):
         if entry["name"] not in cache:
-            out_dir = tmp_path_factory.mktemp(entry["name"])
-            out, report = out_dir / "out.onnx", out_dir / "report.json"
-            r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report, "--ort-isa", ISA)
-            assert r.returncode == 0, describe(r)
-            cache[entry["name"]] = (out, json.loads(report.read_text()))
+            out, report, _ = compile_with_report(qdqc, model_path(entry), tmp_path_factory.mktemp(entry["name"]), "--ort-isa", ISA)
+            cache[entry["name"]] = (out, report)
         return cache[entry["name"]]
 
     return get
 
 
 def test_outputs_byte_identical(compiled_x86, entry):
-    src = model_path(entry)
     out, report = compiled_x86(entry)
-    if entry["full_check"]:
-        assert full_check_error(out) is None, full_check_error(out)
-    original = session(src, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    plain = session(out, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    profiled = session(out, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, PROFILE)
-    for i, feed in enumerate(random_inputs(entry["name"], session_inputs(original), N_INPUTS)):
-        want = original.run(None, feed)
-        for label, sess in [("ORT_DISABLE_ALL", plain), ("ORT_ENABLE_ALL + profile", profiled)]:
-            for k, (a, b) in enumerate(zip(want, sess.run(None, feed))):
-                assert a.dtype == b.dtype and a.shape == b.shape, (label, k)
-                assert a.tobytes() == b.tobytes(), (
-                    f"{label}: output {k} differs on input {i} ({int(np.sum(a != b))} elements); "
-                    f"re-signed: {[r['tensor'] for r in report['resigned']]}; "
-                    f"fused: {[d['output'] for d in report['decisions'] if d['fired']]}"
-                )
+    assert_byte_identical_under_both_profiles(entry, out, report, N_INPUTS)
 
 
 def test_resigned_tensors_are_uint8_with_shifted_zero_points(compiled_x86, entry):

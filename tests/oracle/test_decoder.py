@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from oracle_util import REPO, describe, full_check_error, run_qdqc
+from oracle_util import REPO, describe, full_check_error, run_qdqc, ort_session as session
 
 sys.path.insert(0, str(REPO / "bench"))
 import decoder  # noqa: E402
@@ -21,16 +21,6 @@ import decoder  # noqa: E402
 N_INPUTS = 4
 OFF, ON = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 
-
-def session(path, level, config=None) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def differing(ref: ort.InferenceSession, other: ort.InferenceSession, feeds) -> dict:

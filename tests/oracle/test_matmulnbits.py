@@ -29,7 +29,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from oracle_util import describe, run_qdqc
+from oracle_util import describe, run_qdqc, ort_session as session
 
 PROFILE = {
     "session.disable_quant_qdq": "1",
@@ -45,16 +45,6 @@ def code_range(ty):
     bits = int(ty[-1])
     return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ty.startswith("int") else (0, (1 << bits) - 1)
 
-
-def session(model, level, config=None):
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
 def reference(model, feed):

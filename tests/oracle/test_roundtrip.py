@@ -15,8 +15,6 @@ Nothing is skipped: a missing binary, corpus or seed fails with a message saying
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import numpy as np
 import onnx
@@ -31,7 +29,6 @@ from oracle_util import (
     describe,
     external_locations,
     full_check_error,
-    manifest,
     model_path,
     ort_session,
     random_inputs,

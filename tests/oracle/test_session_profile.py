@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from oracle_util import describe, run_qdqc
+from oracle_util import describe, run_qdqc, ort_session as session
 
 N_INPUTS = 8
 DISABLED = "optimization.disable_specified_optimizers"
@@ -90,15 +90,6 @@ def patterns():
 
 PATTERNS = patterns()
 
-
-def session(path, level, config=None) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, v)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def differing(ref, other, feeds) -> int:

@@ -46,6 +46,21 @@ impl QParam {
     }
 }
 
+/// Parameter shorthands for the kernel models' unit tests.
+#[cfg(test)]
+pub(crate) mod test_params {
+    use super::QParam;
+    use super::reference::CodeType;
+
+    pub fn u8p(scale: f32, zero_point: i64) -> QParam {
+        QParam::new(scale, zero_point, CodeType::U8)
+    }
+
+    pub fn i8p(scale: f32, zero_point: i64) -> QParam {
+        QParam::new(scale, zero_point, CodeType::I8)
+    }
+}
+
 /// How a verdict was reached.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -483,13 +483,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 mod tests {
     use super::*;
 
-    fn u8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::U8)
-    }
-
-    fn i8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::I8)
-    }
+    use crate::exact::test_params::{i8p, u8p};
 
     /// The seed model's residual `Add2`: DQ(q_c2; 0.15, 128) + DQ(q_add1; 0.37, 128) → Q(0.38, 128).
     fn seed_add2() -> BinaryParams {

@@ -193,13 +193,7 @@ fn check_unary(x: QParam, y: QParam) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn u8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::U8)
-    }
-
-    fn i8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::I8)
-    }
+    use crate::exact::test_params::{i8p, u8p};
 
     #[test]
     fn leaky_relu_table_is_the_reference_by_construction() {

@@ -451,6 +451,21 @@ fn inputs_name(i: u64, j: u64) -> String {
     if j == i + 1 { format!("x[{i}]") } else { format!("x[{i}..{j}]") }
 }
 
+/// The window of codes a pooling counterexample names, in order: the inverse of the `x[i]` /
+/// `x[i..j]` inputs this module writes (other inputs, such as the accumulator, are skipped).
+pub fn counterexample_window(c: &Counterexample) -> Vec<i64> {
+    let mut window = Vec::new();
+    for (name, code) in c.inputs.iter().filter(|(n, _)| n.starts_with("x[")) {
+        let range = name.trim_start_matches("x[").trim_end_matches(']');
+        let count = match range.split_once("..") {
+            Some((a, b)) => b.parse::<usize>().ok().zip(a.parse::<usize>().ok()).map_or(1, |(b, a)| b - a),
+            None => 1,
+        };
+        window.extend(std::iter::repeat_n(*code, count));
+    }
+    window
+}
+
 /// Searches inputs whose float sum is exact in every order — `k` copies of one code, the rest at
 /// the zero point — for one where the kernel and the reference differ.
 fn search_counterexample(p: &PoolParams, class: Class, contract: Contract, fused: &Fused, name: &str) -> Verdict {
@@ -510,13 +525,7 @@ fn family_reference(p: &PoolParams, code: i64, k: u64, divisor: u64, contract: C
 mod tests {
     use super::*;
 
-    fn u8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::U8)
-    }
-
-    fn i8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::I8)
-    }
+    use crate::exact::test_params::{i8p, u8p};
 
     fn geom(input: &[u64], kernel: &[u64], strides: &[u64], pads: &[u64], count_include_pad: bool) -> PoolGeometry {
         PoolGeometry {
@@ -571,19 +580,7 @@ mod tests {
         assert!(prove_global_average_pool(&p, 4, Contract::Real).is_exact());
     }
 
-    /// The window a counterexample's named input ranges describe.
-    fn window_of(c: &Counterexample) -> Vec<i64> {
-        let mut window = Vec::new();
-        for (name, code) in &c.inputs[1..] {
-            let range = name.trim_start_matches("x[").trim_end_matches(']');
-            let count = match range.split_once("..") {
-                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap(),
-                None => 1,
-            };
-            window.extend(std::iter::repeat_n(*code, count));
-        }
-        window
-    }
+    use super::counterexample_window as window_of;
 
     #[test]
     fn global_pool_refutation_names_a_concrete_window() {

@@ -959,9 +959,7 @@ mod tests {
     use super::*;
     use CodeType::{I8, U8};
 
-    fn u8q(scale: f32, zp: i64) -> QParam {
-        QParam::new(scale, zp, U8)
-    }
+    use crate::exact::test_params::u8p as u8q;
 
     fn matmul(sx: f32, weights: Vec<Vec<i64>>, sw: Vec<f32>, sy: f32) -> GemmGroup {
         GemmGroup::new(GemmKind::MatMul, u8q(sx, 128), I8, weights, sw, vec![0], u8q(sy, 128))

@@ -233,13 +233,7 @@ fn robust_difference(kernel: &SoftmaxKernel, x: QParam, y: QParam, first: i64, r
 mod tests {
     use super::*;
 
-    fn u8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::U8)
-    }
-
-    fn i8p(s: f32, z: i64) -> QParam {
-        QParam::new(s, z, CodeType::I8)
-    }
+    use crate::exact::test_params::{i8p, u8p};
 
     #[test]
     fn table_peaks_at_the_row_maximum() {

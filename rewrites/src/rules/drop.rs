@@ -68,8 +68,10 @@ struct OnCodes {
     log: Log,
 }
 
-/// The obligation for one parameter pair.
-fn prove(x: QParam, y: QParam, monotone: bool, selects: bool) -> Verdict {
+/// The obligation for one parameter pair: bitwise-equal DQ and Q parameters, `Q(DQ(q)) = q` for
+/// every code (P4, checked by P1), a positive scale for monotone ops, and a selecting (not
+/// interpolating) op. Also what `qdqc audit` checks for ORT's own drop-Q/DQ fusions.
+pub fn prove(x: QParam, y: QParam, monotone: bool, selects: bool) -> Verdict {
     if x.scale.to_bits() != y.scale.to_bits() || x.zero_point != y.zero_point || x.code != y.code {
         return Verdict::Unknown { reason: "DQ and Q parameters differ (bitwise)".into() };
     }

@@ -18,6 +18,7 @@ mod matmul_dynamic;
 mod nbits;
 mod pool;
 
+pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 
 use crate::exact::{Certificate, Contract, Verdict};

@@ -1,9 +1,9 @@
-//! Initializers a rewrite left unread (every consumer of a packed weight was fused) are dropped,
-//! in every graph. Kept: any initializer still read anywhere in the model (names are compared
+//! Initializers an edit left unread (every consumer of a packed weight was fused, a zero point
+//! was re-signed) are dropped, in every graph. Used by the ONNX backend and by re-signing. Kept: any initializer still read anywhere in the model (names are compared
 //! model-wide, so a body's outer-scope read keeps it), one that is a graph input or output, and
 //! one the original model did not read either (qdqc removes nothing the author left unused).
 
-use qdqc_lang::onnx::GraphProto;
+use crate::onnx::GraphProto;
 use std::collections::BTreeSet;
 
 /// Removes from `rebuilt` the initializers `original` read and `rebuilt` no longer does.
@@ -45,7 +45,7 @@ fn prune(g: &mut GraphProto, before: &BTreeSet<String>, now: &BTreeSet<String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qdqc_lang::onnx::{AttributeProto, NodeProto, TensorProto, ValueInfoProto};
+    use crate::onnx::{AttributeProto, NodeProto, TensorProto, ValueInfoProto};
 
     fn node(inputs: &[&str], body: Option<GraphProto>) -> NodeProto {
         NodeProto {
