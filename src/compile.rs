@@ -238,7 +238,10 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     for d in decisions.iter_mut().filter(|d| d.fired) {
         d.kept_unfused = kept.contains(&d.output);
     }
-    let compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
+    let mut compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
+    if options.fuse {
+        record_guarantee(&mut compiled, options);
+    }
     let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
     let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
     let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default())?;
@@ -282,6 +285,27 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         undecided,
         hazards: crate::audit::hazards_json(&model),
     })
+}
+
+/// Keys of the output model's `metadata_props` that say what its guarantee is: the contract, the
+/// ISA profiles it was proven for, and the ONNX Runtime session profile it needs.
+pub const METADATA_CONTRACT: &str = "qdqc.contract";
+pub const METADATA_PROFILES: &str = "qdqc.ort_profiles";
+pub const METADATA_SESSION: &str = "qdqc.session_profile";
+
+/// Writes the guarantee into `metadata_props`, replacing qdqc's own earlier entries (so compiling
+/// a compiled model again gives the same file) and keeping the author's.
+fn record_guarantee(model: &mut qdqc_lang::onnx::ModelProto, options: &CompileOptions) {
+    let profiles: Vec<&str> = options.isas.iter().map(|i| i.name()).collect();
+    let contract = match options.contract {
+        Contract::Exact => "exact",
+        Contract::Real => "real",
+    };
+    let entries = [(METADATA_CONTRACT, contract.to_string()), (METADATA_PROFILES, profiles.join(",")), (METADATA_SESSION, SessionProfile::ort().describe())];
+    model.metadata_props.retain(|e| !entries.iter().any(|(k, _)| e.key.as_deref() == Some(*k)));
+    for (key, value) in entries {
+        model.metadata_props.push(qdqc_lang::onnx::StringStringEntryProto { key: Some(key.to_string()), value: Some(value) });
+    }
 }
 
 fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {

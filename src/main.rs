@@ -58,7 +58,7 @@ enum Command {
         input: PathBuf,
         #[arg(long)]
         json: bool,
-        /// ISA profiles to check: x86-sse2, x86-avx2, x86-avx512vnni, arm64-neon, or all.
+        /// ISA profiles to check: x86-sse2, x86-avx2, x86-avx512vnni, arm64-neon, host, or all.
         #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
         ort_isa: IsaList,
         /// The contract fusions are checked against.
@@ -78,6 +78,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the ISA profile whose kernels ONNX Runtime runs on this machine (`--ort-isa host`).
+    Host,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -146,6 +148,7 @@ fn run(command: Command) -> Result<(), Error> {
             if let Some(path) = inputs {
                 lossy.inputs = qdqc::read_inputs(&path)?;
             }
+            warn_if_not_host(&ort_isa.0);
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
@@ -183,6 +186,7 @@ fn run(command: Command) -> Result<(), Error> {
             );
         }
         Command::Audit { input, json, ort_isa, contract } => {
+            warn_if_not_host(&ort_isa.0);
             let audit = qdqc::audit(&input, &ort_isa.0, contract.into())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&audit).expect("audit serializes"));
@@ -206,6 +210,20 @@ fn run(command: Command) -> Result<(), Error> {
                 print!("{}", inspection.text());
             }
         }
+        Command::Host => println!("{}", Isa::host().map_err(|e| Error::compile(std::path::Path::new("<host>"), e))?),
     }
     Ok(())
+}
+
+/// One line on stderr when the selected profiles leave out the one ONNX Runtime runs here: the
+/// compiled model keeps its guarantee on the machines it was compiled for, not on this one.
+fn warn_if_not_host(isas: &[Isa]) {
+    match Isa::host() {
+        Ok(host) if !isas.contains(&host) => {
+            let names: Vec<&str> = isas.iter().map(|i| i.name()).collect();
+            eprintln!("qdqc: warning: proving for {} only; ONNX Runtime on this host runs {host} kernels, where the guarantee does not hold", names.join(","));
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("qdqc: warning: {e}"),
+    }
 }

@@ -17,14 +17,12 @@ use qdqc_rewrites::ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Bro
 use qdqc_rewrites::ort::lut::{self, Lut, Requant};
 use qdqc_rewrites::ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolGeometry, PoolParams};
 use qdqc_rewrites::ort::softmax::{self, SoftmaxKernel};
-use qdqc_rewrites::ort::Isa;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const HOST: Isa = Isa::X86Avx512Vnni;
 /// Parameter sets per op and code type.
 const SETS: usize = 28;
 
@@ -284,7 +282,7 @@ fn seed_add2_refutation_reproduces_in_ort() {
     // ORT fuses the seed's Add2 and the report shows 1-LSB differences: the proof's
     // counterexample is one of them, in ORT's own fused and unfused runs.
     let run = run();
-    let verdict = binary::prove(BinaryOp::Add, &seed_add2(), Broadcast::None, HOST, Contract::Exact);
+    let verdict = binary::prove(BinaryOp::Add, &seed_add2(), Broadcast::None, common::host_isa(), Contract::Exact);
     let c = verdict.counterexample().unwrap_or_else(|| panic!("{verdict:?}"));
     let id = "QLinearAdd-uint8-seed-vv";
     let (fused, unfused) = (run.codes(id, "fused", CodeType::U8), run.codes(id, "unfused", CodeType::U8));
@@ -297,7 +295,7 @@ fn seed_add2_refutation_reproduces_in_ort() {
 /// The model's output in ORT's layout for `case`, compiled as `build`.
 fn binary_model(case: &BinaryCase, build: Contractions) -> Vec<i64> {
     let all = codes(case.params.c.code);
-    let kernel = BinaryKernel::new(case.op, &case.params, case.bcast, HOST, build).unwrap();
+    let kernel = BinaryKernel::new(case.op, &case.params, case.bcast, common::host_isa(), build).unwrap();
     let mut out = vec![0; 65536];
     for (ia, &a) in all.iter().enumerate() {
         for (ib, &b) in all.iter().enumerate() {
@@ -317,7 +315,7 @@ fn qlinear_add_and_mul_match_the_host_model_on_every_pair() {
     let mut bad = Mismatches::default();
     for case in &run.binary {
         let all = codes(case.params.c.code);
-        let want = binary_model(case, binary::builds(case.op, HOST)[0]);
+        let want = binary_model(case, binary::builds(case.op, common::host_isa())[0]);
         let pair = |i: usize| format!("a={} b={}", all[i / 256], all[i % 256]);
         bad.check(&format!("{} {:?}", case.id, case.params), &binary_fused(run, case), &want, pair);
     }
@@ -417,7 +415,7 @@ fn qlinear_sigmoid_equals_ort_own_unfused_sigmoid_the_axiom() {
         let expect: Vec<i64> = (0..LONG).map(|j| fused[long_index(j)]).collect();
         bad.check(&format!("{long_id} unfused"), &run.codes(&long_id, "unfused", t), &expect, |j| format!("position {j}, x={}", all[long_index(j)]));
         bad.check(&format!("{long_id} fused"), &run.codes(&long_id, "fused", t), &expect, |j| format!("position {j}, x={}", all[long_index(j)]));
-        assert!(lut::prove_sigmoid(case.x, case.y, HOST).is_exact());
+        assert!(lut::prove_sigmoid(case.x, case.y, common::host_isa()).is_exact());
     }
     bad.assert_none();
 }
@@ -600,7 +598,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
     }
     let geom = PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
-    let c = pool::prove_average_pool(&params, &geom, HOST, Contract::Exact).counterexample().cloned().expect("a refutation");
+    let c = pool::prove_average_pool(&params, &geom, common::host_isa(), Contract::Exact).counterexample().cloned().expect("a refutation");
     let codes = qdqc_rewrites::ort::pool::counterexample_window(&c);
     let windows = geom.windows().unwrap();
     let (at, window) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == codes.len()).expect("a window of that size");
@@ -689,7 +687,7 @@ fn quantized_pools_match_the_models_and_throw_where_ort_throws() {
         let n: u64 = case.spatial.iter().product();
         let kernel = match &case.geom {
             None => GlobalPoolKernel::new(&case.params, n).map(AveragePoolKernel::Global),
-            Some(g) => AveragePoolKernel::new(&case.params, g, HOST),
+            Some(g) => AveragePoolKernel::new(&case.params, g, common::host_isa()),
         };
         let what = format!("{} {:?} {:?}", case.id, case.params, case.geom);
         match (kernel, run.error(&case.id)) {
@@ -794,7 +792,7 @@ fn softmax_cases(oracle: &mut Oracle, rng: &mut Rng) -> Vec<SoftmaxCase> {
             let len = LENGTHS[set % LENGTHS.len()];
             let x = QParam::new(rng.scale(0.1, 2.0), rng.zero_point(t), t);
             let y = if rng.chance(0.5) { QParam::new(1.0 / 256.0, lo, t) } else { QParam::new(rng.scale(1.0 / 256.0, 1.5), rng.zero_point(t), t) };
-            let verdict = softmax::prove(x, y, len, HOST);
+            let verdict = softmax::prove(x, y, len, common::host_isa());
             assert!(!verdict.is_exact());
             let refuted = verdict.counterexample().cloned();
             let mut rows = Vec::new();
@@ -824,7 +822,7 @@ fn qlinear_softmax_matches_the_model_and_its_refutations_reproduce() {
     for case in &run.softmax {
         let t = case.y.code;
         let len = case.rows[0].len();
-        let kernel = SoftmaxKernel::new(case.x, case.y, len, HOST).unwrap();
+        let kernel = SoftmaxKernel::new(case.x, case.y, len, common::host_isa()).unwrap();
         let model: Vec<i64> = case.rows.iter().flat_map(|r| kernel.row(r).expect("a written row").into_iter().map(|o| o.code)).collect();
         let fused = run.codes(&case.id, "fused", t);
         bad.check(&format!("{} {:?} {:?}", case.id, case.x, case.y), &fused, &model, |i| format!("row {:?}, element {}", case.rows[i / len], i % len));

@@ -12,12 +12,10 @@ mod common;
 use common::Rng;
 use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
 use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
 use qdqc_rewrites::ort::requant::requantize;
 use serde_json::{Value, json};
 
-const ISA: Isa = Isa::HOST_TESTED;
 const TYPES: [(CodeType, CodeType); 3] = [(U8, U8), (U8, I8), (I8, I8)];
 
 impl Rng {
@@ -66,7 +64,7 @@ impl Case {
     }
 
     /// The model: batch dims broadcast as numpy does, exact int32 accumulation (no pair
-    /// saturation on this ISA), ORT's requantization.
+    /// saturation on this common::host_isa()), ORT's requantization.
     fn expected(&self) -> Vec<i64> {
         let (ra, rb) = (self.a_shape.len(), self.b_shape.len());
         let (m, k, n) = (self.a_shape[ra - 2], self.a_shape[ra - 1], self.b_shape[rb - 1]);
@@ -88,7 +86,7 @@ impl Case {
             for i in 0..m {
                 for j in 0..n {
                     let acc: i64 = (0..k).map(|t| (self.a[oa + i * k + t] - g.a.zero_point) * (self.b[ob + t * n + j] - g.b.zero_point)).sum();
-                    out.push(requantize(acc as i32, multiplier, g.y.zero_point, g.y.code, ISA));
+                    out.push(requantize(acc as i32, multiplier, g.y.zero_point, g.y.code, common::host_isa()));
                 }
             }
         }
@@ -132,7 +130,7 @@ fn qlinear_matmul_of_two_activations_matches_onnxruntime_byte_for_byte() {
     let mut rng = Rng(0x00da_7a11);
     let mut cases: Vec<Case> = (0..60).map(|i| random_case(&mut rng, i, i % 2 == 0)).collect();
     // Proven groups: their unfused twins must give the same bytes.
-    let twins: Vec<usize> = (0..cases.len()).filter(|&i| prove(&cases[i].g, ISA, Contract::Exact).is_exact()).collect();
+    let twins: Vec<usize> = (0..cases.len()).filter(|&i| prove(&cases[i].g, common::host_isa(), Contract::Exact).is_exact()).collect();
     assert!(twins.len() >= 10, "only {} proven cases", twins.len());
     cases.extend(twins.iter().map(|&i| Case { name: format!("{} unfused", cases[i].name), unfused: true, ..cases[i].clone() }).collect::<Vec<_>>());
     let results = run_ort(&cases);
@@ -168,7 +166,7 @@ fn refutations_reproduce_in_onnxruntime() {
     let mut cases = Vec::new();
     let mut expected = Vec::new();
     for (i, g) in groups.iter().enumerate() {
-        let v = prove(g, ISA, Contract::Exact);
+        let v = prove(g, common::host_isa(), Contract::Exact);
         let Verdict::Refuted { counterexample: c, .. } = &v else { panic!("group {i}: {v:?}") };
         let get = |name: &str, t: usize| {
             let find = |n: &str| c.inputs.iter().find(|(m, _)| m == n).map(|(_, v)| *v);

@@ -14,12 +14,10 @@ use common::Rng;
 
 use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
 use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize};
 use serde_json::{Value, json};
 use std::time::Instant;
 
-const ISA: Isa = Isa::HOST_TESTED;
 
 impl Rng {
     /// Uniform in `[lo, hi]`.
@@ -135,9 +133,9 @@ impl Case {
     fn expected(&self) -> Vec<i64> {
         let g = self.group();
         let out = |c: usize, xs: &[i64]| {
-            let acc = accumulate(&g, c, xs, ISA);
+            let acc = accumulate(&g, c, xs, common::host_isa());
             let v = acc.wrapping_add(self.bias.as_ref().map_or(0, |b| b[c]) as i32);
-            requantize(v, g.multiplier(c), self.y_zp, self.x_type, ISA)
+            requantize(v, g.multiplier(c), self.y_zp, self.x_type, common::host_isa())
         };
         match &self.op {
             Op::Conv { pads, strides, dilations, group } => self.conv(&out, *pads, *strides, *dilations, *group),
@@ -197,7 +195,7 @@ fn xrange(t: CodeType) -> Vec<i64> {
 /// The first `v` where the requantized output leaves qmin (outputs are non-decreasing in `v`).
 fn window_start(m: f32, zy: i64, t: CodeType) -> i64 {
     let qmin = t.range().0;
-    qdqc_rewrites::exact::p3::first_true(i32::MIN as i64, i32::MAX as i64, |v| requantize(v as i32, m, zy, t, ISA) > qmin).unwrap()
+    qdqc_rewrites::exact::p3::first_true(i32::MIN as i64, i32::MAX as i64, |v| requantize(v as i32, m, zy, t, common::host_isa()) > qmin).unwrap()
 }
 
 /// Output channels of a sweep: 64 × 256 consecutive values of `v`.
@@ -413,7 +411,7 @@ fn discriminating_scales(rng: &mut Rng, t: CodeType) -> (f32, f32, f32) {
             continue;
         }
         let start = window_start(m, 0, t) - 64;
-        let shows = |o: f32| (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, ISA) != requantize(v as i32, o, 0, t, ISA));
+        let shows = |o: f32| (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, common::host_isa()) != requantize(v as i32, o, 0, t, common::host_isa()));
         if others.iter().all(|&o| shows(o)) {
             return (sx, sw, sy);
         }
@@ -428,7 +426,7 @@ fn gemm_sweep(rng: &mut Rng, t: CodeType) -> Case {
         // first, which differs here from folding it in last.
         let (m, folded_last) = (alpha * sx * sw / sy, alpha * (sx * sw) / sy);
         let start = window_start(m, 0, t) - 64;
-        if (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, ISA) != requantize(v as i32, folded_last, 0, t, ISA)) {
+        if (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, common::host_isa()) != requantize(v as i32, folded_last, 0, t, common::host_isa())) {
             break (sx, sw, sy, alpha);
         }
     };
@@ -519,7 +517,7 @@ fn onnxruntime_rejects_what_the_model_refuses() {
     case.w_scale.truncate(1);
     let results = run_ort(std::slice::from_ref(&case));
     assert!(results[0].is_err(), "ORT ran s8 × u8 QLinearMatMul: {:?}", results[0]);
-    let v = prove(&case.group(), ISA, Contract::Real);
+    let v = prove(&case.group(), common::host_isa(), Contract::Real);
     assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("no CPU kernel")), "{v:?}");
 }
 
@@ -565,12 +563,12 @@ fn exact_contract_verdicts_hold_in_onnxruntime() {
     // Generic scales: P2 fails; a single-product input still has a unique float value.
     let generic = GemmGroup::new(GemmKind::MatMul, q(f32::from_bits(0x3b04_b3a2), 128), I8, vec![vec![1, 127, -33]], vec![f32::from_bits(0x3c23_1245)], vec![0], q(f32::from_bits(0x3a7d_6521), 128));
 
-    assert!(prove(&proven, ISA, Contract::Exact).is_exact());
+    assert!(prove(&proven, common::host_isa(), Contract::Exact).is_exact());
     let rows: Vec<Vec<i64>> = (0..4096).map(|_| rng.codes(U8, 40)).collect();
     let mut cases = vec![matmul_case("proven fused", &proven, rows.clone(), false), matmul_case("proven unfused", &proven, rows, true)];
     let mut refutations = Vec::new();
     for (name, g) in [("sy 0.3", &refuted), ("generic", &generic)] {
-        let v = prove(g, ISA, Contract::Exact);
+        let v = prove(g, common::host_isa(), Contract::Exact);
         let c = v.counterexample().unwrap_or_else(|| panic!("{name}: {v:?}")).clone();
         let row = counterexample_row(&c, g.weights[0].len());
         cases.push(matmul_case(name, g, vec![row.clone()], false));
@@ -635,7 +633,7 @@ fn qlinear_conv_honours_unequal_weight_zero_points() {
     let proven: Vec<Case> = cases[..6]
         .iter()
         .map(|c| {
-            let v = prove(&c.group(), ISA, Contract::Exact);
+            let v = prove(&c.group(), common::host_isa(), Contract::Exact);
             assert!(v.is_exact(), "{}: {v:?}", c.name);
             Case { name: format!("{} unfused", c.name), unfused: true, ..c.clone() }
         })

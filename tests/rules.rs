@@ -27,7 +27,6 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const HOST: Isa = Isa::X86Avx512Vnni;
 
 fn u8p(scale: f32, zero_point: i64) -> QParam {
     QParam::new(scale, zero_point, CodeType::U8)
@@ -145,8 +144,8 @@ fn refutation(report: &CompileReport, rule: &str) -> Counterexample {
     let d = report.decisions.iter().find(|d| d.rule == rule).unwrap_or_else(|| panic!("{rule} decided nothing:\n{}", report.explain()));
     assert!(!d.fired, "{rule} fired:\n{}", report.explain());
     assert_eq!(report.fused, 0);
-    assert_eq!(d.verdict.get(&HOST), Some(&"refuted"), "{rule}: {:?} {:?}", d.verdict, d.reason);
-    d.counterexample[&HOST].clone()
+    assert_eq!(d.verdict.get(&common::host_isa()), Some(&"refuted"), "{rule}: {:?} {:?}", d.verdict, d.reason);
+    d.counterexample[&common::host_isa()].clone()
 }
 
 /// The compiled model of an accepted instance with the initializers of `refused` (same names):
@@ -245,7 +244,7 @@ fn both_outcomes(bench: &Bench, accepted: (&[QParam], &CompileOptions), refused:
 }
 
 fn host_only() -> CompileOptions {
-    CompileOptions { isas: vec![HOST], ..CompileOptions::default() }
+    CompileOptions { isas: vec![common::host_isa()], ..CompileOptions::default() }
 }
 
 fn real() -> CompileOptions {
@@ -568,7 +567,7 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     let (report, ops, _) = compile(dir.path(), "mixed", &mixed, &CompileOptions::default());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-leaky-relu").unwrap();
     assert!(!d.fired && d.verdict.values().all(|v| *v == "unknown"), "{:?}", d.verdict);
-    assert!(d.reason[&HOST].contains("one 8-bit code type"), "{:?}", d.reason);
+    assert!(d.reason[&common::host_isa()].contains("one 8-bit code type"), "{:?}", d.reason);
     assert_eq!(ops, op_types(&mixed));
     // Parameters of shape [1, 1] are neither scalars nor one-element vectors.
     let mut matrix = leaky_relu_model(&[u8p(0.01, 128), u8p(0.005, 128)]);
@@ -577,7 +576,7 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     }
     let (report, _, _) = compile(dir.path(), "matrix", &matrix, &CompileOptions::default());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-leaky-relu").unwrap();
-    assert!(!d.fired && d.reason[&HOST].contains("not a scalar or one-element vector"), "{:?}", d.reason);
+    assert!(!d.fired && d.reason[&common::host_isa()].contains("not a scalar or one-element vector"), "{:?}", d.reason);
     // Codes of no declared type (an Identity's output) and an omitted zero point.
     let mut untyped = sigmoid_model(&[u8p(0.08, 128), u8p(1.0 / 256.0, 0)]);
     let g = untyped.graph.as_mut().unwrap();
@@ -585,6 +584,6 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     g.node[1].input = vec!["x_id".into(), "s_x".into(), String::new()];
     let (report, ops, _) = compile(dir.path(), "untyped", &untyped, &host_only());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-sigmoid").unwrap();
-    assert!(!d.fired && d.reason[&HOST].contains("type is unknown"), "{:?}", d.reason);
+    assert!(!d.fired && d.reason[&common::host_isa()].contains("type is unknown"), "{:?}", d.reason);
     assert_eq!(ops, op_types(&untyped));
 }

@@ -187,3 +187,14 @@ pub fn run_requant_oracle(cases: Vec<serde_json::Value>) -> Vec<Result<Vec<i64>,
         })
         .collect()
 }
+
+/// The ISA profile whose kernels ONNX Runtime runs on this machine (`Isa::host`): every test
+/// that compares ORT with a kernel model compares with this one. Printed once per test binary.
+pub fn host_isa() -> qdqc_rewrites::ort::Isa {
+    static HOST: std::sync::OnceLock<qdqc_rewrites::ort::Isa> = std::sync::OnceLock::new();
+    *HOST.get_or_init(|| {
+        let isa = qdqc_rewrites::ort::Isa::host().unwrap_or_else(|e| panic!("no ISA profile for this host: {e}"));
+        eprintln!("ONNX Runtime host profile: {isa}");
+        isa
+    })
+}

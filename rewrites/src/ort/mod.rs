@@ -36,8 +36,16 @@ pub enum Isa {
 impl Isa {
     pub const ALL: [Isa; 4] = [Isa::X86Sse2, Isa::X86Avx2, Isa::X86Avx512Vnni, Isa::Arm64Neon];
 
-    /// The profile of the machine qdqc's differential tests run on.
-    pub const HOST_TESTED: Isa = Isa::X86Avx512Vnni;
+    /// The profile whose kernels ONNX Runtime 1.31 runs on this machine, chosen from CPUID as
+    /// MLAS chooses (`mlas/lib/platform.cpp`): on x86-64, AVX-512 VNNI (with AVX-512 BW) or
+    /// AVX-VNNI gives `vpdpbusd`, exact int8 accumulation, with the AVX2 elementwise kernels;
+    /// AVX2 without VNNI (AVX-512 without VNNI included: `Avx512Core` also pairs products in
+    /// `vpmaddubsw`) saturates u8×s8 pairs; without AVX2 MLAS still picks SSE4.1's pairing
+    /// U8S8 kernel when it can, which no profile models, so such a host has none. aarch64 is
+    /// NEON. Every differential test against ORT compares with this profile's models.
+    pub fn host() -> Result<Isa, String> {
+        host_profile()
+    }
 
     pub fn is_x86(self) -> bool {
         !matches!(self, Isa::Arm64Neon)
@@ -52,12 +60,13 @@ impl Isa {
         }
     }
 
-    /// `PROFILE[,PROFILE]` or `all`.
+    /// `PROFILE[,PROFILE]` or `all`; `host` stands for [`Isa::host`].
     pub fn parse_list(s: &str) -> Result<Vec<Isa>, String> {
         if s == "all" {
             return Ok(Isa::ALL.to_vec());
         }
-        let mut out: Vec<Isa> = s.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?;
+        let one = |p: &str| if p == "host" { Isa::host() } else { p.parse() };
+        let mut out: Vec<Isa> = s.split(',').map(|p| one(p.trim())).collect::<Result<_, _>>()?;
         out.sort();
         out.dedup();
         Ok(out)
@@ -76,7 +85,31 @@ impl FromStr for Isa {
     fn from_str(s: &str) -> Result<Isa, String> {
         Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| {
             let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
-            format!("unknown ISA profile '{s}' (known: {}, all)", names.join(", "))
+            format!("unknown ISA profile '{s}' (known: {}, host, all)", names.join(", "))
         })
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_profile() -> Result<Isa, String> {
+    let vnni512 = std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512bw");
+    if vnni512 || std::arch::is_x86_feature_detected!("avxvnni") {
+        Ok(Isa::X86Avx512Vnni)
+    } else if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        Ok(Isa::X86Avx2)
+    } else if std::arch::is_x86_feature_detected!("sse4.1") {
+        Err("this x86 host has SSE4.1 but no AVX2: ONNX Runtime's SSE4.1 u8×s8 GEMM pairs products with int16 saturation, which no ISA profile models".into())
+    } else {
+        Ok(Isa::X86Sse2)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn host_profile() -> Result<Isa, String> {
+    Ok(Isa::Arm64Neon)
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn host_profile() -> Result<Isa, String> {
+    Err(format!("no ISA profile models ONNX Runtime's kernels on {}", std::env::consts::ARCH))
 }
