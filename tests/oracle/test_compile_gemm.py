@@ -49,10 +49,15 @@ class Group:
     """DQ(x) → Conv / MatMul / Gemm (DQ'd constant weights, optional DQ'd bias) → Q, with a
     Python evaluation of its exact rational semantics."""
 
-    def __init__(self, op: str, kind: str, x_shape: list[int], w_shape: list[int], bias: list[int] | None, alpha: float = 1.0):
-        self.op, self.x_shape, self.w_shape, self.bias, self.alpha = op, x_shape, w_shape, bias, alpha
+    def __init__(self, op: str, kind: str, x_shape: list[int], w_shape: list[int], bias: list[int] | None, alpha: float = 1.0, w_zp: int | None = None):
+        """`w_zp`: per-tensor uint8 weights (codes + 128) with that asymmetric zero point and one
+        scalar scale, as quantize_static writes for `per_channel=False, WeightType.QUInt8`."""
+        self.op, self.x_shape, self.w_shape, self.bias, self.alpha, self.w_zp = op, x_shape, w_shape, bias, alpha, w_zp
         self.sx, self.sw, self.sy = scales(kind)
         self.w = weights(int(np.prod(w_shape))).reshape(w_shape)
+        if w_zp is not None:
+            self.sw = self.sw[:1]
+            self.w = (self.w.astype(np.int64) + 128).astype(np.uint8)
 
     def bias_scales(self) -> list[float]:
         acc = [np.float32(self.alpha) * np.float32(self.sx) if self.op == "Gemm" else np.float32(self.sx) for _ in self.sw]
@@ -65,12 +70,17 @@ class Group:
             helper.make_node("DequantizeLinear", ["x", "s_x", "z_x"], ["dx"]),
             helper.make_node("DequantizeLinear", ["w", "s_w", "z_w"], ["dw"], axis=w_axis),
         ]
+        w_params = (
+            [helper.make_tensor("s_w", TensorProto.FLOAT, [c], self.sw), helper.make_tensor("z_w", TensorProto.INT8, [c], [0] * c)]
+            if self.w_zp is None
+            else [helper.make_tensor("s_w", TensorProto.FLOAT, [], self.sw), helper.make_tensor("z_w", TensorProto.UINT8, [], [self.w_zp])]
+        )
+        w_type = TensorProto.INT8 if self.w_zp is None else TensorProto.UINT8
         inits = [
             helper.make_tensor("s_x", TensorProto.FLOAT, [], [self.sx]),
             helper.make_tensor("z_x", TensorProto.UINT8, [], [X_ZP]),
-            helper.make_tensor("w", TensorProto.INT8, self.w_shape, self.w.flatten().tolist()),
-            helper.make_tensor("s_w", TensorProto.FLOAT, [c], self.sw),
-            helper.make_tensor("z_w", TensorProto.INT8, [c], [0] * c),
+            helper.make_tensor("w", w_type, self.w_shape, self.w.flatten().tolist()),
+            *w_params,
             helper.make_tensor("s_y", TensorProto.FLOAT, [], [self.sy]),
             helper.make_tensor("z_y", TensorProto.UINT8, [], [Y_ZP]),
         ]
@@ -88,9 +98,9 @@ class Group:
         return m
 
     def accumulators(self, x: np.ndarray) -> np.ndarray:
-        """Σ (x − zx)(w − zw) per output, as int64 (zw = 0), in the output's layout."""
+        """Σ (x − zx)(w − zw) per output, as int64, in the output's layout."""
         u = x.astype(np.int64) - X_ZP
-        w = self.w.astype(np.int64)
+        w = self.w.astype(np.int64) - (self.w_zp or 0)
         if self.op == "MatMul":
             return u @ w
         if self.op == "Gemm":
@@ -113,7 +123,7 @@ class Group:
         bias = [Fraction(b) * Fraction(s) for b, s in zip(self.bias, self.bias_scales())] if self.bias is not None else [Fraction(0)] * len(self.sw)
         out = np.empty(acc.shape, dtype=np.uint8)
         for idx, a in np.ndenumerate(acc):
-            c = idx[axis]
+            c = idx[axis] if len(units) > 1 else 0
             q = round((a * units[c] + bias[c]) / sy)  # Fraction.__round__ ties to even
             out[idx] = min(max(q + Y_ZP, 0), 255)
         return out
@@ -147,6 +157,9 @@ GENERIC_GROUPS = {
     "conv_bias": lambda: Group("Conv", "generic", [1, 2, 4, 4], [2, 2, 3, 3], [-300, 450]),
     "matmul": lambda: Group("MatMul", "generic", [64, 2], [2, 2], None),
     "gemm_alpha": lambda: Group("Gemm", "generic", [64, 16], [2, 16], None, alpha=0.75),
+    # One weight scale, synthesized per output channel: QGemm wants a zero point of the same shape.
+    "gemm_per_tensor_asymmetric_u8": lambda: Group("Gemm", "generic", [64, 16], [2, 16], None, w_zp=131),
+    "matmul_per_tensor_asymmetric_u8": lambda: Group("MatMul", "generic", [64, 2], [2, 2], None, w_zp=131),
 }
 
 

@@ -34,7 +34,7 @@
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
-use super::group::{Group, channels, constant_ints, decide, explicit_zero_point, f32_constant, qparam, tag, var};
+use super::group::{Group, channels, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, var};
 use super::matmul_dynamic;
 use crate::ort::matmul_dynamic as ort_dynamic;
 use super::{Log, Rewrite, RuleOptions};
@@ -241,12 +241,21 @@ impl Fusion {
     /// The fused node's inputs, in the kernel's order; `codes`: the x, w and y code types.
     fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, codes: [CodeType; 3], scales: &Scales, output: &str) -> Vec<Id> {
         let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{output}/qdqc_{what}_zero_point"));
-        let (zx, zw, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zw", codes[1], "w"), zp(eg, "?zy", codes[2], "y"));
+        let (zx, mut zw, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zw", codes[1], "w"), zp(eg, "?zy", codes[2], "y"));
         let (sx, sw, sy) = match scales {
             Scales::Model => (var(s, "?sx"), var(s, "?sw"), var(s, "?sy")),
             Scales::Synthesized(w_scales) => {
                 let one = f32_constant(eg, &[1.0], Vec::new(), &format!("{output}/qdqc_unit_scale"));
-                let sw = f32_constant(eg, w_scales, vec![w_scales.len() as i64], &format!("{output}/qdqc_w_scale"));
+                let n = w_scales.len();
+                let sw = f32_constant(eg, w_scales, vec![n as i64], &format!("{output}/qdqc_w_scale"));
+                if self.target == Target::Gemm {
+                    // QGemm enforces a b_zero_point of b_scale's shape (contrib_ops/cpu/
+                    // quantization/quant_gemm.cc), which the model's DQ guarantees for its own
+                    // scales but not for a synthesized [n] next to a per-tensor zero point.
+                    let (_, zps, _) = channels(eg, var(s, "?sw"), var(s, "?zw")).expect("read when the group matched");
+                    let zps: Vec<i64> = (0..n).map(|c| zps[if zps.len() == 1 { 0 } else { c }]).collect();
+                    zw = int_constant(eg, &zps, codes[1], vec![n as i64], &format!("{output}/qdqc_w_zero_point_{n}"));
+                }
                 (one, sw, one)
             }
         };
