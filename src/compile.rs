@@ -70,6 +70,9 @@ pub struct CompileReport {
     /// What a runtime would silently reinterpret or break (spec §7), reported even when qdqc
     /// changes nothing.
     pub hazards: Vec<crate::audit::HazardJson>,
+    /// What qdqc accepted although the model is not strictly valid ONNX, as ONNX Runtime does
+    /// (a domain used without an opset import), each kept as authored.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -284,6 +287,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
         decisions,
         undecided,
         hazards: crate::audit::hazards_json(&model),
+        warnings: warnings(&model),
     })
 }
 
@@ -306,6 +310,14 @@ fn record_guarantee(model: &mut qdqc_lang::onnx::ModelProto, options: &CompileOp
     for (key, value) in entries {
         model.metadata_props.push(qdqc_lang::onnx::StringStringEntryProto { key: Some(key.to_string()), value: Some(value) });
     }
+}
+
+/// The report's warnings: domains used without an import that ONNX Runtime imports implicitly.
+pub(crate) fn warnings(model: &Model) -> Vec<String> {
+    qdqc_lang::opset::implicit_imports(&model.proto)
+        .into_iter()
+        .map(|(domain, node)| format!("{node} uses domain '{domain}', which the model does not import; ONNX Runtime imports its latest version implicitly, and qdqc keeps the imports as authored"))
+        .collect()
 }
 
 fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {

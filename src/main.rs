@@ -159,6 +159,9 @@ fn run(command: Command) -> Result<(), Error> {
                 ..CompileOptions::default()
             };
             let result = qdqc::compile(&input, &output, &options)?;
+            for w in &result.warnings {
+                eprintln!("qdqc: warning: {}: {w}", input.display());
+            }
             if explain {
                 print!("{}", result.explain());
             }
@@ -188,6 +191,9 @@ fn run(command: Command) -> Result<(), Error> {
         Command::Audit { input, json, ort_isa, contract } => {
             warn_if_not_host(&ort_isa.0);
             let audit = qdqc::audit(&input, &ort_isa.0, contract.into())?;
+            for w in &audit.warnings {
+                eprintln!("qdqc: warning: {}: {w}", input.display());
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&audit).expect("audit serializes"));
             } else {

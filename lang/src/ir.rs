@@ -193,7 +193,8 @@ impl Builder<'_> {
         inner.init_dims.extend(init_dims);
         for (pos, node) in proto.node.iter().enumerate() {
             let at = |e: Error| e.at(describe(node, pos, &here));
-            if !opset::domain_imported(&self.model.proto, node.domain.as_deref().unwrap_or("")) {
+            let domain = node.domain.as_deref().unwrap_or("");
+            if !opset::domain_imported(&self.model.proto, domain) && !opset::implicitly_imported(domain) {
                 return Err(at(self.err(format!(
                     "domain '{}' is not imported by the model",
                     node.domain.as_deref().unwrap_or("")

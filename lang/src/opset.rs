@@ -46,6 +46,47 @@ pub fn check_imports(model: &ModelProto) -> Result<(), String> {
     Ok(())
 }
 
+/// Domains ONNX Runtime 1.31 registers on CPU and imports at their latest version when a model
+/// uses them without an `opset_import` (`Model::Model` in onnxruntime/core/graph/model.cc fills
+/// every registered domain the model leaves out): NNCF writes such models.
+const ORT_IMPLICIT: &[&str] = &[
+    "ai.onnx.ml",
+    "ai.onnx.preview.training",
+    "com.microsoft",
+    "com.microsoft.experimental",
+    "com.microsoft.nchwc",
+    "com.ms.internal.nhwc",
+];
+
+/// Whether ONNX Runtime accepts nodes of `domain` although the model does not import it.
+pub fn implicitly_imported(domain: &str) -> bool {
+    ORT_IMPLICIT.contains(&domain)
+}
+
+/// Every domain that nodes of the model (subgraphs included) use without importing it, and that
+/// ONNX Runtime imports implicitly, with the first node using it: kept as authored, reported.
+pub fn implicit_imports(model: &ModelProto) -> Vec<(String, String)> {
+    fn walk(model: &ModelProto, g: &crate::onnx::GraphProto, out: &mut Vec<(String, String)>) {
+        for (pos, n) in g.node.iter().enumerate() {
+            let domain = n.domain.as_deref().unwrap_or("");
+            if !domain_imported(model, domain) && implicitly_imported(domain) && !out.iter().any(|(d, _)| d == domain) {
+                let name = n.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"));
+                out.push((domain.to_string(), format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or(""))));
+            }
+            for a in &n.attribute {
+                for sub in a.g.iter().chain(&a.graphs) {
+                    walk(model, sub, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(g) = &model.graph {
+        walk(model, g, &mut out);
+    }
+    out
+}
+
 /// Whether nodes of `domain` may appear: imported by the model, or a model-local function's domain.
 pub fn domain_imported(model: &ModelProto, domain: &str) -> bool {
     let norm = |d: &str| if d == "ai.onnx" { String::new() } else { d.to_string() };

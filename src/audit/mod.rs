@@ -26,6 +26,8 @@ pub struct Audit {
     pub profiles: Vec<Isa>,
     pub groups: Vec<Group>,
     pub hazards: Vec<HazardJson>,
+    /// What was accepted as ONNX Runtime accepts it (`compile`'s report has the same list).
+    pub warnings: Vec<String>,
 }
 
 /// One group ORT changes, with the verdict per profile on which it changes it.
@@ -90,7 +92,7 @@ pub fn audit(path: &Path, profiles: &[Isa], contract: Contract) -> Result<Audit>
         }
     }
     let hazards = hazards_json(&model);
-    Ok(Audit { file: path.display().to_string(), contract, profiles: profiles.to_vec(), groups, hazards })
+    Ok(Audit { file: path.display().to_string(), contract, profiles: profiles.to_vec(), groups, hazards, warnings: crate::compile::warnings(&model) })
 }
 
 pub(crate) fn hazards_json(model: &Model) -> Vec<HazardJson> {

@@ -194,3 +194,33 @@ def test_bad_input_exits_2(qdqc, tmp_path):
     bad.write_bytes(b"\xff\xff\xff\xff this is not an ONNX protobuf \x00\x01")
     r = run_qdqc(qdqc, "compile", bad, "-o", tmp_path / "out.onnx", "--no-fuse")
     assert r.returncode == 2, f"expected exit 2 on a non-ONNX input\n{describe(r)}"
+
+
+def test_domain_used_without_import_is_accepted_as_ort_accepts_it(qdqc, tmp_path):
+    """NNCF writes com.microsoft nodes without importing the domain; ONNX Runtime imports every
+    domain it registers implicitly, so qdqc loads such a model, warns, and keeps it as authored."""
+    inits = [
+        onnx.helper.make_tensor("sa", onnx.TensorProto.FLOAT, [], [0.05]),
+        onnx.helper.make_tensor("za", onnx.TensorProto.UINT8, [], [128]),
+        onnx.helper.make_tensor("sc", onnx.TensorProto.FLOAT, [], [0.1]),
+        onnx.helper.make_tensor("zc", onnx.TensorProto.UINT8, [], [120]),
+    ]
+    node = onnx.helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sa", "za", "sc", "zc"], ["c"], domain="com.microsoft", name="qadd")
+    vi = lambda n: onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UINT8, [4])
+    graph = onnx.helper.make_graph([node], "g", [vi("a"), vi("b")], [vi("c")], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    src, out, report = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "report.json"
+    onnx.save_model(model, str(src))
+    feed = {"a": np.array([1, 2, 200, 255], np.uint8), "b": np.array([3, 4, 5, 6], np.uint8)}
+    (want,) = ort_session(src).run(None, feed)  # the premise: ORT loads and runs it
+    for extra in ([], ["--no-fuse"]):
+        r = run_qdqc(qdqc, "compile", src, "-o", out, "--report", report, *extra)
+        assert r.returncode == 0, describe(r)
+        assert "uses domain 'com.microsoft', which the model does not import" in r.stderr, describe(r)
+        warnings = json.loads(report.read_text())["warnings"]
+        assert len(warnings) == 1 and "node 'qadd' (QLinearAdd)" in warnings[0], warnings
+        assert [o.domain for o in onnx.load(str(out)).opset_import] == [""], "imports are kept as authored"
+        (got,) = ort_session(out).run(None, feed)
+        assert want.tobytes() == got.tobytes()
+    assert run_qdqc(qdqc, "audit", src).returncode == 0
