@@ -2,3 +2,4 @@
 //! will read the same lowered form.
 
 pub mod onnx;
+pub mod ort_checks;

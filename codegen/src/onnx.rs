@@ -16,6 +16,7 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
     rebuild(graph, lowered).map_err(|p| Error::compile(&model.path, p))?;
     qdqc_lang::prune::unread_initializers(model.proto.graph.as_ref().expect("checked at load"), graph);
     import_created_domains(&mut proto, lowered);
+    crate::ort_checks::check(&proto).map_err(|p| Error::compile(&model.path, format!("qdqc created a kernel ONNX Runtime would refuse at run time: {p}")))?;
     Ok(proto)
 }
 
