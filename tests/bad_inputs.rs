@@ -188,6 +188,42 @@ fn external_data_symlink_out() {
     assert!(err.contains("through a symbolic link"), "{err}");
 }
 
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// A FIFO would block the open until a writer comes: refused at once, for every command.
+#[test]
+fn fifo_as_the_model() {
+    let start = std::time::Instant::now();
+    let err = refused(|d| {
+        let p = d.join("pipe.onnx");
+        mkfifo(&p);
+        p
+    });
+    assert!(err.contains("is a FIFO (named pipe), not an ONNX model"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "refused in {:?}", start.elapsed());
+}
+
+#[test]
+fn fifo_as_external_data() {
+    let err = refused(|d| {
+        mkfifo(&d.join("w.bin"));
+        external(d, "w.bin")
+    });
+    assert!(err.contains("'w'") && err.contains("is a FIFO (named pipe), not an external data file"), "{err}");
+}
+
+#[test]
+fn directory_as_external_data() {
+    let err = refused(|d| {
+        std::fs::create_dir(d.join("w.bin")).unwrap();
+        external(d, "w.bin")
+    });
+    assert!(err.contains("is a directory, not an external data file"), "{err}");
+}
+
 #[test]
 fn external_data_too_short() {
     let err = refused(|d| {

@@ -30,7 +30,7 @@ impl Model {
     ///
     /// [`ErrorKind::BadInput`]: crate::ErrorKind::BadInput
     pub fn load(path: &Path) -> Result<Model> {
-        let bytes = map_file(path)?;
+        let bytes = map_file(path, "an ONNX model")?;
         if bytes.is_empty() {
             return Err(Error::bad_input(path, "empty file, not an ONNX model"));
         }
@@ -98,16 +98,37 @@ impl Model {
     }
 }
 
-fn map_file(path: &Path) -> Result<Bytes> {
+/// Maps `path`, which must be a regular file (`what` it should be, for the message): a FIFO would
+/// block the open until a writer comes, a device never ends, a directory is not data.
+fn map_file(path: &Path, what: &str) -> Result<Bytes> {
     let unreadable = |e: std::io::Error| Error::bad_input(path, format!("cannot read: {e}"));
-    let file = File::open(path).map_err(unreadable)?;
-    if file.metadata().map_err(unreadable)?.is_dir() {
-        return Err(Error::bad_input(path, "is a directory, not an ONNX model"));
+    let kind = std::fs::metadata(path).map_err(unreadable)?.file_type();
+    if !kind.is_file() {
+        return Err(Error::bad_input(path, format!("is {}, not {what}", file_kind(kind))));
     }
+    let file = File::open(path).map_err(unreadable)?;
     // SAFETY: the mapping is read-only; qdqc never writes to its inputs. A concurrent external
     // writer could change the bytes under us, which is the usual contract of mmap-based loaders.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(unreadable)?;
     Ok(Bytes::from_owner(map))
+}
+
+/// What a path that is not a regular file is, in words.
+fn file_kind(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() { "a directory" } else { "something other than a regular file" }
 }
 
 fn check_header(proto: &ModelProto) -> Result<(), String> {
@@ -171,7 +192,7 @@ fn map_one(t: &TensorProto, dir: &Path, files: &mut BTreeMap<String, Bytes>) -> 
     if !files.contains_key(&ext.location) {
         let path = confined(dir, &ext.location)
             .map_err(|why| format!("tensor '{name}': external data location {:?} {why}", ext.location))?;
-        let bytes = map_file(&path).map_err(|e| format!("tensor '{name}': external data: {}", e.problem))?;
+        let bytes = map_file(&path, "an external data file").map_err(|e| format!("tensor '{name}': external data: {}", e.problem))?;
         files.insert(ext.location.clone(), bytes);
     }
     let len = files[&ext.location].len() as u64;
