@@ -2,6 +2,7 @@
 
 use crate::inspect::{GroupJson, group_json};
 use crate::profile::SessionProfile;
+use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
@@ -212,10 +213,39 @@ fn decision_json(d: &Decision) -> DecisionJson {
     out
 }
 
+/// Compiles `input` into `output` (and its external data), writing nothing unless everything
+/// succeeded.
 pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<CompileReport> {
+    compile_with_report(input, output, None, options)
+}
+
+/// [`compile`], with the JSON report written to `report` in the same transaction: the model, its
+/// external data and the report are renamed into place together, or none is
+/// (`qdqc_lang::outputs`). Output paths are checked before any work: none may be an input file or
+/// another output (bad input), and every folder must take a new file (I/O error).
+pub fn compile_with_report(input: &Path, output: &Path, report: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
+    let model = Model::load(input)?;
+    let inputs: Vec<(&str, std::path::PathBuf)> =
+        std::iter::once(("the input model", input.to_path_buf())).chain(model.external_files().into_iter().map(|f| ("an external data file of the input", f))).collect();
+    let mut writes = vec![("-o", output.to_path_buf()), ("the output's external data file", qdqc_lang::save::data_path(output)?)];
+    writes.extend(report.map(|r| ("--report", r.to_path_buf())));
+    qdqc_lang::outputs::check_distinct(&inputs, &writes)?;
+    for (_, path) in &writes {
+        Outputs::check_writable(path)?;
+    }
+    let mut outputs = Outputs::default();
+    let result = compile_model(model, input, output, options, &mut outputs)?;
+    if let Some(path) = report {
+        let json = serde_json::to_string_pretty(&result).expect("report serializes");
+        outputs.stage(path, json.as_bytes())?;
+    }
+    outputs.commit()?;
+    Ok(result)
+}
+
+fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOptions, outputs: &mut Outputs) -> Result<CompileReport> {
     let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone() });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
-    let model = Model::load(input)?;
     let lowering = lower(&model)?;
     let mut resign_costs = None;
     let (model, lowering, resigned) = if options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86()) {
@@ -247,7 +277,7 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
     }
     let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
     let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
-    let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default())?;
+    let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default(), outputs)?;
     let input_bytes = std::fs::metadata(input).map_err(|e| qdqc_lang::Error::bad_input(input, format!("cannot read: {e}")))?.len();
     let model_size = ModelSize {
         before_bytes: input_bytes + model.external_bytes(),

@@ -12,11 +12,12 @@ mod verdicts;
 mod weights;
 
 pub use audit::{Audit, audit};
-pub use compile::{CompileOptions, CompileReport, DecisionJson, compile};
+pub use compile::{CompileOptions, CompileReport, DecisionJson, compile, compile_with_report};
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
 pub use weights::{FloatTableJson, ModelSize};
+pub use qdqc_lang::outputs::remove_pending;
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_rewrites::exact::Contract;

@@ -124,6 +124,13 @@ fn parse_allow(s: &str) -> Result<AllowArg, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // SIGINT/SIGTERM: the outputs staged so far are removed; nothing was renamed into place.
+    if let Err(e) = ctrlc::set_handler(|| {
+        qdqc::remove_pending();
+        std::process::exit(130);
+    }) {
+        eprintln!("qdqc: warning: no signal handler ({e}): an interrupted compile may leave .qdqc-*.tmp files, which the next run removes");
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -158,16 +165,12 @@ fn run(command: Command) -> Result<(), Error> {
                 allow: lossy,
                 ..CompileOptions::default()
             };
-            let result = qdqc::compile(&input, &output, &options)?;
+            let result = qdqc::compile_with_report(&input, &output, report.as_deref(), &options)?;
             for w in &result.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
             }
             if explain {
                 print!("{}", result.explain());
-            }
-            if let Some(path) = report {
-                let json = serde_json::to_string_pretty(&result).expect("report serializes");
-                qdqc::write_atomically(&path, json.as_bytes())?;
             }
             let lossy = result.decisions.iter().filter(|d| d.lossy.is_some()).count();
             let lossy = if lossy > 0 { format!(" ({lossy} lossy, allowed by --allow: deviations in the report)") } else { String::new() };

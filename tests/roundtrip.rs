@@ -55,7 +55,9 @@ fn models_too_large_for_protobuf_spill_to_external_data_and_read_back() {
     let source = Model::load(&input).unwrap();
     // A 1000-byte limit stands in for protobuf's 2 GiB: the same code path, without writing 2 GiB.
     let spilled = dir.path().join("spilled.onnx");
-    let saved = qdqc_lang::save::save(source.proto.clone(), &source, &spilled, &SaveOptions { proto_limit: 1000 }).unwrap();
+    let mut outputs = qdqc_lang::outputs::Outputs::default();
+    let saved = qdqc_lang::save::save(source.proto.clone(), &source, &spilled, &SaveOptions { proto_limit: 1000 }, &mut outputs).unwrap();
+    outputs.commit().unwrap();
     assert_eq!(saved.external, Some(("spilled.onnx.data".to_string(), 4096)), "only the 4 KiB weight spills");
     assert!(saved.model_bytes < 1000, "{saved:?}");
     let reloaded = Model::load(&spilled).unwrap();
@@ -69,7 +71,9 @@ fn external_data_round_trips_deterministically() {
     let input = write_model(dir.path(), "m.onnx", &weight_only_matmul());
     let source = Model::load(&input).unwrap();
     let external = dir.path().join("ext.onnx");
-    qdqc_lang::save::save(source.proto.clone(), &source, &external, &SaveOptions { proto_limit: 1000 }).unwrap();
+    let mut outputs = qdqc_lang::outputs::Outputs::default();
+    qdqc_lang::save::save(source.proto.clone(), &source, &external, &SaveOptions { proto_limit: 1000 }, &mut outputs).unwrap();
+    outputs.commit().unwrap();
 
     // Compile into two folders under the same file name, then compile the output again.
     let (d1, d2, d3) = (dir.path().join("1"), dir.path().join("2"), dir.path().join("3"));

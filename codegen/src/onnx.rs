@@ -4,10 +4,8 @@
 //! initializers that fused nodes left unread ([`qdqc_lang::prune`]).
 
 use qdqc_lang::onnx::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
-use qdqc_lang::save::{SaveOptions, Saved, save};
 use qdqc_lang::{Error, Model, Result};
 use qdqc_lower::lowered::{Computation, LoweredGraph};
-use std::path::Path;
 
 /// The model the lowered graph describes.
 pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
@@ -18,11 +16,6 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
     import_created_domains(&mut proto, lowered);
     crate::ort_checks::check(&proto).map_err(|p| Error::compile(&model.path, format!("qdqc created a kernel ONNX Runtime would refuse at run time: {p}")))?;
     Ok(proto)
-}
-
-/// Converts and writes atomically (external data included) to `out`.
-pub fn write(model: &Model, lowered: &LoweredGraph, out: &Path, options: &SaveOptions) -> Result<Saved> {
-    save(to_model(model, lowered)?, model, out, options)
 }
 
 fn rebuild(graph: &mut GraphProto, lowered: &LoweredGraph) -> Result<(), String> {

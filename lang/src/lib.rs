@@ -17,6 +17,7 @@ pub mod ir;
 pub mod load;
 pub mod onnx;
 pub mod opset;
+pub mod outputs;
 pub mod prune;
 pub mod save;
 pub mod shapes;

@@ -70,6 +70,12 @@ impl Model {
         })
     }
 
+    /// The external data files the model reads, as paths.
+    pub fn external_files(&self) -> Vec<PathBuf> {
+        let dir = crate::outputs::folder(&self.path);
+        self.external.keys().map(|location| dir.join(location)).collect()
+    }
+
     /// Bytes of the external data files the model reads.
     pub fn external_bytes(&self) -> u64 {
         self.external.values().map(|b| b.len() as u64).sum()

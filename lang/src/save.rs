@@ -1,12 +1,13 @@
-//! Writing a model: external data and an atomic rename, so a failure never leaves a partial file.
+//! Writing a model: external data and the model, staged as one transaction (`outputs.rs`), so a
+//! failure never leaves a partial file.
 
 use crate::error::{Error, Result};
 use crate::load::{Model, walk_tensors};
+use crate::outputs::{Outputs, folder};
 use crate::onnx::{ModelProto, StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
 use crate::tensor::Payload;
 use prost::Message;
-use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Protobuf cannot encode a message of 2 GiB or more.
 pub const PROTOBUF_LIMIT: u64 = (1 << 31) - 1;
@@ -32,18 +33,13 @@ pub struct Saved {
     pub external: Option<(String, u64)>,
 }
 
-/// Writes `proto` to `out`. Tensors external in `source` stay external, and if the model would
-/// exceed `proto_limit` every raw tensor of at least 1 KiB moves out too. All external tensors go,
-/// in model order, to one file `<out file name>.data` beside `out`, so the same model always gives
-/// the same bytes. Both files are written to temporaries and renamed into place.
-pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOptions) -> Result<Saved> {
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file_name = out
-        .file_name()
-        .ok_or_else(|| Error::compile(out, "output path has no file name"))?
-        .to_string_lossy()
-        .into_owned();
-    let location = format!("{file_name}.data");
+/// Stages `proto` for `out` in `outputs` (written when the caller commits them). Tensors external
+/// in `source` stay external, and if the model would exceed `proto_limit` every raw tensor of at
+/// least 1 KiB moves out too. All external tensors go, in model order, to one file
+/// `<out file name>.data` beside `out`, so the same model always gives the same bytes; it is
+/// staged before the model, so it is in place before the model that reads it.
+pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOptions, outputs: &mut Outputs) -> Result<Saved> {
+    let location = format!("{}.data", file_name(out)?);
     let spill = proto.encoded_len() as u64 > options.proto_limit;
 
     let mut data = Vec::new();
@@ -66,17 +62,20 @@ pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOpt
     let external = if data.is_empty() && !source.has_external_data() {
         None
     } else {
-        let data_path = dir.join(&location);
-        write_atomically(&data_path, &data)?;
+        outputs.stage(&folder(out).join(&location), &data)?;
         Some((location, data.len() as u64))
     };
-    if let Err(e) = write_atomically(out, &encoded) {
-        if let Some((loc, _)) = &external {
-            let _ = std::fs::remove_file(dir.join(loc));
-        }
-        return Err(e);
-    }
+    outputs.stage(out, &encoded)?;
     Ok(Saved { model_bytes: encoded.len() as u64, external })
+}
+
+/// The external data file a model saved to `out` may write: `<out>.data` beside it.
+pub fn data_path(out: &Path) -> Result<PathBuf> {
+    Ok(folder(out).join(format!("{}.data", file_name(out)?)))
+}
+
+fn file_name(out: &Path) -> Result<String> {
+    Ok(out.file_name().ok_or_else(|| Error::compile(out, "output path has no file name"))?.to_string_lossy().into_owned())
 }
 
 /// Moves `t`'s bytes to the external buffer when it is external in the source or must spill.
@@ -105,21 +104,7 @@ fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str,
 
 /// Writes `bytes` to a temporary file in `path`'s folder, then renames it to `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".qdqc-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(path, &e))?;
-    tmp.write_all(bytes).map_err(|e| Error::io(path, &e))?;
-    // Temporary files are created 0600; a compiled model is an ordinary file.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::Permissions::from_mode(0o644);
-        tmp.as_file().set_permissions(mode).map_err(|e| Error::io(path, &e))?;
-    }
-    tmp.as_file().sync_all().map_err(|e| Error::io(path, &e))?;
-    tmp.persist(path).map_err(|e| Error::io(path, &e.error))?;
-    Ok(())
+    let mut outputs = Outputs::default();
+    outputs.stage(path, bytes)?;
+    outputs.commit()
 }
