@@ -72,7 +72,8 @@ pub struct CompileReport {
     /// changes nothing.
     pub hazards: Vec<crate::audit::HazardJson>,
     /// What qdqc accepted although the model is not strictly valid ONNX, as ONNX Runtime does
-    /// (a domain used without an opset import), each kept as authored.
+    /// (a domain used without an opset import), each kept as authored; and every `--inputs`
+    /// array no deviation was measured on, with the reason.
     pub warnings: Vec<String>,
 }
 
@@ -317,7 +318,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         decisions,
         undecided,
         hazards: crate::audit::hazards_json(&model),
-        warnings: warnings(&model),
+        warnings: warnings(&model).into_iter().chain(unused_inputs(&model, &options.allow.inputs)).collect(),
     })
 }
 
@@ -348,6 +349,39 @@ pub(crate) fn warnings(model: &Model) -> Vec<String> {
         .into_iter()
         .map(|(domain, node)| format!("{node} uses domain '{domain}', which the model does not import; ONNX Runtime imports its latest version implicitly, and qdqc keeps the imports as authored"))
         .collect()
+}
+
+/// One warning per `--inputs` array that no lossy instance measured a deviation on.
+fn unused_inputs(model: &Model, inputs: &qdqc_rewrites::rules::Activations) -> Vec<String> {
+    let outcome = inputs.outcome.lock().unwrap_or_else(|e| e.into_inner());
+    let mut names = std::collections::BTreeSet::new();
+    tensor_names(model.proto.graph.as_ref(), &mut names);
+    inputs
+        .arrays
+        .keys()
+        .filter_map(|key| {
+            let why = match outcome.get(key) {
+                Some(None) => return None,
+                Some(Some(why)) => why.clone(),
+                None if !names.contains(key.as_str()) => "no tensor of the model has this name".to_string(),
+                None => "no lossy instance reads it (deviations are measured on the activation input of an --allow'ed MatMulNBits instance)".to_string(),
+            };
+            Some(format!("--inputs {}: array '{key}' not used: {why}", inputs.source))
+        })
+        .collect()
+}
+
+/// Every value name of a graph and its subgraphs: inputs, initializers, node outputs.
+fn tensor_names<'g>(g: Option<&'g qdqc_lang::onnx::GraphProto>, out: &mut std::collections::BTreeSet<&'g str>) {
+    let Some(g) = g else { return };
+    out.extend(g.input.iter().filter_map(|v| v.name.as_deref()));
+    out.extend(g.initializer.iter().filter_map(|t| t.name.as_deref()));
+    for n in &g.node {
+        out.extend(n.output.iter().map(String::as_str));
+        for a in &n.attribute {
+            a.g.iter().chain(&a.graphs).for_each(|sub| tensor_names(Some(sub), out));
+        }
+    }
 }
 
 fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {

@@ -27,7 +27,7 @@ pub use qdqc_rewrites::rules::{Activations, Allow};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.
 pub fn read_inputs(path: &std::path::Path) -> Result<Activations> {
-    Ok(Activations { source: path.display().to_string(), arrays: std::sync::Arc::new(npz::read(path)?) })
+    Ok(Activations { source: path.display().to_string(), arrays: std::sync::Arc::new(npz::read(path)?), outcome: Default::default() })
 }
 
 /// The human-readable audit table.

@@ -420,3 +420,59 @@ fn a_body_initializer_shadowing_a_packed_outer_one_is_an_error_not_a_wrong_model
     assert!(err.problem.contains("would shadow a different one"), "{err}");
     assert!(!out.exists());
 }
+
+/// An `.npy` header declaring `shape` of f32, followed by `data` bytes, deflated in a zip: a
+/// bomb when the shape is huge and the data compresses to nothing.
+fn npz_declaring(name: &str, shape: &str, data: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut buf = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut buf);
+    zip.start_file(format!("{name}.npy"), zip::write::SimpleFileOptions::default()).unwrap();
+    zip.write_all(b"\x93NUMPY\x01\x00").unwrap();
+    zip.write_all(&(header.len() as u16).to_le_bytes()).unwrap();
+    zip.write_all(header.as_bytes()).unwrap();
+    zip.write_all(&vec![0u8; data]).unwrap();
+    zip.finish().unwrap();
+    buf.into_inner()
+}
+
+#[test]
+fn an_inputs_zip_bomb_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Int4, layout: Layout::Blocked(16), zp: true, k: 32, n: 8 };
+    let m = write_model(dir.path(), "m.onnx", &case.model("MatMul", None, vec![], &[3, 32]));
+    let bomb = dir.path().join("bomb.npz");
+    // 16 GiB declared; 64 MiB of zeros deflate to about 64 KiB.
+    std::fs::write(&bomb, npz_declaring("a", "(4294967296,)", 64 << 20)).unwrap();
+    assert!(std::fs::metadata(&bomb).unwrap().len() < 1 << 20);
+    let out = dir.path().join("o.onnx");
+    let start = std::time::Instant::now();
+    let run = qdqc(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--allow", "matmulnbits", "--inputs", bomb.to_str().unwrap()]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(1), "took {:?}", start.elapsed());
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains("over the 1073741824-byte bound of --inputs"), "{}", stderr(&run));
+    assert!(!out.exists());
+}
+
+#[test]
+fn unused_inputs_arrays_are_reported_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = Case { dt: DataType::Int4, layout: Layout::Blocked(16), zp: true, k: 32, n: 8 };
+    let m = write_model(dir.path(), "m.onnx", &case.model("MatMul", None, vec![], &[3, 32]));
+    let (out, report) = (dir.path().join("o.onnx"), dir.path().join("r.json"));
+    for (key, values, why) in [("nowhere", 32, "no tensor of the model has this name"), ("a", 33, "33 values are not rows of K = 32")] {
+        let inputs = dir.path().join(format!("{key}.npz"));
+        std::fs::write(&inputs, npz(key, &vec![0.5f32; values])).unwrap();
+        let run = qdqc(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--allow", "matmulnbits", "--inputs", inputs.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        let warning = format!("array '{key}' not used: {why}");
+        assert!(stderr(&run).contains(&warning), "{key}: {}", stderr(&run));
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert!(json["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains(&warning)), "{}", json["warnings"]);
+    }
+}

@@ -60,6 +60,20 @@ pub struct Allow {
 pub struct Activations {
     pub source: String,
     pub arrays: std::sync::Arc<BTreeMap<String, Vec<f32>>>,
+    /// What became of each array a rule looked at: `None` when a deviation was measured on it,
+    /// else why it could not be (written by the rule that read it, read by the report).
+    pub outcome: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Option<String>>>>,
+}
+
+impl Activations {
+    /// Records that `name` was used, or why not; a use is never overwritten by a refusal.
+    pub fn record(&self, name: &str, refused: Option<String>) {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = outcome.entry(name.to_string()).or_insert(refused.clone());
+        if refused.is_none() {
+            *slot = None;
+        }
+    }
 }
 
 impl fmt::Debug for Activations {

@@ -225,11 +225,14 @@ impl Fusion {
         let inputs = &self.options.allow.inputs;
         if let Some(name) = value_name(eg, var(s, "?a"))
             && let Some(values) = inputs.arrays.get(name)
-            && !values.is_empty()
-            && values.len() % w.k == 0
         {
-            let rows = values.len() / w.k;
-            deviation.push(nbits::deviation(p, reference, values, rows, self.level, format!("{}: '{name}'", inputs.source)));
+            if !values.is_empty() && values.len() % w.k == 0 {
+                let rows = values.len() / w.k;
+                deviation.push(nbits::deviation(p, reference, values, rows, self.level, format!("{}: '{name}'", inputs.source)));
+                inputs.record(name, None);
+            } else {
+                inputs.record(name, Some(format!("{} values are not rows of K = {} (the MatMul's reduced axis)", values.len(), w.k)));
+            }
         }
         Lossy { contract: "lossy", accuracy_level: self.level, bits: w.bits, block_size: p.block_size, weights, deviation }
     }
