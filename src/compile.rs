@@ -30,11 +30,14 @@ pub struct CompileOptions {
     pub fold_weights: bool,
     /// Lossy rewrites allowed by `--allow` (none by default), with `--inputs` activations.
     pub allow: Allow,
+    /// `--timings`: the report gets wall-clock times (and is then no longer byte-identical
+    /// across runs).
+    pub timings: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false, allow: Allow::default() }
+        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false, allow: Allow::default(), timings: false }
     }
 }
 
@@ -75,6 +78,18 @@ pub struct CompileReport {
     /// (a domain used without an opset import), each kept as authored; and every `--inputs`
     /// array no deviation was measured on, with the reason.
     pub warnings: Vec<String>,
+    /// Wall-clock times, only with `--timings`: everything else in the report is a function of
+    /// the input and the options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Timings {
+    /// The whole compile, load to staged outputs.
+    pub total_micros: u64,
+    /// The proofs behind every decision's verdicts, summed.
+    pub proofs_micros: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -245,6 +260,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report: Option<&Path>, o
 }
 
 fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOptions, outputs: &mut Outputs) -> Result<CompileReport> {
+    let start = std::time::Instant::now();
     let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone() });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
     let lowering = lower(&model)?;
@@ -319,6 +335,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         undecided,
         hazards: crate::audit::hazards_json(&model),
         warnings: warnings(&model).into_iter().chain(unused_inputs(&model, &options.allow.inputs)).collect(),
+        timings: options.timings.then(|| Timings { total_micros: start.elapsed().as_micros() as u64, proofs_micros: proof_micros(&lowering.decisions) }),
     })
 }
 
@@ -349,6 +366,15 @@ pub(crate) fn warnings(model: &Model) -> Vec<String> {
         .into_iter()
         .map(|(domain, node)| format!("{node} uses domain '{domain}', which the model does not import; ONNX Runtime imports its latest version implicitly, and qdqc keeps the imports as authored"))
         .collect()
+}
+
+fn proof_micros(decisions: &[Decision]) -> u64 {
+    use qdqc_rewrites::exact::Verdict;
+    let micros = |v: &Verdict| match v {
+        Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => proof.micros,
+        Verdict::Unknown { .. } => 0,
+    };
+    decisions.iter().flat_map(|d| &d.verdicts).map(|(_, v)| micros(v)).sum()
 }
 
 /// One warning per `--inputs` array that no lossy instance measured a deviation on.

@@ -52,6 +52,9 @@ enum Command {
         /// also measure their deviation.
         #[arg(long, value_name = "FILE.npz")]
         inputs: Option<PathBuf>,
+        /// Add wall-clock times to the report (without it, two runs give byte-identical reports).
+        #[arg(long)]
+        timings: bool,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -145,7 +148,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights, allow, inputs } => {
+        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights, allow, inputs, timings } => {
             let mut lossy = Allow::default();
             for a in allow {
                 match a {
@@ -163,6 +166,7 @@ fn run(command: Command) -> Result<(), Error> {
                 resign: !keep_int8_activations,
                 fold_weights,
                 allow: lossy,
+                timings,
                 ..CompileOptions::default()
             };
             let result = qdqc::compile_with_report(&input, &output, report.as_deref(), &options)?;

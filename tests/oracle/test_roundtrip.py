@@ -157,6 +157,22 @@ def test_compile_idempotent(qdqc, compiled, entry, tmp_path):
     assert_same_dirs(first.parent, again.parent, "compiling qdqc's own output")
 
 
+def test_reports_and_audits_are_byte_identical_across_runs(qdqc, entry, tmp_path):
+    """Issue #10: no timing or other run-dependent field in `compile --report` or `audit --json`."""
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    runs = []
+    for _ in range(2):
+        r = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report)
+        assert r.returncode == 0, describe(r)
+        a = run_qdqc(qdqc, "audit", model_path(entry), "--json")
+        assert a.returncode == 0, describe(a)
+        runs.append((report.read_bytes(), a.stdout))
+    assert runs[0][0] == runs[1][0], "two compile reports differ"
+    assert runs[0][1] == runs[1][1], "two audit --json outputs differ"
+    timed = run_qdqc(qdqc, "compile", model_path(entry), "-o", out, "--report", report, "--timings")
+    assert timed.returncode == 0 and "total_micros" in json.loads(report.read_text())["timings"], describe(timed)
+
+
 def test_inspect_counts(qdqc, entry):
     src = model_path(entry)
     r = run_qdqc(qdqc, "inspect", src, "--json")
