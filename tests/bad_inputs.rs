@@ -257,3 +257,34 @@ fn quantize_linear_without_scale() {
     let err = refused(|d| edited(d, |m| nodes(m)[0].input.truncate(1)));
     assert!(err.contains("node 'Q_x' (QuantizeLinear)") && err.contains("takes x, scale"), "{err}");
 }
+
+/// A model nested past protobuf's recursion limit: a short line, not the kilobytes of field path
+/// prost's error carries.
+#[test]
+fn nesting_past_the_recursion_limit() {
+    let err = refused(|d| {
+        let mut g = qdqc_lang::onnx::GraphProto::default();
+        for _ in 0..120 {
+            let attr = qdqc_lang::onnx::AttributeProto { g: Some(g), ..Default::default() };
+            g = qdqc_lang::onnx::GraphProto { node: vec![qdqc_lang::onnx::NodeProto { attribute: vec![attr], ..Default::default() }], ..Default::default() };
+        }
+        write_model(d, "deep.onnx", &qdqc_lang::onnx::ModelProto { ir_version: Some(8), graph: Some(g), ..Default::default() })
+    });
+    assert!(err.contains("recursion limit reached") && err.len() < 300, "{err}");
+}
+
+/// External data shorter than the tensor: the numbers, never a Rust `Some(..)`.
+#[test]
+fn external_data_range_message_has_no_rust_syntax() {
+    let err = refused(|d| {
+        std::fs::write(d.join("w.bin"), [0u8; 10]).unwrap();
+        edited(d, |m| {
+            let w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("w")).unwrap();
+            w.raw_data = None;
+            w.data_location = Some(1);
+            let entry = |k: &str, v: &str| qdqc_lang::onnx::StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+            w.external_data = vec![entry("location", "w.bin"), entry("offset", "4"), entry("length", "1408")];
+        })
+    });
+    assert!(err.contains("offset 4 length 1408 exceeds 'w.bin' (10 bytes)") && !err.contains("Some("), "{err}");
+}

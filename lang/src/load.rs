@@ -34,8 +34,7 @@ impl Model {
         if bytes.is_empty() {
             return Err(Error::bad_input(path, "empty file, not an ONNX model"));
         }
-        let mut proto = ModelProto::decode(bytes)
-            .map_err(|e| Error::bad_input(path, format!("not an ONNX model (protobuf decoding failed: {e})")))?;
+        let mut proto = ModelProto::decode(bytes).map_err(|e| Error::bad_input(path, format!("not an ONNX model (protobuf decoding failed: {})", decode_reason(&e))))?;
         check_header(&proto).map_err(|p| Error::bad_input(path, p))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let external = map_external(&mut proto, &dir).map_err(|p| Error::bad_input(path, p))?;
@@ -117,6 +116,19 @@ fn map_file(path: &Path, what: &str) -> Result<Bytes> {
     // writer could change the bytes under us, which is the usual contract of mmap-based loaders.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(unreadable)?;
     Ok(Bytes::from_owner(map))
+}
+
+/// prost's decode error names every message on the path to the fault ("ModelProto.graph:
+/// GraphProto.node: NodeProto.attribute: …"), kilobytes of it for a deeply nested model: the
+/// reason and the depth of the path.
+fn decode_reason(e: &prost::DecodeError) -> String {
+    let text = e.to_string();
+    let parts: Vec<&str> = text.split(": ").collect();
+    match parts.as_slice() {
+        [_, path @ .., reason] if path.len() > 2 => format!("{reason}, {} fields deep", path.len()),
+        [_, rest @ ..] if !rest.is_empty() => rest.join(": "),
+        _ => text,
+    }
 }
 
 /// What a path that is not a regular file is, in words.
@@ -205,10 +217,10 @@ fn map_one(t: &TensorProto, dir: &Path, files: &mut BTreeMap<String, Bytes>) -> 
     let end = ext.length.map_or(Some(len), |l| ext.offset.checked_add(l));
     match end {
         Some(end) if ext.offset <= len && end <= len => Ok(()),
-        _ => Err(format!(
-            "tensor '{name}': external data range offset {} length {:?} exceeds {:?} ({len} bytes)",
-            ext.offset, ext.length, ext.location
-        )),
+        _ => {
+            let length = ext.length.map_or("to the end".to_string(), |l| format!("length {l}"));
+            Err(format!("tensor '{name}': external data range offset {} {length} exceeds '{}' ({len} bytes)", ext.offset, ext.location))
+        }
     }
 }
 

@@ -62,8 +62,11 @@ pub fn check_payload(t: &TensorProto, dt: DataType, payload: &Payload<'_>) -> Re
     let count = element_count(&t.dims).map_err(|e| format!("tensor '{}': {e}", name(t)))?;
     let (have, want, unit) = match payload {
         Payload::Raw(bytes) => {
+            if bits_per_element(dt).is_none() {
+                return Err(format!("tensor '{}' of type {} cannot hold raw data", name(t), dt.as_str_name()));
+            }
             let want = packed_bytes(dt, count).ok_or_else(|| {
-                format!("tensor '{}' of type {} cannot hold raw data", name(t), dt.as_str_name())
+                format!("tensor '{}': dims {:?} of {} hold more than 2^64 bits", name(t), t.dims, dt.as_str_name())
             })?;
             (bytes.len() as u64, want, "bytes")
         }
