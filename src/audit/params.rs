@@ -102,6 +102,20 @@ impl<'m> Ctx<'m> {
             .collect()
     }
 
+    /// Shape of a value with its symbolic dims as `None`, when the rank is known.
+    pub fn dims(&self, value: &str) -> Option<Vec<Option<i64>>> {
+        let shape = self.scopes.facts(self.model, value).shape?;
+        Some(
+            shape
+                .into_iter()
+                .map(|d| match d {
+                    qdqc_lang::analysis::Dim::Known(k) => Some(k),
+                    qdqc_lang::analysis::Dim::Symbolic(_) => None,
+                })
+                .collect(),
+        )
+    }
+
     pub fn int_attr(&self, pos: usize, name: &str) -> Option<i64> {
         self.node(pos).attribute.iter().find(|a| a.name.as_deref() == Some(name)).and_then(|a| a.i)
     }
