@@ -7,7 +7,7 @@ use qdqc_rewrites::exact::reference::dequantize;
 use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_rewrites::ort::matmul_dynamic::{self, DynamicMatMul};
-use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, column_channels, row_channels};
+use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
 use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
 use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
@@ -90,6 +90,20 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
         (rule, _) if rule.starts_with("drop") => round_trip(x(0)?, y().unwrap_or(x(0)?), rule),
         (rule, op) => return Err(format!("no prover for ORT rule {rule} on {op}")),
     })
+}
+
+/// The near-boundary count of a Conv/MatMul/Gemm group with a Q output whose float path fails
+/// P2 (ISA-independent: the float path's error bound holds for every summation order).
+pub fn near_boundary(ctx: &Ctx, f: &Fusion) -> Option<NearBoundary> {
+    let op = ctx.node(f.target).op_type.as_deref().unwrap_or("");
+    match f.rule {
+        "MatMul" if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => match dynamic_matmul(ctx, f).ok()? {
+            (g, Some(_)) => matmul_dynamic::near_boundary(&g),
+            (_, None) => None,
+        },
+        "Conv" | "MatMul" | "Gemm" if !f.q_outputs.is_empty() => requant::near_boundary(&gemm_group(ctx, f, op).ok()?),
+        _ => None,
+    }
 }
 
 /// Length of the rows Softmax normalises: the axis dim (opset ≥ 13), or the product of the dims
@@ -275,6 +289,8 @@ pub fn describe_rewrite(ctx: &Ctx, r: &Rewrite) -> super::Group {
         counterexample: Default::default(),
         reason: Default::default(),
         codes: Default::default(),
+        real: None,
+        near_boundary: None,
         params: None,
     }
 }
