@@ -270,6 +270,8 @@ fn argmax_on_codes(x: QParam) -> Verdict {
 pub fn rewrite_verdict(r: &Rewrite) -> Verdict {
     if r.exact {
         Verdict::Exact { proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 0, micros: 0, detail: r.transformer.to_string() } }
+    } else if let Some(counterexample) = r.witness.clone() {
+        Verdict::Refuted { counterexample, proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 1, micros: 0, detail: r.transformer.to_string() } }
     } else {
         Verdict::Unknown { reason: format!("changes numerics: {}", r.detail) }
     }

@@ -32,7 +32,8 @@
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
 
 use super::Isa;
-use crate::exact::reference::{CodeType, quantize};
+use crate::exact::Counterexample;
+use crate::exact::reference::{CodeType, dequantize, quantize};
 use qdqc_lang::onnx::tensor_shape_proto::dimension;
 use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto, NodeProto, TensorProto, TypeProto, type_proto};
 use qdqc_lang::tensor::{self, Payload};
@@ -78,6 +79,8 @@ pub struct Rewrite {
     pub exact: bool,
     /// One line: what changes, with the values involved.
     pub detail: String,
+    /// When not exact, an input whose result changes, if one is known.
+    pub witness: Option<Counterexample>,
     pub location: String,
 }
 
@@ -818,6 +821,25 @@ impl Work<'_, '_, '_> {
     }
 }
 
+/// An input the Clip/Relu removal changes: the value of the end code the bound misses
+/// (`want_min` says whether the lower bound quantizes as it should), which lies outside
+/// `[min, max]`; `None` if that value happens to quantize the same both ways.
+fn clip_witness((s, z, code): (f32, i64, CodeType), (min, max): (f32, f32), min_ok: bool, channel: usize, channels: usize) -> Option<Counterexample> {
+    let (lo, hi) = code.range();
+    let want = if s > 0.0 { (lo, hi) } else { (hi, lo) };
+    let x = dequantize(if min_ok { want.1 } else { want.0 }, s, z);
+    let clipped = x.max(min).min(max);
+    let (unfused, fused) = (quantize(clipped, s, z, code), quantize(x, s, z, code));
+    (unfused != fused).then(|| {
+        let mut inputs = vec![("x (f32 bits)".to_string(), x.to_bits() as i64)];
+        if channels > 1 {
+            inputs.insert(0, ("channel".to_string(), channel as i64));
+        }
+        // `differing` counts this one input: the float inputs that change are not enumerated.
+        Counterexample { inputs, unfused, fused, exact: Some(format!("x = {x:e}, clipped to {clipped:e}")), differing: 1 }
+    })
+}
+
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
 fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
     matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16)
@@ -1011,6 +1033,10 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     fn report(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String) {
+        self.report_with(transformer, nodes, exact, detail, None);
+    }
+
+    fn report_with(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String, witness: Option<Counterexample>) {
         let mut authored: Vec<usize> =
             nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
         authored.dedup();
@@ -1019,6 +1045,7 @@ impl<'m> Work<'m, '_, '_> {
             nodes: authored,
             exact,
             detail,
+            witness,
             location: self.location.clone(),
         });
     }
@@ -1576,13 +1603,13 @@ impl<'m> Work<'m, '_, '_> {
             };
             match verdict {
                 Some(ClipVerdict::Removed { q, bounds }) => {
-                    let (exact, why) = self.clip_removal_exact(q, bounds);
+                    let (exact, why, witness) = self.clip_removal_exact(q, bounds);
                     let detail = format!("removes {} before {}: {why}", self.describe(id), self.describe(q));
                     let source = self.clip_source(id);
                     let out = self.nodes[id].outputs[0].clone();
                     self.bypass(&out, &source);
                     self.remove(id);
-                    self.report(transformer, vec![id, q], exact, detail);
+                    self.report_with(transformer, vec![id, q], exact, detail, witness);
                 }
                 Some(ClipVerdict::Throws { q }) => {
                     let detail = format!(
@@ -1649,30 +1676,28 @@ impl<'m> Work<'m, '_, '_> {
     /// Whether `Q(clip(x)) = Q(x)` for every x: with s > 0 the bounds must quantize to the ends of
     /// the code range (min to qmin, max to qmax), with s < 0 the other way round, per channel.
     /// NaN passes through ORT's Relu and Clip, so it reaches Q either way.
-    fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String) {
+    fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String, Option<Counterexample>) {
         let Some(params) = self.q_params(q) else {
-            return (false, "the Q's scale or zero point is not constant".into());
+            return (false, "the Q's scale or zero point is not constant".into(), None);
         };
-        for (s, z) in params.scales.iter().zip(params.zps.iter().cycle()) {
+        for (c, (s, z)) in params.scales.iter().zip(params.zps.iter().cycle()).enumerate() {
             if !s.is_finite() || *s == 0.0 {
-                return (false, format!("scale {} is zero or not finite", hex(*s)));
+                return (false, format!("scale {} is zero or not finite", hex(*s)), None);
             }
             let (lo, hi) = params.code.range();
             let (at_min, at_max) = (quantize(min, *s, *z, params.code), quantize(max, *s, *z, params.code));
             let want = if *s > 0.0 { (lo, hi) } else { (hi, lo) };
             if (at_min, at_max) != want {
-                return (
-                    false,
-                    format!(
-                        "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
-                        hex(*s),
-                        want.0,
-                        want.1
-                    ),
+                let why = format!(
+                    "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
+                    hex(*s),
+                    want.0,
+                    want.1
                 );
+                return (false, why, clip_witness((*s, *z, params.code), (min, max), (at_min, at_max) == (want.0, at_max), c, params.scales.len()));
             }
         }
-        (true, "the Q's range lies inside the bounds".into())
+        (true, "the Q's range lies inside the bounds".into(), None)
     }
 
     /// A Q or DQ node's constant scales and zero points (one zero point 0 when absent).
@@ -3053,6 +3078,24 @@ mod tests {
         // An int4 zero point makes ORT throw while optimizing.
         let r = run(&with(clip(0.0, 1.0), "z4"), Isa::X86Avx2).rewrites;
         assert!(r.len() == 1 && !r[0].exact && r[0].detail.contains("aborts session creation"), "{r:?}");
+    }
+
+    #[test]
+    fn inexact_relu_and_clip_removals_carry_an_input_that_changes() {
+        // s < 0: Relu(x) then Q gives the zero point for x < 0; Q alone gives the top code.
+        let l = activation_before_q(node("Relu", &["c"], &["r"]), "sneg", "z").load();
+        let r = &run(&l, Isa::X86Avx2).rewrites[0];
+        let w = r.witness.as_ref().unwrap_or_else(|| panic!("{r:?}"));
+        assert_eq!((f32::from_bits(w.inputs[0].1 as u32), w.unfused, w.fused), (-25.5, 0, 255), "{w}");
+        // int8 activations, zero point −128, scale 1e-9: the Q covers [0, 2.55e-7]; Clip(0, 2e-7)
+        // is within FLT_EPSILON of it, so ORT removes it, and 2.55e-7 no longer clips.
+        let clip = node("Clip", &["c", "lo", "hi"], &["r"]);
+        let l = activation_before_q(clip, "st", "zm").init(scalar("st", 1e-9)).init(ints("zm", DataType::Int8, &[], &[-128]));
+        let l = l.init(scalar("lo", 0.0)).init(scalar("hi", 2e-7)).load();
+        let r = &run(&l, Isa::X86Avx512Vnni).rewrites[0];
+        assert_eq!((r.transformer, r.exact), ("ClipQuantRewrite", false), "{r:?}");
+        let w = r.witness.as_ref().unwrap_or_else(|| panic!("{r:?}"));
+        assert_eq!((w.unfused, w.fused), (72, 127), "{w}");
     }
 
     #[test]
