@@ -1,0 +1,122 @@
+"""`qdqc audit` on ORT's rewrites outside the selectors and on groups without static shapes,
+against the pinned ONNX Runtime on this machine (`--ort-isa host`):
+
+* a Clip in front of an int8 QuantizeLinear that ORT's ClipQuantFusion removes although it clips
+  (its bound is within FLT_EPSILON of the Q's range): the audit refutes it, and its input makes
+  ORT_ENABLE_ALL and ORT_DISABLE_ALL return exactly the predicted codes;
+* a Relu in front of a uint8 Q with a negative scale (ReluQuantFusion checks only the zero point):
+  the same;
+* QLinearSoftmax over a symbolic axis: refuted at a concrete length, and that length's row
+  reproduces in ORT.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from oracle_util import describe, ort_session as session, run_qdqc
+
+
+def audit(qdqc, path, *args) -> dict:
+    r = run_qdqc(qdqc, "audit", path, "--json", "--ort-isa", "host", *args)
+    assert r.returncode == 0, describe(r)
+    return json.loads(r.stdout)
+
+
+def host(report) -> str:
+    assert len(report["profiles"]) == 1, report["profiles"]
+    return report["profiles"][0]
+
+
+def activation_before_q(act: onnx.NodeProto, scale: float, zp, inits=()) -> onnx.ModelProto:
+    """x (float) → Neg → act → Q(scale, zp) → codes (the Neg gives the activation an input edge,
+    which ORT's node removal needs)."""
+    nodes = [h.make_node("Neg", ["x"], ["nx"], name="neg"), act, h.make_node("QuantizeLinear", ["r", "s", "z"], ["y"], name="q_y")]
+    params = [nh.from_array(np.float32(scale), "s"), nh.from_array(zp, "z"), *inits]
+    out_type = T.INT8 if zp.dtype == np.int8 else T.UINT8
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4])], [h.make_tensor_value_info("y", out_type, [4])], params)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def assert_reproduces(qdqc, tmp_path, model, rule):
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next((g for g in report["groups"] if g["rule"] == rule), None)
+    assert group is not None, [g["rule"] for g in report["groups"]]
+    assert group["verdict"][isa] == "refuted" and group["real"]["verdict"][isa] == "refuted", group
+    cx = group["counterexample"][isa]
+    bits = dict(cx["inputs"])["x (f32 bits)"]
+    x = -np.full(4, struct.unpack("<f", struct.pack("<I", bits))[0], np.float32)
+    off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": x})[0]
+    on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": x})[0]
+    assert set(off.tolist()) == {cx["unfused"]} and set(on.tolist()) == {cx["fused"]}, (off, on, cx)
+    assert cx["unfused"] != cx["fused"]
+
+
+def test_an_int8_clip_within_flt_epsilon_is_removed_by_ort_and_refuted(qdqc, tmp_path):
+    bounds = [nh.from_array(np.float32(0.0), "lo"), nh.from_array(np.float32(2e-7), "hi")]
+    clip = h.make_node("Clip", ["nx", "lo", "hi"], ["r"], name="clip")
+    assert_reproduces(qdqc, tmp_path, activation_before_q(clip, 1e-9, np.int8(-128), bounds), "ClipQuantRewrite")
+
+
+def test_a_relu_before_a_negative_scale_is_removed_by_ort_and_refuted(qdqc, tmp_path):
+    relu = h.make_node("Relu", ["nx"], ["r"], name="relu")
+    assert_reproduces(qdqc, tmp_path, activation_before_q(relu, -0.1, np.uint8(0)), "ReluQuantRewrite")
+
+
+def test_an_exact_int8_clip_removal_is_exact(qdqc, tmp_path):
+    # Q covers [0, 255·0.02]; Clip(0, 6) lies outside it, so Q saturates first: exact.
+    bounds = [nh.from_array(np.float32(0.0), "lo"), nh.from_array(np.float32(6.0), "hi")]
+    clip = h.make_node("Clip", ["nx", "lo", "hi"], ["r"], name="clip")
+    model = activation_before_q(clip, 0.02, np.int8(-128), bounds)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    group = next(g for g in report["groups"] if g["rule"] == "ClipQuantRewrite")
+    assert group["verdict"][host(report)] == "exact", group
+    x = np.array([-1.0, 3.0, 5.1, 7.5], np.float32)
+    off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": x})[0]
+    on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": x})[0]
+    assert np.array_equal(off, on)
+
+
+def softmax_model(sx, zx, sy, zy, axis_dim) -> onnx.ModelProto:
+    nodes = [
+        h.make_node("DequantizeLinear", ["x", "sx", "zx"], ["dx"], name="dq_x"),
+        h.make_node("Softmax", ["dx"], ["p"], name="softmax", axis=-1),
+        h.make_node("QuantizeLinear", ["p", "sy", "zy"], ["y"], name="q_y"),
+    ]
+    inits = [nh.from_array(np.float32(sx), "sx"), nh.from_array(np.uint8(zx), "zx"), nh.from_array(np.float32(sy), "sy"), nh.from_array(np.uint8(zy), "zy")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.UINT8, ["batch", axis_dim])], [h.make_tensor_value_info("y", T.UINT8, ["batch", axis_dim])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=9)
+
+
+def test_softmax_over_a_symbolic_axis_is_refuted_at_a_length_that_reproduces(qdqc, tmp_path):
+    path = tmp_path / "softmax.onnx"
+    onnx.save(softmax_model(0.5, 0, 0.006, 0, "sequence"), path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next(g for g in report["groups"] if g["op"] == "Softmax")
+    assert group["verdict"][isa] == "refuted", group
+    detail = group["proof"][isa]["detail"]
+    length = int(detail.split("refuted at length ")[1].split(":")[0])
+    cx = group["counterexample"][isa]
+    inputs = dict(cx["inputs"])
+    row = [inputs["x[0]"]] + [inputs.get("x[1]", inputs.get(f"x[1..{length}]"))] * (length - 1)
+    row = np.array([row], np.uint8)
+    fixed = softmax_model(0.5, 0, 0.006, 0, length)
+    off = session(fixed, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": row})[0]
+    on = session(fixed, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": row})[0]
+    position = 0  # the counterexample names y[0] or y[1]; both hold in the row pattern
+    assert "y[" in cx["exact"], cx
+    position = int(cx["exact"].split("y[")[1].split("]")[0])
+    assert (off[0, position], on[0, position]) == (cx["unfused"], cx["fused"]), (off, on, cx)
