@@ -56,9 +56,12 @@ pub fn prove(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Verdict {
 
 fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Verdict, String> {
     let op = ctx.node(f.target).op_type.as_deref().unwrap_or("");
-    let input = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
-    let x = |i: usize| input(i).and_then(|p| ctx.qparam(p));
-    let y = || f.q_outputs.first().ok_or_else(|| "no QuantizeLinear output".to_string()).and_then(|&p| ctx.qparam(p));
+    // Parameters of a DQ or Q ORT inserted by QDQPropagation are those of the node it copied.
+    let source = |i: usize| f.input_params.iter().find(|&&(slot, _)| slot == i).map(|&(_, p)| p);
+    let x = |i: usize| {
+        source(i).ok_or_else(|| format!("input {i} of {} is not DequantizeLinear'd with authored parameters", ctx.name(f.target))).and_then(|p| ctx.qparam(p))
+    };
+    let y = || f.output_params.first().ok_or_else(|| "no QuantizeLinear output with authored parameters".to_string()).and_then(|&p| ctx.qparam(p));
     Ok(match (f.rule, op) {
         ("2DQ", "Add" | "Mul") => {
             let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };

@@ -66,6 +66,13 @@ pub struct Fusion {
     pub codes: Vec<(usize, Option<DataType>)>,
     /// Where the graph is: empty for the main graph, else the subgraph path.
     pub location: String,
+    /// Where each DQ's parameters come from, as (input slot of the target, position of the
+    /// authored Q or DQ whose scale and zero point it has): the DQ itself when authored, the node
+    /// QDQPropagation copied when ORT inserted it. DQs with parameters of their own (weights ORT
+    /// quantized) are not listed.
+    pub input_params: Vec<(usize, usize)>,
+    /// The same for each Q, in `q_outputs` order of the group's Qs (authored or copied).
+    pub output_params: Vec<usize>,
 }
 
 /// A numerics-relevant rewrite by one of ORT's other QDQ transformers.
@@ -2281,6 +2288,21 @@ impl<'m> Work<'m, '_, '_> {
 
     /// Records the fusion and replaces the group by one node that reads the DQs' inputs and writes
     /// the Qs' outputs (or the target's, without Q), as the action's value moves do.
+    /// The authored Q or DQ whose parameters node `id` has: itself, or for a node ORT copied
+    /// (QDQPropagation's pairs keep the origin of the node they copy), that node while the copy
+    /// still reads the same scale and zero point.
+    fn param_source(&self, id: usize) -> Option<usize> {
+        let n = &self.nodes[id];
+        if n.authored {
+            return Some(n.origin);
+        }
+        let is_qdq = |m: &Node| m.op == "QuantizeLinear" || m.op == "DequantizeLinear";
+        self.nodes
+            .iter()
+            .find(|m| m.authored && m.origin == n.origin && is_qdq(m) && m.inputs.get(1..) == n.inputs.get(1..))
+            .map(|m| m.origin)
+    }
+
     fn fuse(&mut self, rule: &'static str, fused_op: String, sel: Selection) {
         let authored = |w: &Self, ids: &[usize]| {
             ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect()
@@ -2303,6 +2325,15 @@ impl<'m> Work<'m, '_, '_> {
                 .map(|(id, t)| (self.nodes[id].origin, t))
                 .collect(),
             location: self.location.clone(),
+            input_params: sel
+                .dqs
+                .iter()
+                .filter_map(|&dq| {
+                    let slot = self.nodes[sel.target].inputs.iter().position(|i| Some(i) == self.nodes[dq].outputs.first())?;
+                    Some((slot, self.param_source(dq)?))
+                })
+                .collect(),
+            output_params: sel.qs.iter().filter_map(|&q| self.param_source(q)).collect(),
         });
         let target = self.nodes[sel.target].clone();
         let mut inputs: Vec<String> = Vec::new();
