@@ -120,3 +120,39 @@ def test_softmax_over_a_symbolic_axis_is_refuted_at_a_length_that_reproduces(qdq
     assert "y[" in cx["exact"], cx
     position = int(cx["exact"].split("y[")[1].split("]")[0])
     assert (off[0, position], on[0, position]) == (cx["unfused"], cx["fused"]), (off, on, cx)
+
+
+def int8_add_model(shape) -> onnx.ModelProto:
+    """int8 codes a, b → DQ → Add → Q → int8 codes: an Add of an int8-activation model where no
+    Q→DQ pair lets QDQS8ToU8 make it uint8 (here graph inputs; in a model, Qs that also feed a
+    graph output or a second DQ), which ORT fuses into an int8 QLinearAdd."""
+    # The parameters of an int8 hardswish `x + 3` Add in a quantized OCR classifier.
+    params = {"a": (0.056834128, -21), "b": (0.011764706, -128), "c": (0.023529412, -128)}
+    inits = [x for n, (s, z) in params.items() for x in (nh.from_array(np.float32(s), f"s_{n}"), nh.from_array(np.int8(z), f"z_{n}"))]
+    nodes = [
+        h.make_node("DequantizeLinear", ["a", "s_a", "z_a"], ["da"], name="dq_a"),
+        h.make_node("DequantizeLinear", ["b", "s_b", "z_b"], ["db"], name="dq_b"),
+        h.make_node("Add", ["da", "db"], ["sum"], name="residual_add"),
+        h.make_node("QuantizeLinear", ["sum", "s_c", "z_c"], ["c"], name="q_c"),
+    ]
+    ins = [h.make_tensor_value_info(n, T.INT8, shape) for n in "ab"]
+    g = h.make_graph(nodes, "g", ins, [h.make_tensor_value_info("c", T.INT8, shape)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def test_an_int8_residual_add_is_fused_by_ort_and_refuted(qdqc, tmp_path):
+    shape = [1, 4, 8, 8]
+    model = int8_add_model(shape)
+    path = tmp_path / "add.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next(g for g in report["groups"] if g["op"] == "Add")
+    assert group["fused_op"] == "com.microsoft.QLinearAdd" and group["codes"][isa]["q_c"] == "i8", group
+    assert group["verdict"][isa] == "refuted", group
+    cx = group["counterexample"][isa]
+    a, b = (v for _, v in cx["inputs"])
+    feed = {"a": np.full(shape, a, np.int8), "b": np.full(shape, b, np.int8)}
+    off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0]
+    on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, feed)[0]
+    assert set(off.ravel().tolist()) == {cx["unfused"]} and set(on.ravel().tolist()) == {cx["fused"]}, (off.ravel()[:4], on.ravel()[:4], cx)
