@@ -156,3 +156,29 @@ def test_an_int8_residual_add_is_fused_by_ort_and_refuted(qdqc, tmp_path):
     off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0]
     on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, feed)[0]
     assert set(off.ravel().tolist()) == {cx["unfused"]} and set(on.ravel().tolist()) == {cx["fused"]}, (off.ravel()[:4], on.ravel()[:4], cx)
+
+
+def test_merging_two_qdq_pairs_with_different_parameters_is_refuted(qdqc, tmp_path):
+    # x → Q/DQ(0.1, 0) → Q/DQ(0.2, 0) → y: DoubleQDQPairsRemover keeps one pair with the
+    # intersected range's parameters (here the first pair's), which rounds once instead of twice.
+    inits = [nh.from_array(np.float32(0.1), "s1"), nh.from_array(np.float32(0.2), "s2"), nh.from_array(np.uint8(0), "z")]
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"], name="q1"),
+        h.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"], name="dq1"),
+        h.make_node("QuantizeLinear", ["d1", "s2", "z"], ["q2"], name="q2"),
+        h.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"], name="dq2"),
+    ]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4])], [h.make_tensor_value_info("y", T.FLOAT, [4])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    path = tmp_path / "double.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next(g for g in report["groups"] if g["rule"] == "DoubleQDQPairsRemover")
+    assert group["verdict"][isa] == "refuted", group
+    cx = group["counterexample"][isa]
+    x = np.full(4, struct.unpack("<f", struct.pack("<I", dict(cx["inputs"])["x (f32 bits)"]))[0], np.float32)
+    off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": x})[0]
+    on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": x})[0]
+    assert set(off.tolist()) == {np.float32(0.2) * cx["unfused"]}, (off, cx)
+    assert not np.array_equal(off, on), (off, on, cx)

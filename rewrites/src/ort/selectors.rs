@@ -847,6 +847,24 @@ fn clip_witness((s, z, code): (f32, i64, CodeType), (min, max): (f32, f32), min_
     })
 }
 
+/// An input whose result the merge of `Q1 → DQ1 → Q2 → DQ2` into one pair with new parameters
+/// changes: on the grid of the first pair (`x = DQ1(c)` for every code `c`, so `Q1(x) = c`),
+/// `DQ2(Q2(x))` against `DQnew(Qnew(x))`, the first code whose values differ. Codes are reported
+/// as the second pair's and the new pair's; the values in the text.
+fn double_qdq_witness(code: CodeType, [(s1, z1), (s2, z2)]: [(f32, i64); 2], (s, z): (f32, i64)) -> Option<Counterexample> {
+    let (lo, hi) = code.range();
+    let differ = |c: i64| {
+        let x = dequantize(c, s1, z1);
+        let (before, after) = (quantize(x, s2, z2, code), quantize(x, s, z, code));
+        let (vb, va) = (dequantize(before, s2, z2), dequantize(after, s, z));
+        (vb.to_bits() != va.to_bits()).then_some((x, before, after, vb, va))
+    };
+    let differing = (lo..=hi).filter(|&c| differ(c).is_some()).count() as u64;
+    let (x, before, after, vb, va) = (lo..=hi).find_map(differ)?;
+    let exact = format!("x = {x:e}: the two pairs give {vb:e}, the merged pair {va:e}");
+    Some(Counterexample { inputs: vec![("x (f32 bits)".to_string(), x.to_bits() as i64)], unfused: before, fused: after, exact: Some(exact), differing })
+}
+
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
 fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
     matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16)
@@ -983,6 +1001,10 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     fn reduce_double_qdq(&mut self, c: DoubleQdq) {
+        let witness = match c.params {
+            Merged::New { scale, zp, old } => self.q_zp_type(c.q1).and_then(CodeType::from_dtype).and_then(|t| double_qdq_witness(t, old, (scale, zp))),
+            Merged::Kept { .. } => None,
+        };
         let (exact, detail) = match c.params {
             Merged::Kept { identical } => {
                 let exact = identical && self.round_trip_exact(c.q1);
@@ -1024,7 +1046,7 @@ impl<'m> Work<'m, '_, '_> {
         self.remove(c.q2);
         self.remove(c.dq1);
         let nodes = [c.q1, c.dq1, c.q2].into_iter().chain(c.dq2s).collect();
-        self.report("DoubleQDQPairsRemover", nodes, exact, detail);
+        self.report_with("DoubleQDQPairsRemover", nodes, exact, detail, witness);
     }
 
     /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
@@ -3144,6 +3166,9 @@ mod tests {
         // (0.1, 0) then (0.2, 0) on uint8: the intersection [0, 25.5] gets scale 0.1, zero point 0.
         let r = run(&chain("s2").load(), Isa::X86Avx2).rewrites;
         assert_eq!((r.len(), r[0].exact, r[0].nodes.clone()), (1, false, vec![0, 1, 2, 3]));
+        // (0.1, 0) then (0.2, 0): x = 0.1 keeps 0.2·rne(0.5) = 0 through both pairs, 0.1 merged.
+        let w = r[0].witness.as_ref().unwrap_or_else(|| panic!("{:?}", r[0]));
+        assert_eq!((f32::from_bits(w.inputs[0].1 as u32), w.unfused, w.fused), (0.1, 0, 1), "{w}");
         assert!(
             r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "),
             "{}",
