@@ -80,8 +80,12 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
             None => softmax::prove_every_length(x(0)?, y()?, isa),
         },
         ("1DQ", "GlobalAveragePool") => {
-            let shape = ctx.shape(&ctx.node(f.target).input[0]).ok_or("the input's spatial size is not static")?;
-            pool::prove_global_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, shape.iter().skip(2).product::<i64>() as u64, contract)
+            let shape = ctx.dims(&ctx.node(f.target).input[0]).ok_or("the input's rank is not known")?;
+            let params = pool::PoolParams { x: x(0)?, y: y()? };
+            match shape.iter().skip(2).copied().collect::<Option<Vec<i64>>>() {
+                Some(spatial) => pool::prove_global_average_pool(&params, spatial.iter().product::<i64>() as u64, contract),
+                None => pool::prove_global_average_pool_any_size(&params, contract),
+            }
         }
         ("1DQ", "AveragePool") => pool::prove_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, &pool_geometry(ctx, f)?, isa, contract),
         ("*DQ", "Concat") => {

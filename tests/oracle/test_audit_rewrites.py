@@ -182,3 +182,28 @@ def test_merging_two_qdq_pairs_with_different_parameters_is_refuted(qdqc, tmp_pa
     on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": x})[0]
     assert set(off.tolist()) == {np.float32(0.2) * cx["unfused"]}, (off, cx)
     assert not np.array_equal(off, on), (off, on, cx)
+
+
+def test_global_average_pool_over_a_symbolic_image_is_refuted_at_a_size_that_reproduces(qdqc, tmp_path):
+    inits = [nh.from_array(np.float32(0.0625), "sx"), nh.from_array(np.uint8(128), "zx"), nh.from_array(np.float32(0.075), "sy"), nh.from_array(np.uint8(128), "zy")]
+    nodes = [
+        h.make_node("DequantizeLinear", ["x", "sx", "zx"], ["dx"], name="dq_x"),
+        h.make_node("GlobalAveragePool", ["dx"], ["p"], name="gap"),
+        h.make_node("QuantizeLinear", ["p", "sy", "zy"], ["y"], name="q_y"),
+    ]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.UINT8, [1, 1, "height", "width"])], [h.make_tensor_value_info("y", T.UINT8, [1, 1, 1, 1])], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    path = tmp_path / "gap.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next(g for g in report["groups"] if g["op"] == "GlobalAveragePool")
+    assert group["verdict"][isa] == "refuted", group
+    n = int(group["proof"][isa]["detail"].split("refuted at ")[1].split(" ")[0])
+    inputs = dict(group["counterexample"][isa]["inputs"])
+    rest = inputs.get(f"x[1..{n}]", inputs.get("x[1]"))
+    image = np.array([inputs["x[0]"]] + [rest] * (n - 1), np.uint8).reshape(1, 1, n, 1)
+    cx = group["counterexample"][isa]
+    off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": image})[0]
+    on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": image})[0]
+    assert (int(off.ravel()[0]), int(on.ravel()[0])) == (cx["unfused"], cx["fused"]), (off, on, cx)
