@@ -21,7 +21,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from oracle_util import describe, ort_session as session, run_qdqc
+from oracle_util import compile_with_report, describe, ort_session as session, run_qdqc
 
 
 def audit(qdqc, path, *args) -> dict:
@@ -207,3 +207,45 @@ def test_global_average_pool_over_a_symbolic_image_is_refuted_at_a_size_that_rep
     off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, {"x": image})[0]
     on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, {"x": image})[0]
     assert (int(off.ravel()[0]), int(on.ravel()[0])) == (cx["unfused"], cx["fused"]), (off, on, cx)
+
+
+def attention_av_model() -> onnx.ModelProto:
+    """probs [1, seq, seq] · V [1, seq, 4] with a symbolic sequence: K is the sequence length."""
+    s = np.float32(2.0**-5)
+    inits = [nh.from_array(s, "sa"), nh.from_array(np.uint8(122), "za"), nh.from_array(s, "sb"), nh.from_array(np.uint8(122), "zb"),
+             nh.from_array(np.float32(2.0**-3), "sy"), nh.from_array(np.uint8(136), "zy")]
+    nodes = [
+        h.make_node("DequantizeLinear", ["a", "sa", "za"], ["da"], name="dq_a"),
+        h.make_node("DequantizeLinear", ["b", "sb", "zb"], ["db"], name="dq_b"),
+        h.make_node("MatMul", ["da", "db"], ["m"], name="av"),
+        h.make_node("QuantizeLinear", ["m", "sy", "zy"], ["y"], name="q_y"),
+    ]
+    ins = [h.make_tensor_value_info("a", T.UINT8, [1, "seq", "seq"]), h.make_tensor_value_info("b", T.UINT8, [1, "seq", 4])]
+    g = h.make_graph(nodes, "g", ins, [h.make_tensor_value_info("y", T.UINT8, [1, "seq", 4])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def test_a_matmul_over_a_symbolic_k_is_decided_with_its_bound_and_holds_in_ort(qdqc, tmp_path):
+    model = attention_av_model()
+    path = tmp_path / "av.onnx"
+    onnx.save(model, path)
+    report = audit(qdqc, path)
+    isa = host(report)
+    group = next(g for g in report["groups"] if g["op"] == "MatMul")
+    # exact: the float sum is exact only up to K = 2^24/(133·133) = 948; the search stops at 512.
+    reason = group["reason"][isa]
+    assert reason.startswith("K is symbolic: every K ≤ 512 is exact; at K = 1024: P2"), reason
+    # real: every K whose accumulators stay in int32.
+    assert group["real"]["verdict"][isa] == "exact", group["real"]
+    assert group["real"]["proof"][isa]["detail"].startswith(f"every K ≤ {(2**31 - 1) // (133 * 133)}"), group["real"]
+    rng = np.random.default_rng(5)
+    for k in (1, 37, 512):
+        feed = {"a": rng.integers(0, 256, [1, k, k], dtype=np.uint8), "b": rng.integers(0, 256, [1, k, 4], dtype=np.uint8)}
+        off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0]
+        on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, feed)[0]
+        assert np.array_equal(off, on), k
+    # The qlinear-matmul rule reaches the same prover: under `real` it fires on the symbolic K.
+    out, rep, _ = compile_with_report(qdqc, path, tmp_path, "--contract", "real", "--ort-isa", isa)
+    d = next(d for d in rep["decisions"] if d["rule"] == "qlinear-matmul")
+    assert d["fired"] and d["verdict"][isa] == "exact", d
+    assert "QLinearMatMul" in {n.op_type for n in onnx.load(out).graph.node}
