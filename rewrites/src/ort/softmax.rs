@@ -231,12 +231,9 @@ pub fn prove_every_length(x: QParam, y: QParam, isa: Isa) -> Verdict {
     }
     let lengths = (1..=64).chain(std::iter::successors(Some(128usize), |&d| Some(2 * d)).take_while(|&d| d <= LENGTH_CAP));
     for d in lengths {
-        match prove(x, y, d, isa) {
-            Verdict::Refuted { counterexample, mut proof } => {
-                proof.detail = format!("the axis length is symbolic; refuted at length {d}: {}", proof.detail);
-                return Verdict::Refuted { counterexample, proof };
-            }
-            _ => {}
+        if let Verdict::Refuted { counterexample, mut proof } = prove(x, y, d, isa) {
+            proof.detail = format!("the axis length is symbolic; refuted at length {d}: {}", proof.detail);
+            return Verdict::Refuted { counterexample, proof };
         }
     }
     Verdict::Unknown { reason: format!("never exact; the axis length is symbolic and no row of any length 1..=64 or power of two up to {LENGTH_CAP} differs robustly") }
