@@ -83,10 +83,40 @@ impl<'m> Ctx<'m> {
         Ok(QParam::new(p.scales[0], p.zero_points[0], p.code))
     }
 
-    /// Dims and codes of the constant a DQ dequantizes (a weight or bias).
+    /// Dims and codes of the constant a DQ dequantizes (a weight or bias): stored codes, or a
+    /// QuantizeLinear of a float32 constant (NNCF's fp32 weights → Q → DQ), whose codes ORT's
+    /// constant folding computes with the same kernel the unfused graph runs.
     pub fn constant_codes(&self, dq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
         let input = &self.node(dq).input[0];
-        self.scopes.int_tensor(self.model, input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor", self.name(dq)))
+        if let Some(codes) = self.scopes.int_tensor(self.model, input) {
+            return Ok(codes);
+        }
+        self.quantized_constant(input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor nor a QuantizeLinear of a float32 constant", self.name(dq)))
+    }
+
+    /// The codes `QuantizeLinear(w, scale, zero point)` gives for a float32 constant `w`, per
+    /// tensor or per axis, as ORT's CPU kernel rounds them (`x / s`, half to even, saturated).
+    fn quantized_constant(&self, value: &str) -> Option<(Vec<i64>, Vec<i64>)> {
+        let q = self.graph.producer(value)?;
+        let node = self.node(q);
+        if node.op_type.as_deref() != Some("QuantizeLinear") || node.domain.as_deref().is_some_and(|d| !d.is_empty()) {
+            return None;
+        }
+        let (dims, w) = self.scopes.f32_tensor(self.model, node.input.first()?)?;
+        let p = self.channel_params(q).ok()?;
+        let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a });
+        let (channels, inner) = match axis {
+            None => (1, 1),
+            Some(a) => (*dims.get(a as usize)? as usize, dims.get(a as usize + 1..)?.iter().product::<i64>() as usize),
+        };
+        if channels != p.scales.len() {
+            return None;
+        }
+        let codes = w.iter().enumerate().map(|(i, &x)| {
+            let c = (i / inner) % channels;
+            qdqc_rewrites::exact::reference::quantize(x, p.scales[c], p.zero_points[c], p.code)
+        });
+        Some((dims, codes.collect()))
     }
 
     /// Static shape of a value, when every dim is known.

@@ -249,3 +249,41 @@ def test_a_matmul_over_a_symbolic_k_is_decided_with_its_bound_and_holds_in_ort(q
     d = next(d for d in rep["decisions"] if d["rule"] == "qlinear-matmul")
     assert d["fired"] and d["verdict"][isa] == "exact", d
     assert "QLinearMatMul" in {n.op_type for n in onnx.load(out).graph.node}
+
+
+def fp32_weight_conv(sx, sw, sy) -> onnx.ModelProto:
+    """NNCF's export: float32 weights quantized at run time, `W → Q → DQ → Conv`, which ORT's
+    constant folding turns into int8 codes before fusing QLinearConv."""
+    rng = np.random.default_rng(3)
+    inits = [nh.from_array(rng.normal(0, 0.3, [4, 2, 3, 3]).astype(np.float32), "wf"),
+             nh.from_array(np.float32(sx), "sx"), nh.from_array(np.uint8(131), "zx"),
+             nh.from_array(np.full([4], sw, np.float32), "sw"), nh.from_array(np.zeros([4], np.int8), "zw"),
+             nh.from_array(np.float32(sy), "sy"), nh.from_array(np.uint8(120), "zy")]
+    nodes = [h.make_node("DequantizeLinear", ["x", "sx", "zx"], ["dx"], name="dq_x"),
+             h.make_node("QuantizeLinear", ["wf", "sw", "zw"], ["qw"], name="q_w", axis=0),
+             h.make_node("DequantizeLinear", ["qw", "sw", "zw"], ["dw"], name="dq_w", axis=0),
+             h.make_node("Conv", ["dx", "dw"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y"], name="q_y")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.UINT8, [1, 2, 8, 8])], [h.make_tensor_value_info("y", T.UINT8, None)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+
+
+def test_a_conv_on_fp32_weights_quantized_at_run_time_is_decided(qdqc, tmp_path):
+    rng = np.random.default_rng(9)
+    for scales, want in [((2.0**-5, 2.0**-7, 2.0**-2), ("exact", "exact")), ((0.0371, 0.0123, 0.0917), ("unknown", "exact"))]:
+        model = fp32_weight_conv(*scales)
+        path = tmp_path / "conv.onnx"
+        onnx.save(model, path)
+        report = audit(qdqc, path)
+        isa = host(report)
+        group = next(g for g in report["groups"] if g["op"] == "Conv")
+        assert (group["verdict"][isa], group["real"]["verdict"][isa]) == want, group
+        if want[0] == "exact":
+            for _ in range(4):
+                x = {"x": rng.integers(0, 256, [1, 2, 8, 8], dtype=np.uint8)}
+                off = session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, x)[0]
+                on = session(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(None, x)[0]
+                assert np.array_equal(off, on)
+        else:
+            near = group["near_boundary"]
+            assert 0 < near["accumulators"] < near["reachable"] and near["channels"] == 4, near
