@@ -1393,4 +1393,31 @@ mod tests {
         let (near, _) = down.count_near((-40, 40), 1, 0.1);
         assert_eq!(near, (-40..=40i64).filter(|&a| { let q = -0.25 * a as f64 + 3.0; (q - q.floor() - 0.5).abs() <= 0.1 }).count() as u64);
     }
+
+    #[test]
+    fn near_boundary_is_counted_only_where_p2_fails() {
+        // Power-of-two scales: the float path is exact, nothing to count.
+        assert_eq!(near_boundary(&matmul(2f32.powi(-5), vec![vec![3, -7, 5]], vec![2f32.powi(-6)], 2f32.powi(-2))), None);
+        // Generic scales: the count is the enumeration of accumulators within δ of a boundary.
+        let (sx, sw, sy) = (0.0371f32, 0.0123f32, 0.0917f32);
+        let g = matmul(sx, vec![vec![3, -7, 5], vec![1, 2, -4]], vec![sw], sy);
+        let n = near_boundary(&g).unwrap();
+        assert_eq!(n.channels, 2);
+        let mut by_hand = (0u64, 0u64);
+        for d in &g.weights {
+            let umax = 128.0f64;
+            let sum: f64 = d.iter().map(|&w| umax * w.unsigned_abs() as f64).sum::<f64>() * sx as f64 * sw as f64;
+            let delta = gamma(d.len() + 5) * sum / sy as f64;
+            let (lo, hi) = d.iter().fold((0i64, 0i64), |(lo, hi), &w| (lo + (-128 * w).min(127 * w), hi + (-128 * w).max(127 * w)));
+            let step = d.iter().fold(0i64, |a, &b| gcd(a, b.abs()));
+            for acc in (lo..=hi).filter(|a| a % step == 0) {
+                let q = acc as f64 * sx as f64 * sw as f64 / sy as f64;
+                by_hand.1 += 1;
+                let j = (q - 0.5).round();
+                by_hand.0 += u64::from((q - (j + 0.5)).abs() <= delta && (0..255).contains(&(j as i64 + 128)));
+            }
+        }
+        assert_eq!((n.accumulators, n.reachable), by_hand, "{n}");
+        assert!(n.accumulators > 0, "{n}");
+    }
 }
