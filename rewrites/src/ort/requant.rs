@@ -1400,7 +1400,8 @@ mod tests {
         assert_eq!(near_boundary(&matmul(2f32.powi(-5), vec![vec![3, -7, 5]], vec![2f32.powi(-6)], 2f32.powi(-2))), None);
         // Generic scales: the count is the enumeration of accumulators within δ of a boundary.
         let (sx, sw, sy) = (0.0371f32, 0.0123f32, 0.0917f32);
-        let g = matmul(sx, vec![vec![3, -7, 5], vec![1, 2, -4]], vec![sw], sy);
+        let row = |seed: i64| (0..64).map(|k| (k * seed + 11) % 255 - 127).collect::<Vec<i64>>();
+        let g = matmul(sx, vec![row(37), row(91)], vec![sw], sy);
         let n = near_boundary(&g).unwrap();
         assert_eq!(n.channels, 2);
         let mut by_hand = (0u64, 0u64);
