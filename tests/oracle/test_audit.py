@@ -89,8 +89,9 @@ def test_seed_add_is_refuted_and_the_counterexample_reproduces_in_ort(qdqc, corp
 
 
 def quantized_tensors(model: onnx.ModelProto) -> dict[str, list[str]]:
-    """Main-graph Q outputs → the integer tensors feeding the group that produces them (the inputs
-    of the DQs in front of the Q's producer)."""
+    """Main-graph Q outputs → the tensors feeding the group that produces them: the inputs of the
+    DQs in front of the Q's producer, and its other (float) inputs as they are, so a group whose
+    float input already differs (a drop behind a propagated Q) is no origin."""
     producer = {o: n for n in model.graph.node for o in n.output}
     out = {}
     for q in model.graph.node:
@@ -104,6 +105,8 @@ def quantized_tensors(model: onnx.ModelProto) -> dict[str, list[str]]:
                 feeds.append(dq.input[0])
             elif op.op_type == "DequantizeLinear":
                 feeds.append(op.input[0])
+            elif i:
+                feeds.append(i)
         out[q.output[0]] = feeds
     return out
 
