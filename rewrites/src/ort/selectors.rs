@@ -13,7 +13,8 @@
 //!
 //! 1. `EnsureUniqueDQForNodeUnit`, once before level 1;
 //! 2. level 1, repeated until nothing changes: `DoubleQDQPairsRemover`, `ConstantSharing` and
-//!    `CommonSubexpressionElimination`, `QDQPropagationTransformer`, `WeightBiasQuantization`,
+//!    `CommonSubexpressionElimination`, `ConstantFolding` (of QuantizeLinear only: NNCF's float
+//!    weights), `QDQPropagationTransformer`, `WeightBiasQuantization`,
 //!    `EnsureUniqueDQForNodeUnit`, `WhereDummyDq`;
 //! 3. level 2: the `ClipQuantRewrite` / `ReluQuantRewrite` rules, `QDQS8ToU8Transformer` (x86 only),
 //!    `QDQSelectorActionTransformer`, and last `QDQFinalCleanupTransformer` (DQ→Q only, its default).
@@ -159,6 +160,7 @@ pub(crate) fn optimize_graph<'m>(
         let mut changed = w.remove_double_qdq_pairs();
         changed |= w.share_constants();
         changed |= w.eliminate_common_subexpressions();
+        changed |= w.fold_constant_quantize();
         changed |= w.propagate_qdq();
         changed |= w.quantize_weights_and_biases();
         changed |= w.ensure_unique_dq();
@@ -1386,6 +1388,33 @@ impl<'m> Work<'m, '_, '_> {
             _ => false,
         };
         !has_subgraph && deterministic && n.op != "DequantizeLinear"
+    }
+
+    /// `ConstantFolding` (optimizer/constant_folding.cc) of a QuantizeLinear whose inputs are all
+    /// constant initializers (NNCF exports float weights as `W → Q → DQ`): ORT runs the CPU kernel
+    /// once and the DQ reads the codes as a constant, so QDQS8ToU8 later finds no Q→DQ pair there.
+    /// Exact: the unfused graph runs the same kernel on the same values. (DequantizeLinear is not
+    /// folded with QDQ handling on; other nodes do not touch Q/DQ.)
+    fn fold_constant_quantize(&mut self) -> bool {
+        let mut changed = false;
+        for q in 0..self.nodes.len() {
+            let n = &self.nodes[q];
+            if !n.alive || !self.match_q(q) || self.produces_graph_output(q) || !n.implicit.is_empty() {
+                continue;
+            }
+            if !n.inputs.iter().filter(|i| !i.is_empty()).all(|i| self.constant(i, true).is_some()) {
+                continue;
+            }
+            let (Some(dtype), Some(dims)) = (self.q_type(q), self.constant(&n.inputs[0], true).map(|c| c.dims.clone())) else { continue };
+            let folded = self.create_const("folded_q", Const { dtype, dims, data: Data::Opaque });
+            let out = self.nodes[q].outputs[0].clone();
+            let detail = format!("folds {} of the constant '{}' into its codes: the kernel the unfused graph runs, on the same values", self.describe(q), self.nodes[q].inputs[0]);
+            self.bypass(&out, &folded);
+            self.remove(q);
+            self.report("ConstantFolding", vec![q], true, detail);
+            changed = true;
+        }
+        changed
     }
 
     /// `QDQPropagationTransformer` (qdq_transformer/qdq_propagation.cc): a Q with constant scalar
