@@ -104,19 +104,9 @@ impl<'m> Ctx<'m> {
         }
         let (dims, w) = self.scopes.f32_tensor(self.model, node.input.first()?)?;
         let p = self.channel_params(q).ok()?;
-        let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a });
-        let (channels, inner) = match axis {
-            None => (1, 1),
-            Some(a) => (*dims.get(a as usize)? as usize, dims.get(a as usize + 1..)?.iter().product::<i64>() as usize),
-        };
-        if channels != p.scales.len() {
-            return None;
-        }
-        let codes = w.iter().enumerate().map(|(i, &x)| {
-            let c = (i / inner) % channels;
-            qdqc_rewrites::exact::reference::quantize(x, p.scales[c], p.zero_points[c], p.code)
-        });
-        Some((dims, codes.collect()))
+        let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a }).map(|a| a as usize);
+        let codes = qdqc_rewrites::exact::reference::quantize_tensor(&w, &dims, axis, &p.scales, &p.zero_points, p.code)?;
+        Some((dims, codes))
     }
 
     /// Static shape of a value, when every dim is known.
