@@ -64,9 +64,10 @@ enum Command {
         /// ISA profiles to check: x86-sse2, x86-avx2, x86-avx512vnni, arm64-neon, host, or all.
         #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
         ort_isa: IsaList,
-        /// The contract fusions are checked against.
-        #[arg(long, value_enum, default_value = "exact")]
-        contract: ContractArg,
+        /// The contract fusions are checked against; without it, both (`exact` first, `real` in
+        /// each group's `real`).
+        #[arg(long, value_enum)]
+        contract: Option<ContractArg>,
     },
     /// Compare the quantization boundaries (DQ-fed consumer inputs) of two models.
     Placement {
@@ -197,7 +198,11 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Audit { input, json, ort_isa, contract } => {
             warn_if_not_host(&ort_isa.0);
-            let audit = qdqc::audit(&input, &ort_isa.0, contract.into())?;
+            let contracts = match contract {
+                Some(c) => vec![c.into()],
+                None => vec![Contract::Exact, Contract::Real],
+            };
+            let audit = qdqc::audit(&input, &ort_isa.0, &contracts)?;
             for w in &audit.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
             }

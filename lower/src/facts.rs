@@ -51,6 +51,14 @@ impl<'m> Scopes<'m> {
         Some((t.dims.clone(), tensor::ints(dt, &model.payload(t).ok()?)?))
     }
 
+    /// Dims and every value of a float32 initializer, whatever its size.
+    pub fn f32_tensor(&self, model: &Model, name: &str) -> Option<(Vec<i64>, Vec<f32>)> {
+        let t = self.initializer(name)?;
+        let dt = tensor::data_type(t).ok()?;
+        let bits = tensor::f32_bits(dt, &model.payload(t).ok()?)?;
+        Some((t.dims.clone(), bits.into_iter().map(f32::from_bits).collect()))
+    }
+
     /// Everything the model states about `name`.
     pub fn facts(&self, model: &Model, name: &str) -> ValueFacts {
         let mut facts = ValueFacts { name: name.to_string(), ..ValueFacts::default() };

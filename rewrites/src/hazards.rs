@@ -101,6 +101,30 @@ impl<'m> Level<'_, '_, 'm> {
         self.constant(name)?.int_values(self.model)
     }
 
+    /// Dims and codes of a weight: stored codes, or a QuantizeLinear of a float constant (NNCF's
+    /// float weights, which ORT's constant folding quantizes with the same kernel).
+    fn weight_codes(&self, name: &str) -> Option<(Vec<i64>, Vec<i64>)> {
+        if let (Some(w), Some(c)) = (self.ints(name), self.constant(name)) {
+            return Some((c.dims.clone(), w));
+        }
+        let q = &self.proto.node[self.graph.producer(name)?];
+        if q.op_type.as_deref() != Some("QuantizeLinear") {
+            return None;
+        }
+        let x = self.input(q, 0)?;
+        let (dims, values) = (self.constant(&x)?.dims.clone(), self.floats(&x)?);
+        let scales = self.floats(&self.input(q, 1)?)?;
+        let zps = match self.input(q, 2) {
+            Some(z) => self.ints(&z)?,
+            None => vec![0; scales.len()],
+        };
+        let code = CodeType::from_dtype(self.dtype(name)?)?;
+        let axis = q.attribute.iter().find(|a| a.name.as_deref() == Some("axis")).and_then(|a| a.i).unwrap_or(1);
+        let axis = (scales.len() > 1).then(|| if axis < 0 { axis + dims.len() as i64 } else { axis } as usize);
+        let codes = crate::exact::reference::quantize_tensor(&values, &dims, axis, &scales, &zps, code)?;
+        Some((dims, codes))
+    }
+
     /// The element type of a value: stored, declared, or what the node producing it makes.
     fn dtype(&self, name: &str) -> Option<DataType> {
         let Some(p) = self.graph.producer(name) else { return self.scope.dtype(name) };
@@ -392,8 +416,8 @@ impl<'m> Level<'_, '_, 'm> {
             return;
         };
         let Some(w_name) = self.input(w_dq, 0) else { return };
-        let (Some(w), Some(c)) = (self.ints(&w_name), self.constant(&w_name)) else { return };
-        let rows = weight_rows(f.rule, &c.dims, target);
+        let Some((dims, w)) = self.weight_codes(&w_name) else { return };
+        let rows = weight_rows(f.rule, &dims, target);
         let Some((row, k1, k2, sum)) = first_overflow(&w, &rows) else { return };
         let message = format!(
             "s8 weights '{w_name}'[{k1}] = {} and [{k2}] = {} (output channel {row}) reach a pair sum of {sum} with u8 activations, outside int16: x86 AVX2 without VNNI saturates it in vpmaddubsw and the fused kernel's accumulator is wrong; keep weights within [-64, 63] or set session.x64quantprecision=1",
@@ -675,6 +699,25 @@ mod tests {
         // Conv: the first channel's row is [w0, w1]; 100 + 100 → 51000.
         let m = messages(conv(&SB, &[0, 0], &[100, 100, 1, 1]), "s8-pair-overflow");
         assert!(m.len() == 1 && m[0].contains("[0] = 100 and [1] = 100"), "{m:?}");
+    }
+
+    #[test]
+    fn s8_pairs_of_float_weights_quantized_at_run_time_are_reported() {
+        // NNCF's form: float weights → Q(per channel) → DQ. Codes 1.0/0.01 = 100 twice: 51000.
+        let g = G::new(21)
+            .params()
+            .init(f32s("wf", &[2, 2, 1], &[1.0, 1.0, 0.01, 0.01]))
+            .init(f32s("sw", &[2], &[0.01, 0.01]))
+            .init(ints("zw", Int8, &[2], &[0, 0]))
+            .typed_input("x", DataType::Float, &[1, 2, 5])
+            .output("y")
+            .qdq("x", "s", "z", "dx")
+            .node(attr_i(node("QuantizeLinear", &["wf", "sw", "zw"], &["w"]), "axis", 0))
+            .node(attr_i(node("DequantizeLinear", &["w", "sw", "zw"], &["dw"]), "axis", 0))
+            .op("Conv", &["dx", "dw"], &["c"])
+            .qdq("c", "s", "z", "y");
+        let m = messages(g, "s8-pair-overflow");
+        assert!(m.len() == 1 && m[0].contains("'w'[0] = 100 and [1] = 100"), "{m:?}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use qdqc_rewrites::exact::reference::dequantize;
 use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_rewrites::ort::matmul_dynamic::{self, DynamicMatMul};
-use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, column_channels, row_channels};
+use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
 use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
 use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
@@ -56,23 +56,36 @@ pub fn prove(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Verdict {
 
 fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Verdict, String> {
     let op = ctx.node(f.target).op_type.as_deref().unwrap_or("");
-    let input = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
-    let x = |i: usize| input(i).and_then(|p| ctx.qparam(p));
-    let y = || f.q_outputs.first().ok_or_else(|| "no QuantizeLinear output".to_string()).and_then(|&p| ctx.qparam(p));
+    // Parameters of a DQ or Q ORT inserted by QDQPropagation are those of the node it copied.
+    let source = |i: usize| f.input_params.iter().find(|&&(slot, _)| slot == i).map(|&(_, p)| p);
+    let x = |i: usize| {
+        source(i).ok_or_else(|| format!("input {i} of {} is not DequantizeLinear'd with authored parameters", ctx.name(f.target))).and_then(|p| ctx.qparam(p))
+    };
+    let y = || f.output_params.first().ok_or_else(|| "no QuantizeLinear output with authored parameters".to_string()).and_then(|&p| ctx.qparam(p));
     Ok(match (f.rule, op) {
         ("2DQ", "Add" | "Mul") => {
             let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };
             prove_binary(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
         }
-        ("MatMul", _) if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => matmul_dynamic::prove(&dynamic_matmul(ctx, f)?, isa, contract),
+        ("MatMul", _) if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => match dynamic_matmul(ctx, f)? {
+            (g, Some(_)) => matmul_dynamic::prove(&g, isa, contract),
+            (g, None) => matmul_dynamic::prove_every_k(&g, isa, contract),
+        },
         ("Conv" | "MatMul" | "Gemm", _) if !f.q_outputs.is_empty() => requant::prove(&gemm_group(ctx, f, op)?, isa, contract),
         ("MatMul" | "Gemm", _) => return Err(format!("{} sums in float after integer accumulation: never proven exact", f.fused_op)),
         ("1DQ", "Sigmoid") => lut::prove_sigmoid(x(0)?, y()?, isa),
         ("1DQ_CPU", "LeakyRelu") => lut::prove_leaky_relu(x(0)?, y()?, ctx.float_attr(f.target, "alpha").unwrap_or(0.01), contract),
-        ("1DQ_CPU", "Softmax") => softmax::prove(x(0)?, y()?, softmax_row(ctx, f.target)?, isa),
+        ("1DQ_CPU", "Softmax") => match softmax_row(ctx, f.target)? {
+            Some(len) => softmax::prove(x(0)?, y()?, len, isa),
+            None => softmax::prove_every_length(x(0)?, y()?, isa),
+        },
         ("1DQ", "GlobalAveragePool") => {
-            let shape = ctx.shape(&ctx.node(f.target).input[0]).ok_or("the input's spatial size is not static")?;
-            pool::prove_global_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, shape.iter().skip(2).product::<i64>() as u64, contract)
+            let shape = ctx.dims(&ctx.node(f.target).input[0]).ok_or("the input's rank is not known")?;
+            let params = pool::PoolParams { x: x(0)?, y: y()? };
+            match shape.iter().skip(2).copied().collect::<Option<Vec<i64>>>() {
+                Some(spatial) => pool::prove_global_average_pool(&params, spatial.iter().product::<i64>() as u64, contract),
+                None => pool::prove_global_average_pool_any_size(&params, contract),
+            }
         }
         ("1DQ", "AveragePool") => pool::prove_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, &pool_geometry(ctx, f)?, isa, contract),
         ("*DQ", "Concat") => {
@@ -86,10 +99,25 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
     })
 }
 
+/// The near-boundary count of a Conv/MatMul/Gemm group with a Q output whose float path fails
+/// P2 (ISA-independent: the float path's error bound holds for every summation order).
+pub fn near_boundary(ctx: &Ctx, f: &Fusion) -> Option<NearBoundary> {
+    let op = ctx.node(f.target).op_type.as_deref().unwrap_or("");
+    match f.rule {
+        "MatMul" if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => match dynamic_matmul(ctx, f).ok()? {
+            (g, Some(_)) => matmul_dynamic::near_boundary(&g),
+            (_, None) => None,
+        },
+        "Conv" | "MatMul" | "Gemm" if !f.q_outputs.is_empty() => requant::near_boundary(&gemm_group(ctx, f, op).ok()?),
+        _ => None,
+    }
+}
+
 /// Length of the rows Softmax normalises: the axis dim (opset ≥ 13), or the product of the dims
-/// from the axis on (older opsets flatten).
-fn softmax_row(ctx: &Ctx, target: usize) -> Result<usize, String> {
-    let shape = ctx.shape(&ctx.node(target).input[0]).ok_or("the Softmax input shape is not static")?;
+/// from the axis on (older opsets flatten); `None` when a dim of it is symbolic (the kernel's
+/// arithmetic depends on that length only, so the prover tries every length).
+fn softmax_row(ctx: &Ctx, target: usize) -> Result<Option<usize>, String> {
+    let shape = ctx.dims(&ctx.node(target).input[0]).ok_or("the Softmax input's rank is not known")?;
     let rank = shape.len() as i64;
     let opset = qdqc_lang::opset::default_domain_version(&ctx.model.proto).unwrap_or(13);
     let axis = ctx.int_attr(target, "axis").unwrap_or(if opset >= 13 { -1 } else { 1 });
@@ -97,8 +125,9 @@ fn softmax_row(ctx: &Ctx, target: usize) -> Result<usize, String> {
     if !(0..rank).contains(&axis) {
         return Err(format!("Softmax axis {axis} out of range for rank {rank}"));
     }
-    let len = if opset >= 13 { shape[axis as usize] } else { shape[axis as usize..].iter().product() };
-    usize::try_from(len).map_err(|_| "negative dimension".to_string())
+    let row = if opset >= 13 { &shape[axis as usize..=axis as usize] } else { &shape[axis as usize..] };
+    let Some(len) = row.iter().copied().collect::<Option<Vec<i64>>>().map(|dims| dims.iter().product::<i64>()) else { return Ok(None) };
+    usize::try_from(len).map(Some).map_err(|_| "negative dimension".to_string())
 }
 
 /// The authored DQ feeding input `i` of the target, if the fusion absorbed one.
@@ -144,18 +173,21 @@ fn b_is_2d_constant(ctx: &Ctx, f: &Fusion) -> bool {
 }
 
 /// A MatMul proven for every B (two activations, or a batched constant): per-tensor parameters,
-/// both ranks ≥ 2 and one static K; every code of both types is reachable (the audit tracks no
-/// ranges).
-fn dynamic_matmul(ctx: &Ctx, f: &Fusion) -> Result<DynamicMatMul, String> {
+/// both ranks ≥ 2, and K: static (`Some`), or symbolic on both sides (`None`: proven for every
+/// K); every code of both types is reachable (the audit tracks no ranges).
+fn dynamic_matmul(ctx: &Ctx, f: &Fusion) -> Result<(DynamicMatMul, Option<usize>), String> {
     let target = ctx.node(f.target);
     let dq = |i: usize| dq_for_input(ctx, f, i).ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(f.target)));
     let (a, b, y) = (ctx.qparam(dq(0)?)?, ctx.qparam(dq(1)?)?, ctx.qparam(f.q_outputs[0])?);
-    let shape = |i: usize| ctx.shape(&target.input[i]).filter(|s| s.len() >= 2).ok_or(format!("input {i} has no static shape of rank ≥ 2"));
+    let shape = |i: usize| ctx.dims(&target.input[i]).filter(|s| s.len() >= 2).ok_or(format!("input {i} has no known rank ≥ 2"));
     let (sa, sb) = (shape(0)?, shape(1)?);
-    match (sa[sa.len() - 1], sb[sb.len() - 2]) {
-        (ka, kb) if ka == kb && ka > 0 => Ok(DynamicMatMul::new(a, b, ka as usize, y)),
-        (ka, kb) => Err(format!("K of A ({ka}) and of B ({kb}) differ")),
-    }
+    let k = match (sa[sa.len() - 1], sb[sb.len() - 2]) {
+        (Some(ka), Some(kb)) if ka != kb => return Err(format!("K of A ({ka}) and of B ({kb}) differ")),
+        (Some(k), _) | (_, Some(k)) if k <= 0 => return Err(format!("K = {k}")),
+        (Some(k), _) | (_, Some(k)) => Some(k as usize),
+        (None, None) => None,
+    };
+    Ok((DynamicMatMul::new(a, b, k.unwrap_or(1), y), k))
 }
 
 fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
@@ -245,6 +277,8 @@ fn argmax_on_codes(x: QParam) -> Verdict {
 pub fn rewrite_verdict(r: &Rewrite) -> Verdict {
     if r.exact {
         Verdict::Exact { proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 0, micros: 0, detail: r.transformer.to_string() } }
+    } else if let Some(counterexample) = r.witness.clone() {
+        Verdict::Refuted { counterexample, proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 1, micros: 0, detail: r.transformer.to_string() } }
     } else {
         Verdict::Unknown { reason: format!("changes numerics: {}", r.detail) }
     }
@@ -264,6 +298,8 @@ pub fn describe_rewrite(ctx: &Ctx, r: &Rewrite) -> super::Group {
         counterexample: Default::default(),
         reason: Default::default(),
         codes: Default::default(),
+        real: None,
+        near_boundary: None,
         params: None,
     }
 }

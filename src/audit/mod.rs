@@ -14,6 +14,7 @@ use qdqc_lower::facts::Scopes;
 use qdqc_rewrites::exact::{Certificate, Contract, Counterexample, Verdict};
 use qdqc_rewrites::hazards::hazards;
 use qdqc_rewrites::ort::Isa;
+use qdqc_rewrites::ort::requant::NearBoundary;
 use qdqc_rewrites::ort::selectors::{self, Fusion};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -22,7 +23,10 @@ use std::path::Path;
 #[derive(Clone, Debug, Serialize)]
 pub struct Audit {
     pub file: String,
+    /// The contract of each group's `verdict`, `proof`, `counterexample` and `reason`.
     pub contract: Contract,
+    /// Every contract judged: without `--contract`, `exact` then `real` (in each group's `real`).
+    pub contracts: Vec<Contract>,
     pub profiles: Vec<Isa>,
     pub groups: Vec<Group>,
     pub hazards: Vec<HazardJson>,
@@ -59,9 +63,28 @@ pub struct Group {
     /// fused kernel sees it (x86 runs QDQS8ToU8 first, turning int8 Q/DQ pairs to uint8).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub codes: BTreeMap<Isa, BTreeMap<String, String>>,
+    /// The verdicts under the `real` contract, when the audit judges both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real: Option<ContractVerdicts>,
+    /// For a Conv/MatMul/Gemm group whose float path fails P2: how many reachable accumulators
+    /// lie within its error of a rounding boundary ("off by 1 LSB sometimes").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_boundary: Option<NearBoundary>,
     /// The quantization parameters the proof used, when the group has per-tensor ones.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub params: Option<dispatch::ParamsJson>,
+}
+
+/// One contract's verdicts per profile, spread as in [`Group`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ContractVerdicts {
+    pub verdict: BTreeMap<Isa, &'static str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub proof: BTreeMap<Isa, Certificate>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub counterexample: BTreeMap<Isa, Counterexample>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reason: BTreeMap<Isa, String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -71,28 +94,45 @@ pub struct HazardJson {
     pub message: String,
 }
 
-pub fn audit(path: &Path, profiles: &[Isa], contract: Contract) -> Result<Audit> {
+/// Audits the model at `path` for `profiles` under `contracts` (the first fills each group's own
+/// verdict maps; a second, `real`, its `real` field).
+pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Audit> {
     let model = Model::load(path)?;
     let mut groups: Vec<Group> = Vec::new();
     // Graph contexts by location, so a fusion's node positions resolve in their own graph.
     let mut contexts = Vec::new();
     collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
+    let (primary, second) = (contracts[0], contracts.get(1).copied());
     for &isa in profiles {
         let outcome = selectors::optimize(&model, &model.graph, model.proto.graph.as_ref().expect("checked at load"), isa);
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
-            let verdict = dispatch::prove(ctx, fusion, isa, contract);
+            let verdict = dispatch::prove(ctx, fusion, isa, primary);
             let slot = record(&mut groups, describe(ctx, fusion), isa, verdict);
+            let g = &mut groups[slot];
+            if let Some(contract) = second {
+                let v = dispatch::prove(ctx, fusion, isa, contract);
+                let r = g.real.get_or_insert_with(ContractVerdicts::default);
+                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }.insert(isa, v);
+            }
+            if g.near_boundary.is_none() {
+                g.near_boundary = dispatch::near_boundary(ctx, fusion);
+            }
             let codes = fusion.codes.iter().filter_map(|&(p, t)| Some((ctx.name(p), dtype_name(t?).to_string())));
-            groups[slot].codes.insert(isa, codes.collect());
+            g.codes.insert(isa, codes.collect());
         }
         for rewrite in &outcome.rewrites {
             let ctx = contexts.iter().find(|c| c.graph.location == rewrite.location).expect("every graph has a context");
-            record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, dispatch::rewrite_verdict(rewrite));
+            let slot = record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, dispatch::rewrite_verdict(rewrite));
+            if second.is_some() {
+                // Removing or merging Q/DQ changes codes, not a reduction: one verdict for both contracts.
+                let r = groups[slot].real.get_or_insert_with(ContractVerdicts::default);
+                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }.insert(isa, dispatch::rewrite_verdict(rewrite));
+            }
         }
     }
     let hazards = hazards_json(&model);
-    Ok(Audit { file: path.display().to_string(), contract, profiles: profiles.to_vec(), groups, hazards, warnings: crate::compile::warnings(&model) })
+    Ok(Audit { file: path.display().to_string(), contract: primary, contracts: contracts.to_vec(), profiles: profiles.to_vec(), groups, hazards, warnings: crate::compile::warnings(&model) })
 }
 
 pub(crate) fn hazards_json(model: &Model) -> Vec<HazardJson> {
@@ -129,6 +169,8 @@ fn describe(ctx: &Ctx, f: &Fusion) -> Group {
         counterexample: BTreeMap::new(),
         reason: BTreeMap::new(),
         codes: BTreeMap::new(),
+        real: None,
+        near_boundary: None,
         params: dispatch::params_json(ctx, f),
     }
 }

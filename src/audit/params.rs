@@ -83,10 +83,30 @@ impl<'m> Ctx<'m> {
         Ok(QParam::new(p.scales[0], p.zero_points[0], p.code))
     }
 
-    /// Dims and codes of the constant a DQ dequantizes (a weight or bias).
+    /// Dims and codes of the constant a DQ dequantizes (a weight or bias): stored codes, or a
+    /// QuantizeLinear of a float32 constant (NNCF's fp32 weights → Q → DQ), whose codes ORT's
+    /// constant folding computes with the same kernel the unfused graph runs.
     pub fn constant_codes(&self, dq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
         let input = &self.node(dq).input[0];
-        self.scopes.int_tensor(self.model, input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor", self.name(dq)))
+        if let Some(codes) = self.scopes.int_tensor(self.model, input) {
+            return Ok(codes);
+        }
+        self.quantized_constant(input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor nor a QuantizeLinear of a float32 constant", self.name(dq)))
+    }
+
+    /// The codes `QuantizeLinear(w, scale, zero point)` gives for a float32 constant `w`, per
+    /// tensor or per axis, as ORT's CPU kernel rounds them (`x / s`, half to even, saturated).
+    fn quantized_constant(&self, value: &str) -> Option<(Vec<i64>, Vec<i64>)> {
+        let q = self.graph.producer(value)?;
+        let node = self.node(q);
+        if node.op_type.as_deref() != Some("QuantizeLinear") || node.domain.as_deref().is_some_and(|d| !d.is_empty()) {
+            return None;
+        }
+        let (dims, w) = self.scopes.f32_tensor(self.model, node.input.first()?)?;
+        let p = self.channel_params(q).ok()?;
+        let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a }).map(|a| a as usize);
+        let codes = qdqc_rewrites::exact::reference::quantize_tensor(&w, &dims, axis, &p.scales, &p.zero_points, p.code)?;
+        Some((dims, codes))
     }
 
     /// Static shape of a value, when every dim is known.
@@ -100,6 +120,20 @@ impl<'m> Ctx<'m> {
                 qdqc_lang::analysis::Dim::Symbolic(_) => None,
             })
             .collect()
+    }
+
+    /// Shape of a value with its symbolic dims as `None`, when the rank is known.
+    pub fn dims(&self, value: &str) -> Option<Vec<Option<i64>>> {
+        let shape = self.scopes.facts(self.model, value).shape?;
+        Some(
+            shape
+                .into_iter()
+                .map(|d| match d {
+                    qdqc_lang::analysis::Dim::Known(k) => Some(k),
+                    qdqc_lang::analysis::Dim::Symbolic(_) => None,
+                })
+                .collect(),
+        )
     }
 
     pub fn int_attr(&self, pos: usize, name: &str) -> Option<i64> {

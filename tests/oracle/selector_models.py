@@ -509,8 +509,8 @@ def selector_models() -> dict[str, onnx.ModelProto]:
         u8_in, Y("y1", "y2"), P())
 
     # -- Relu / Clip before a Q, after a float op (Relu/ClipQuantRewrite)
-    def act(name, op, z="z", s="s", mn=None, mx=None, nozp=False, opset=OPSET):
-        inits = P() + [init("mn", np.float32(mn if mn is not None else 0)), init("mx", np.float32(mx if mx is not None else 0))]
+    def act(name, op, z="z", s="s", mn=None, mx=None, nozp=False, opset=OPSET, extra=()):
+        inits = P() + [init("mn", np.float32(mn if mn is not None else 0)), init("mx", np.float32(mx if mx is not None else 0))] + list(extra)
         if op == "Clip" and opset < 11:
             clip = h.make_node("Clip", ["sg"], ["r"], name="r", **({"min": mn} if mn is not None else {}), **({"max": mx} if mx is not None else {}))
         elif op == "Clip":
@@ -536,6 +536,11 @@ def selector_models() -> dict[str, onnx.ModelProto]:
     act("clip_q_min_neg", "Clip", mn=-1.0, mx=30.0)
     act("clip6_attrs", "Clip", mn=0.0, mx=25.5, opset=10)
     act("clip6_noattrs", "Clip", opset=10)
+    # int8 activations: zero point −128 makes a Relu redundant; a Clip within FLT_EPSILON of a
+    # tiny scale's range is removed although it clips (the audit refutes it).
+    tiny = [init("stiny", np.float32(1e-9)), init("zm128", np.int8(-128))]
+    act("relu_q_s8_min", "Relu", z="zm128", extra=tiny[1:])
+    act("clip_q_s8_eps", "Clip", s="stiny", z="zm128", mn=0.0, mx=2e-7, extra=tiny)
     add(
         "clip_int4_q",
         qdq("x", "s", "z", "dx") + [h.make_node("Sigmoid", ["dx"], ["sg"], name="sg"), h.make_node("Clip", ["sg", "mn", "mx"], ["r"], name="r"),
@@ -609,6 +614,15 @@ def selector_models() -> dict[str, onnx.ModelProto]:
     add("scale_graph_input",
         qdq("x", "sx", "z", "dx") + [h.make_node("Sigmoid", ["dx"], ["c"], name="c")] + qdq("c", "s", "z", "y"),
         X("x") + [vi("sx", T.FLOAT, [])], Y("y"), P())
+    # -- NNCF's float32 weights quantized at run time: W → Q → DQ → Conv
+    wf = init("wf", rng.normal(0, 0.3, (4, 4, 3, 3)).astype(np.float32))
+    add("conv_fp32_weight_q", qdq("x", "s", "z", "dx") + [Q("wf", "s", "z8", "qw"), DQ("qw", "s", "z8", "dw"),
+                                                          h.make_node("Conv", ["dx", "dw"], ["c"], name="c", pads=[1, 1, 1, 1])] + qdq("c", "s2", "z", "y"),
+        X("x"), Y("y"), P() + [wf])
+    # -- int8 Add whose Q pairs QDQS8ToU8 leaves int8 (their Qs also feed graph outputs): int8 QLinearAdd
+    add("add_s8_exposed", qdq("a", "s", "z8", "da", q="qa") + qdq("b", "s2", "z8", "db", q="qb") + [h.make_node("Add", ["da", "db"], ["c"], name="c")]
+        + qdq("c", "s", "z8", "y"), X("a", "b"), Y("y") + [vi("qa", T.INT8, None), vi("qb", T.INT8, None)], P())
+
     return b.models
 
 

@@ -77,6 +77,23 @@ pub fn dequantize(q: i64, s: f32, z: i64) -> f32 {
     ((q - z) as f32) * s
 }
 
+/// QuantizeLinear of a whole tensor of `dims`, per tensor (`axis` `None`, one scale) or along
+/// `axis` (one scale and zero point per index of that axis), element by element as [`quantize`].
+/// `None` when the parameters do not fit the shape.
+pub fn quantize_tensor(values: &[f32], dims: &[i64], axis: Option<usize>, scales: &[f32], zero_points: &[i64], t: CodeType) -> Option<Vec<i64>> {
+    let (channels, inner) = match axis {
+        None => (1, 1),
+        Some(a) => (usize::try_from(*dims.get(a)?).ok()?, dims.get(a + 1..)?.iter().product::<i64>().max(0) as usize),
+    };
+    if channels == 0 || scales.len() != channels || zero_points.len() != channels || inner == 0 && !values.is_empty() {
+        return None;
+    }
+    Some(values.iter().enumerate().map(|(i, &x)| {
+        let c = (i / inner) % channels;
+        quantize(x, scales[c], zero_points[c], t)
+    }).collect())
+}
+
 /// `Q(x; s, z, T) = sat_T(rne(fl(x / s)) + z)`: a true division, ties to even, then the zero
 /// point, then saturation. NaN maps to the lowest code, as ORT's x86 kernels do.
 pub fn quantize(x: f32, s: f32, z: i64, t: CodeType) -> i64 {

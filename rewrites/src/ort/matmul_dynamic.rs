@@ -22,7 +22,7 @@
 //!   range; a difference is reported with concrete A and B rows that reach it.
 
 use super::Isa;
-use super::requant::{GemmKind, output_multiplier, rational_text, reach, reach_order, requantize};
+use super::requant::{GemmKind, Line, NearBoundary, gamma, output_multiplier, rational_text, reach, reach_order, requantize};
 use crate::exact::num::Dyadic;
 use crate::exact::p2::{self, Operand};
 use crate::exact::p3::{self, Codes, Direction, Outcome};
@@ -69,6 +69,15 @@ impl DynamicMatMul {
         let (ua, ub) = self.offsets();
         let (lo, hi) = extreme_products(ua, ub);
         (lo * self.k as i64, hi * self.k as i64)
+    }
+
+    /// The largest K whose accumulators stay in int32, at most [`K_CAP`].
+    pub fn int32_bound(&self) -> usize {
+        let (ua, ub) = self.offsets();
+        let (lo, hi) = extreme_products(ua, ub);
+        let by_hi = if hi > 0 { i32::MAX as i64 / hi } else { K_CAP as i64 };
+        let by_lo = if lo < 0 { i32::MIN as i64 / lo } else { K_CAP as i64 };
+        by_hi.min(by_lo).clamp(1, K_CAP as i64) as usize
     }
 
     /// The raw pair sum outside int16 that x86-avx2's u8×s8 kernel can meet, if any.
@@ -227,6 +236,71 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
             Verdict::Refuted { counterexample, proof }
         }
     }
+}
+
+/// [`NearBoundary`] of a group with a static K, as for [`super::requant::near_boundary`] with one
+/// channel: `δ = γ_{K+3}·K·max|a − za|·max|b − zb|·|sa·sb|/|sy|` (K products in any order, the
+/// two DQ roundings, the Q's division) over the accumulators `K·[pmin, pmax]`. `None` when P2
+/// holds (the float path is exact) or the group is not one ORT's kernel takes.
+pub fn near_boundary(g: &DynamicMatMul) -> Option<NearBoundary> {
+    CONDITIONS.iter().try_for_each(|(_, holds)| holds(g)).ok()?;
+    let (ua, ub) = g.offsets();
+    let max = |(lo, hi): (i64, i64)| lo.unsigned_abs().max(hi.unsigned_abs()) as u128;
+    let operand = |p: QParam, u| Operand { scale: p.scale, max_offset: max(u) };
+    if p2::activation_dot_product(operand(g.a, ua), operand(g.b, ub), g.k).is_ok() {
+        return None;
+    }
+    let (unit, sy) = (g.a.scale as f64 * g.b.scale as f64, g.y.scale as f64);
+    let delta = gamma(g.k + 3) * g.k as f64 * max(ua) as f64 * max(ub) as f64 * unit.abs() / sy.abs();
+    let line = Line { slope: unit / sy, offset: 0.0, zy: g.y.zero_point, codes: g.y.code.range() };
+    let (near, reachable) = line.count_near(g.accumulators(), 1, delta);
+    Some(NearBoundary { accumulators: near, reachable, affected_channels: usize::from(near > 0), channels: 1, max_error_lsb: delta })
+}
+
+/// The largest K [`prove_every_k`] decides when nothing bounds it: reached only when products
+/// are so small that int32 cannot wrap first.
+pub const K_CAP: usize = 1 << 20;
+
+/// Proves or refutes the group for every inner dimension K from 1 up to the largest whose
+/// accumulators `K·[pmin, pmax]` stay in int32 (capped at [`K_CAP`]): for a symbolic K
+/// (attention's sequence length). `g.k` is ignored.
+///
+/// Why one check suffices when it passes: the reachable ranges are widened to hold the zero point
+/// (a sound over-approximation), so `pmin ≤ 0 ≤ pmax` and the accumulator windows of smaller K
+/// nest inside the largest one; P2 only gets harder as K grows. When the largest K is not exact,
+/// K = 1, 2, 4, … is searched for the first refuted one (the counterexample's rows have that
+/// length); an unknown names the largest K proven exact.
+pub fn prove_every_k(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
+    let hull = |(lo, hi): (i64, i64), z: i64| (lo.min(z), hi.max(z));
+    let g = DynamicMatMul { a_codes: hull(g.a_codes, g.a.zero_point), b_codes: hull(g.b_codes, g.b.zero_point), k: 1, ..g.clone() };
+    if let Err(reason) = CONDITIONS.iter().try_for_each(|(name, holds)| holds(&g).map_err(|why| format!("{name}: {why}"))) {
+        return Verdict::Unknown { reason: format!("refused: {reason}") };
+    }
+    let bound = g.int32_bound();
+    let beyond = if bound == K_CAP { format!("the documented cap {K_CAP}") } else { "the largest K whose accumulators stay in int32".to_string() };
+    let at = |k: usize| prove(&DynamicMatMul { k, ..g.clone() }, isa, contract);
+    let top = match at(bound) {
+        Verdict::Exact { mut proof } => {
+            proof.detail = format!("every K ≤ {bound} ({beyond}) by K = {bound}: {}", proof.detail);
+            return Verdict::Exact { proof };
+        }
+        other => other,
+    };
+    let mut exact_up_to = 0;
+    let smaller = std::iter::successors(Some(1usize), |&k| Some(2 * k)).take_while(|&k| k < bound);
+    for (k, verdict) in smaller.map(|k| (k, at(k))).chain(std::iter::once((bound, top))) {
+        match verdict {
+            Verdict::Exact { .. } => exact_up_to = k,
+            Verdict::Refuted { counterexample, mut proof } => {
+                proof.detail = format!("K = {k} (K is symbolic; every K ≤ {exact_up_to} is exact): {}", proof.detail);
+                return Verdict::Refuted { counterexample, proof };
+            }
+            Verdict::Unknown { reason } => {
+                return Verdict::Unknown { reason: format!("K is symbolic: every K ≤ {exact_up_to} is exact; at K = {k}: {reason}") };
+            }
+        }
+    }
+    Verdict::Unknown { reason: format!("K is symbolic: every K ≤ {exact_up_to} is exact, K = {bound} is not") }
 }
 
 /// When P2 fails the unfused sum has no unique value in general, but a row pair with a single
@@ -390,5 +464,55 @@ mod tests {
             }
         }
         assert!(found * 10 >= reachable.len() * 9, "{found} of {} reachable accumulators", reachable.len());
+    }
+
+    #[test]
+    fn a_symbolic_k_is_decided_up_to_the_int32_bound() {
+        // Power-of-two scales: u8 offsets up to 133·133, so 2^31/17689 = 121402 rows keep int32;
+        // under `real` every K up to there is exact, under `exact` P2 stops at 2^24/(133·133).
+        let g = attention(0, 2f32.powi(-3));
+        assert_eq!(g.int32_bound(), (i32::MAX as i64 / (133 * 133)) as usize);
+        let v = prove_every_k(&g, Isa::X86Avx512Vnni, Contract::Real);
+        let Verdict::Exact { proof } = &v else { panic!("{v:?}") };
+        assert!(proof.detail.starts_with(&format!("every K ≤ {}", g.int32_bound())), "{}", proof.detail);
+        let v = prove_every_k(&g, Isa::X86Avx512Vnni, Contract::Exact);
+        let Verdict::Unknown { reason } = &v else { panic!("{v:?}") };
+        // 2^24 / (133·133) = 948: K = 512 is the largest power of two P2 proves.
+        assert!(reason.starts_with("K is symbolic: every K ≤ 512 is exact; at K = 1024: P2:"), "{reason}");
+    }
+
+    #[test]
+    fn a_symbolic_k_is_refuted_at_a_concrete_length() {
+        let v = prove_every_k(&attention(0, 0.3), Isa::X86Avx512Vnni, Contract::Exact);
+        let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
+        let k: usize = proof.detail.strip_prefix("K = ").and_then(|d| d.split(' ').next()).and_then(|k| k.parse().ok()).unwrap();
+        let g = attention(k, 0.3);
+        let (a, b) = (row(c, "a", k), row(c, "b", k));
+        assert_eq!(dot(&g, &a, &b), c.inputs[0].1, "{c}");
+        assert_eq!(requantize(c.inputs[0].1 as i32, g.multiplier(), 136, U8, Isa::X86Avx512Vnni), c.fused);
+        // The same verdict as the static proof at that K.
+        assert_eq!(prove(&g, Isa::X86Avx512Vnni, Contract::Exact).counterexample(), Some(c));
+    }
+
+    #[test]
+    fn accumulators_near_a_boundary_are_counted_where_p2_fails() {
+        // Power-of-two scales pass P2: the float path is exact, nothing to count.
+        assert_eq!(near_boundary(&attention(16, 0.3)), None);
+        let (s, sy) = (f32::from_bits(0x3cc7_3ee7), f32::from_bits(0x3dc2_e95a));
+        let g = DynamicMatMul::new(QParam::new(s, 122, U8), QParam::new(s, 122, U8), 16, QParam::new(sy, 136, U8));
+        let n = near_boundary(&g).unwrap();
+        let (lo, hi) = g.accumulators();
+        assert_eq!(n.reachable, (hi - lo + 1) as u64);
+        // By enumeration: accumulators whose exact q lies within δ of j + ½ with both codes in range.
+        let q = |acc: i64| acc as f64 * s as f64 * s as f64 / sy as f64;
+        let counted = (lo..=hi)
+            .filter(|&acc| {
+                let v = q(acc);
+                let j = (v - 0.5).round();
+                (v - (j + 0.5)).abs() <= n.max_error_lsb && (0..255).contains(&(j as i64 + 136))
+            })
+            .count() as u64;
+        assert_eq!(n.accumulators, counted);
+        assert!(n.accumulators > 0 && n.accumulators < n.reachable / 100, "{n}");
     }
 }

@@ -271,6 +271,29 @@ pub fn prove_global_average_pool(p: &PoolParams, image_size: u64, contract: Cont
     prove_class(p, class, contract, &Fused::Global(&kernel), "QLinearGlobalAveragePool")
 }
 
+/// The largest image size [`prove_global_average_pool_any_size`] tries: a documented cap (the
+/// int32 sum of 8-bit codes holds far more, but each size is its own enumeration).
+pub const IMAGE_SIZE_CAP: u64 = 4096;
+
+/// [`prove_global_average_pool`] for a symbolic spatial size (a detector's image): sizes 1 to 64,
+/// then powers of two up to [`IMAGE_SIZE_CAP`]; the first refuted size refutes the group (its
+/// detail names the size). Exact at every size tried is not exact at every size, so that is
+/// reported as unknown with what was checked.
+pub fn prove_global_average_pool_any_size(p: &PoolParams, contract: Contract) -> Verdict {
+    let sizes = (1..=64).chain(std::iter::successors(Some(128u64), |&n| Some(2 * n)).take_while(|&n| n <= IMAGE_SIZE_CAP));
+    for n in sizes {
+        match prove_global_average_pool(p, n, contract) {
+            Verdict::Exact { .. } => {}
+            Verdict::Refuted { counterexample, mut proof } => {
+                proof.detail = format!("the image size is symbolic; refuted at {n} elements: {}", proof.detail);
+                return Verdict::Refuted { counterexample, proof };
+            }
+            Verdict::Unknown { reason } => return Verdict::Unknown { reason: format!("the image size is symbolic; at {n} elements: {reason}") },
+        }
+    }
+    Verdict::Unknown { reason: format!("the image size is symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked") }
+}
+
 /// Proves or refutes QLinearAveragePool against DQ → AveragePool → Q for a geometry, on `isa`:
 /// every distinct (window size, divisor) of the geometry is checked.
 pub fn prove_average_pool(p: &PoolParams, geom: &PoolGeometry, isa: Isa, contract: Contract) -> Verdict {
@@ -693,5 +716,19 @@ mod tests {
         // 0.15 has a 24-bit odd mantissa: even two values may not add exactly.
         assert!(!float_sum_is_exact(u8p(0.15, 128), 2));
         assert!(float_sum_is_exact(u8p(0.15, 128), 1) == (128 * Dyadic::from_f32(0.15).unwrap().mant <= 1 << 24));
+    }
+
+    #[test]
+    fn a_symbolic_image_size_is_refuted_at_the_first_size_that_differs() {
+        let v = prove_global_average_pool_any_size(&PoolParams { x: u8p(0.0625, 128), y: u8p(0.075, 128) }, Contract::Exact);
+        let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
+        let n: u64 = proof.detail.split("refuted at ").nth(1).and_then(|d| d.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+        let at_n = prove_global_average_pool(&PoolParams { x: u8p(0.0625, 128), y: u8p(0.075, 128) }, n, Contract::Exact);
+        assert_eq!(at_n.counterexample(), Some(c));
+        assert!((1..n).all(|m| prove_global_average_pool(&PoolParams { x: u8p(0.0625, 128), y: u8p(0.075, 128) }, m, Contract::Exact).is_exact()));
+        // Equal scales: exact up to 13 elements, the mean of 14 codes then rounds differently.
+        let v = prove_global_average_pool_any_size(&PoolParams { x: u8p(0.0625, 128), y: u8p(0.0625, 128) }, Contract::Exact);
+        let Verdict::Refuted { proof, .. } = &v else { panic!("{v:?}") };
+        assert!(proof.detail.starts_with("the image size is symbolic; refuted at 14 elements"), "{}", proof.detail);
     }
 }

@@ -321,6 +321,118 @@ pub fn prove(g: &GemmGroup, isa: Isa, contract: Contract) -> Verdict {
     Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: start.elapsed().as_micros() as u64, detail } }
 }
 
+/// How often the fused kernel and a non-deterministic float path can disagree: the reachable
+/// accumulators whose exact output `q = value(acc)/sy` (before rounding) lies within the float
+/// path's error bound of a rounding boundary between two unsaturated codes. Only groups whose
+/// float path fails P2 have one (elsewhere the float path is exact and the verdict says all).
+///
+/// Precisely, per output channel: the accumulators are the multiples of the channel's step in
+/// the reachable range the requantization proof walks; the float path's error on `q` is bounded
+/// by `δ = γ_n·S/|sy|` with `γ_n = n·u/(1 − n·u)`, `u = 2^-24`, `n = K + 5` (K products in any
+/// order with or without FMA, the two DQ roundings, the bias DQ and its addition, alpha, the Q's
+/// division) and `S = Σ_k max|x − zx|·|w_k − zw|·|sx·sw·alpha| + |b·sb|`, the largest sum of
+/// magnitudes; the boundaries are `j + ½` for `j + zy` and `j + 1 + zy` both codes. An
+/// accumulator counts when `|q − (j + ½)| ≤ δ` for one of them. `q` is affine in `acc`, so each
+/// boundary's accumulators are one interval: the count costs one step per code, not per
+/// accumulator (`q`'s coefficients are taken in f64, whose error is far below `δ`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NearBoundary {
+    /// Reachable accumulators within `δ` of a rounding boundary, summed over channels.
+    pub accumulators: u64,
+    /// Reachable accumulators, summed over channels.
+    pub reachable: u64,
+    /// Channels with at least one such accumulator, of `channels`.
+    pub affected_channels: usize,
+    pub channels: usize,
+    /// The largest `δ` over the channels, in output steps (LSB).
+    pub max_error_lsb: f64,
+}
+
+impl std::fmt::Display for NearBoundary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} reachable accumulators (in {} of {} channels) lie within the float path's error (≤ {:.3e} LSB) of a rounding boundary: there the float path and the fused kernel may differ by 1 LSB",
+            self.accumulators, self.reachable, self.affected_channels, self.channels, self.max_error_lsb
+        )
+    }
+}
+
+/// [`NearBoundary`] of a group, `None` when every channel's float path passes P2 (or the group
+/// is not one ORT's kernel takes).
+pub fn near_boundary(g: &GemmGroup) -> Option<NearBoundary> {
+    validate(g).ok()?;
+    let channels: Vec<Channel> = (0..g.channels()).map(|c| Channel::new(g, c, Isa::X86Avx512Vnni, Contract::Real).ok()).collect::<Option<_>>()?;
+    if channels.iter().all(|ch| p2::dot_product(&ch.dot_product()).is_ok()) {
+        return None;
+    }
+    let mut out = NearBoundary { accumulators: 0, reachable: 0, affected_channels: 0, channels: channels.len(), max_error_lsb: 0.0 };
+    for ch in &channels {
+        let sy = ch.sy.to_f64_lossy();
+        let umax = ch.u.0.unsigned_abs().max(ch.u.1.unsigned_abs()) as f64;
+        let unit = ch.unit.to_f64_lossy();
+        let sum = ch.d.iter().map(|&d| umax * d.unsigned_abs() as f64).sum::<f64>() * unit.abs() + ch.bias_value.to_f64_lossy().abs();
+        let delta = gamma(ch.d.len() + 5) * sum / sy.abs();
+        let line = Line { slope: unit / sy, offset: ch.bias_value.to_f64_lossy() / sy, zy: g.y.zero_point, codes: g.y.code.range() };
+        let (near, reachable) = line.count_near(ch.acc, ch.step, delta);
+        out.accumulators += near;
+        out.reachable += reachable;
+        out.affected_channels += usize::from(near > 0);
+        out.max_error_lsb = out.max_error_lsb.max(delta);
+    }
+    Some(out)
+}
+
+/// `γ_n = n·u/(1 − n·u)` with `u = 2^-24`: the relative error bound of n roundings in f32.
+pub(crate) fn gamma(n: usize) -> f64 {
+    let nu = n as f64 * 2f64.powi(-24);
+    nu / (1.0 - nu)
+}
+
+/// The reference's output before rounding as a function of the accumulator, `q = slope·acc + offset`,
+/// and the codes it rounds into.
+pub(crate) struct Line {
+    pub slope: f64,
+    pub offset: f64,
+    pub zy: i64,
+    pub codes: (i64, i64),
+}
+
+impl Line {
+    /// `(near, reachable)`: multiples of `step` in `[lo, hi]`, and those within `delta` of a
+    /// boundary between two unsaturated codes.
+    pub(crate) fn count_near(&self, (lo, hi): (i64, i64), step: i64, delta: f64) -> (u64, u64) {
+        let multiples = |a: f64, b: f64| -> u64 {
+            let (a, b) = (a.max(lo as f64), b.min(hi as f64));
+            let (first, last) = ((a / step as f64).ceil(), (b / step as f64).floor());
+            if last >= first { (last - first) as u64 + 1 } else { 0 }
+        };
+        let reachable = multiples(lo as f64, hi as f64);
+        if self.slope == 0.0 {
+            return (0, reachable);
+        }
+        let (qmin, qmax) = self.codes;
+        let mut intervals: Vec<(f64, f64)> = ((qmin - self.zy)..(qmax - self.zy))
+            .map(|j| {
+                let h = j as f64 + 0.5;
+                let ends = [(h - delta - self.offset) / self.slope, (h + delta - self.offset) / self.slope];
+                (ends[0].min(ends[1]), ends[0].max(ends[1]))
+            })
+            .collect();
+        intervals.sort_by(|x, y| x.0.total_cmp(&y.0));
+        // Intervals of neighbouring boundaries overlap when δ ≥ ½: merged, each accumulator counts once.
+        let mut merged: Vec<(f64, f64)> = Vec::new();
+        for (a, b) in intervals {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let near: u64 = merged.into_iter().map(|(a, b)| multiples(a, b)).sum();
+        (near.min(reachable), reachable)
+    }
+}
+
 fn kind_name(kind: GemmKind) -> &'static str {
     match kind {
         GemmKind::Conv { .. } => "QLinearConv",
@@ -1259,5 +1371,51 @@ mod tests {
         let (sx, sw, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3c08_baab), f32::from_bits(0x3d78_611e));
         let g = matmul(sx, vec![vec![1, 127]], vec![sw], sy).with_x_codes(128, 180);
         assert!(prove(&g, Isa::X86Avx512Vnni, Contract::Real).is_exact(), "acc 8579 needs x[1] = 195");
+    }
+
+    #[test]
+    fn near_boundary_counts_match_enumeration() {
+        // q = acc/3 + 0.1, codes u8 with zy = 10: boundaries j + ½ for j in [-10, 244].
+        let line = Line { slope: 1.0 / 3.0, offset: 0.1, zy: 10, codes: (0, 255) };
+        for (range, step, delta) in [((-100, 900), 1, 0.05), ((-99, 903), 3, 0.2), ((0, 50), 1, 0.7), ((-60, 60), 2, 0.0)] {
+            let (near, reachable) = line.count_near(range, step, delta);
+            let accs: Vec<i64> = (range.0..=range.1).filter(|a| a % step == 0).collect();
+            let by_hand = accs.iter().filter(|&&a| {
+                let q = a as f64 / 3.0 + 0.1;
+                (-10..245).any(|j| (q - (j as f64 + 0.5)).abs() <= delta)
+            });
+            assert_eq!((near, reachable), (by_hand.count() as u64, accs.len() as u64), "{range:?} {step} {delta}");
+        }
+        let down = Line { slope: -0.25, offset: 3.0, zy: 0, codes: (-128, 127) };
+        let (near, _) = down.count_near((-40, 40), 1, 0.1);
+        assert_eq!(near, (-40..=40i64).filter(|&a| { let q = -0.25 * a as f64 + 3.0; (q - q.floor() - 0.5).abs() <= 0.1 }).count() as u64);
+    }
+
+    #[test]
+    fn near_boundary_is_counted_only_where_p2_fails() {
+        // Power-of-two scales: the float path is exact, nothing to count.
+        assert_eq!(near_boundary(&matmul(2f32.powi(-5), vec![vec![3, -7, 5]], vec![2f32.powi(-6)], 2f32.powi(-2))), None);
+        // Generic scales: the count is the enumeration of accumulators within δ of a boundary.
+        let (sx, sw, sy) = (0.0371f32, 0.0123f32, 0.0917f32);
+        let row = |seed: i64| (0..64).map(|k| (k * seed + 11) % 255 - 127).collect::<Vec<i64>>();
+        let g = matmul(sx, vec![row(37), row(91)], vec![sw], sy);
+        let n = near_boundary(&g).unwrap();
+        assert_eq!(n.channels, 2);
+        let mut by_hand = (0u64, 0u64);
+        for d in &g.weights {
+            let umax = 128.0f64;
+            let sum: f64 = d.iter().map(|&w| umax * w.unsigned_abs() as f64).sum::<f64>() * sx as f64 * sw as f64;
+            let delta = gamma(d.len() + 5) * sum / sy as f64;
+            let (lo, hi) = d.iter().fold((0i64, 0i64), |(lo, hi), &w| (lo + (-128 * w).min(127 * w), hi + (-128 * w).max(127 * w)));
+            let step = d.iter().fold(0i64, |a, &b| gcd(a, b.abs()));
+            for acc in (lo..=hi).filter(|a| a % step == 0) {
+                let q = acc as f64 * sx as f64 * sw as f64 / sy as f64;
+                by_hand.1 += 1;
+                let j = (q - 0.5).round();
+                by_hand.0 += u64::from((q - (j + 0.5)).abs() <= delta && (0..255).contains(&(j as i64 + 128)));
+            }
+        }
+        assert_eq!((n.accumulators, n.reachable), by_hand, "{n}");
+        assert!(n.accumulators > 0, "{n}");
     }
 }

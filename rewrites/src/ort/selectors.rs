@@ -13,7 +13,8 @@
 //!
 //! 1. `EnsureUniqueDQForNodeUnit`, once before level 1;
 //! 2. level 1, repeated until nothing changes: `DoubleQDQPairsRemover`, `ConstantSharing` and
-//!    `CommonSubexpressionElimination`, `QDQPropagationTransformer`, `WeightBiasQuantization`,
+//!    `CommonSubexpressionElimination`, `ConstantFolding` (of QuantizeLinear only: NNCF's float
+//!    weights), `QDQPropagationTransformer`, `WeightBiasQuantization`,
 //!    `EnsureUniqueDQForNodeUnit`, `WhereDummyDq`;
 //! 3. level 2: the `ClipQuantRewrite` / `ReluQuantRewrite` rules, `QDQS8ToU8Transformer` (x86 only),
 //!    `QDQSelectorActionTransformer`, and last `QDQFinalCleanupTransformer` (DQ→Q only, its default).
@@ -32,7 +33,8 @@
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
 
 use super::Isa;
-use crate::exact::reference::{CodeType, quantize};
+use crate::exact::Counterexample;
+use crate::exact::reference::{CodeType, dequantize, quantize};
 use qdqc_lang::onnx::tensor_shape_proto::dimension;
 use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto, NodeProto, TensorProto, TypeProto, type_proto};
 use qdqc_lang::tensor::{self, Payload};
@@ -65,6 +67,13 @@ pub struct Fusion {
     pub codes: Vec<(usize, Option<DataType>)>,
     /// Where the graph is: empty for the main graph, else the subgraph path.
     pub location: String,
+    /// Where each DQ's parameters come from, as (input slot of the target, position of the
+    /// authored Q or DQ whose scale and zero point it has): the DQ itself when authored, the node
+    /// QDQPropagation copied when ORT inserted it. DQs with parameters of their own (weights ORT
+    /// quantized) are not listed.
+    pub input_params: Vec<(usize, usize)>,
+    /// The same for each Q, in `q_outputs` order of the group's Qs (authored or copied).
+    pub output_params: Vec<usize>,
 }
 
 /// A numerics-relevant rewrite by one of ORT's other QDQ transformers.
@@ -78,6 +87,8 @@ pub struct Rewrite {
     pub exact: bool,
     /// One line: what changes, with the values involved.
     pub detail: String,
+    /// When not exact, an input whose result changes, if one is known.
+    pub witness: Option<Counterexample>,
     pub location: String,
 }
 
@@ -149,6 +160,7 @@ pub(crate) fn optimize_graph<'m>(
         let mut changed = w.remove_double_qdq_pairs();
         changed |= w.share_constants();
         changed |= w.eliminate_common_subexpressions();
+        changed |= w.fold_constant_quantize();
         changed |= w.propagate_qdq();
         changed |= w.quantize_weights_and_biases();
         changed |= w.ensure_unique_dq();
@@ -818,6 +830,43 @@ impl Work<'_, '_, '_> {
     }
 }
 
+/// An input the Clip/Relu removal changes: the value of the end code the bound misses
+/// (`want_min` says whether the lower bound quantizes as it should), which lies outside
+/// `[min, max]`; `None` if that value happens to quantize the same both ways.
+fn clip_witness((s, z, code): (f32, i64, CodeType), (min, max): (f32, f32), min_ok: bool, channel: usize, channels: usize) -> Option<Counterexample> {
+    let (lo, hi) = code.range();
+    let want = if s > 0.0 { (lo, hi) } else { (hi, lo) };
+    let x = dequantize(if min_ok { want.1 } else { want.0 }, s, z);
+    let clipped = x.max(min).min(max);
+    let (unfused, fused) = (quantize(clipped, s, z, code), quantize(x, s, z, code));
+    (unfused != fused).then(|| {
+        let mut inputs = vec![("x (f32 bits)".to_string(), x.to_bits() as i64)];
+        if channels > 1 {
+            inputs.insert(0, ("channel".to_string(), channel as i64));
+        }
+        // `differing` counts this one input: the float inputs that change are not enumerated.
+        Counterexample { inputs, unfused, fused, exact: Some(format!("x = {x:e}, clipped to {clipped:e}")), differing: 1 }
+    })
+}
+
+/// An input whose result the merge of `Q1 → DQ1 → Q2 → DQ2` into one pair with new parameters
+/// changes: on the grid of the first pair (`x = DQ1(c)` for every code `c`, so `Q1(x) = c`),
+/// `DQ2(Q2(x))` against `DQnew(Qnew(x))`, the first code whose values differ. Codes are reported
+/// as the second pair's and the new pair's; the values in the text.
+fn double_qdq_witness(code: CodeType, [(s1, z1), (s2, z2)]: [(f32, i64); 2], (s, z): (f32, i64)) -> Option<Counterexample> {
+    let (lo, hi) = code.range();
+    let differ = |c: i64| {
+        let x = dequantize(c, s1, z1);
+        let (before, after) = (quantize(x, s2, z2, code), quantize(x, s, z, code));
+        let (vb, va) = (dequantize(before, s2, z2), dequantize(after, s, z));
+        (vb.to_bits() != va.to_bits()).then_some((x, before, after, vb, va))
+    };
+    let differing = (lo..=hi).filter(|&c| differ(c).is_some()).count() as u64;
+    let (x, before, after, vb, va) = (lo..=hi).find_map(differ)?;
+    let exact = format!("x = {x:e}: the two pairs give {vb:e}, the merged pair {va:e}");
+    Some(Counterexample { inputs: vec![("x (f32 bits)".to_string(), x.to_bits() as i64)], unfused: before, fused: after, exact: Some(exact), differing })
+}
+
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
 fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
     matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16)
@@ -954,6 +1003,10 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     fn reduce_double_qdq(&mut self, c: DoubleQdq) {
+        let witness = match c.params {
+            Merged::New { scale, zp, old } => self.q_zp_type(c.q1).and_then(CodeType::from_dtype).and_then(|t| double_qdq_witness(t, old, (scale, zp))),
+            Merged::Kept { .. } => None,
+        };
         let (exact, detail) = match c.params {
             Merged::Kept { identical } => {
                 let exact = identical && self.round_trip_exact(c.q1);
@@ -995,7 +1048,7 @@ impl<'m> Work<'m, '_, '_> {
         self.remove(c.q2);
         self.remove(c.dq1);
         let nodes = [c.q1, c.dq1, c.q2].into_iter().chain(c.dq2s).collect();
-        self.report("DoubleQDQPairsRemover", nodes, exact, detail);
+        self.report_with("DoubleQDQPairsRemover", nodes, exact, detail, witness);
     }
 
     /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
@@ -1011,6 +1064,10 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     fn report(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String) {
+        self.report_with(transformer, nodes, exact, detail, None);
+    }
+
+    fn report_with(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String, witness: Option<Counterexample>) {
         let mut authored: Vec<usize> =
             nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
         authored.dedup();
@@ -1019,6 +1076,7 @@ impl<'m> Work<'m, '_, '_> {
             nodes: authored,
             exact,
             detail,
+            witness,
             location: self.location.clone(),
         });
     }
@@ -1332,6 +1390,33 @@ impl<'m> Work<'m, '_, '_> {
         !has_subgraph && deterministic && n.op != "DequantizeLinear"
     }
 
+    /// `ConstantFolding` (optimizer/constant_folding.cc) of a QuantizeLinear whose inputs are all
+    /// constant initializers (NNCF exports float weights as `W → Q → DQ`): ORT runs the CPU kernel
+    /// once and the DQ reads the codes as a constant, so QDQS8ToU8 later finds no Q→DQ pair there.
+    /// Exact: the unfused graph runs the same kernel on the same values. (DequantizeLinear is not
+    /// folded with QDQ handling on; other nodes do not touch Q/DQ.)
+    fn fold_constant_quantize(&mut self) -> bool {
+        let mut changed = false;
+        for q in 0..self.nodes.len() {
+            let n = &self.nodes[q];
+            if !n.alive || !self.match_q(q) || self.produces_graph_output(q) || !n.implicit.is_empty() {
+                continue;
+            }
+            if !n.inputs.iter().filter(|i| !i.is_empty()).all(|i| self.constant(i, true).is_some()) {
+                continue;
+            }
+            let (Some(dtype), Some(dims)) = (self.q_type(q), self.constant(&n.inputs[0], true).map(|c| c.dims.clone())) else { continue };
+            let folded = self.create_const("folded_q", Const { dtype, dims, data: Data::Opaque });
+            let out = self.nodes[q].outputs[0].clone();
+            let detail = format!("folds {} of the constant '{}' into its codes: the kernel the unfused graph runs, on the same values", self.describe(q), self.nodes[q].inputs[0]);
+            self.bypass(&out, &folded);
+            self.remove(q);
+            self.report("ConstantFolding", vec![q], true, detail);
+            changed = true;
+        }
+        changed
+    }
+
     /// `QDQPropagationTransformer` (qdq_transformer/qdq_propagation.cc): a Q with constant scalar
     /// parameters is copied backwards, and a DQ forwards, across MaxPool-12/22, Reshape, Transpose,
     /// Squeeze, Unsqueeze and Slice chains, as new Q→DQ pairs, so those ops get dropped and their
@@ -1576,13 +1661,13 @@ impl<'m> Work<'m, '_, '_> {
             };
             match verdict {
                 Some(ClipVerdict::Removed { q, bounds }) => {
-                    let (exact, why) = self.clip_removal_exact(q, bounds);
+                    let (exact, why, witness) = self.clip_removal_exact(q, bounds);
                     let detail = format!("removes {} before {}: {why}", self.describe(id), self.describe(q));
                     let source = self.clip_source(id);
                     let out = self.nodes[id].outputs[0].clone();
                     self.bypass(&out, &source);
                     self.remove(id);
-                    self.report(transformer, vec![id, q], exact, detail);
+                    self.report_with(transformer, vec![id, q], exact, detail, witness);
                 }
                 Some(ClipVerdict::Throws { q }) => {
                     let detail = format!(
@@ -1649,30 +1734,28 @@ impl<'m> Work<'m, '_, '_> {
     /// Whether `Q(clip(x)) = Q(x)` for every x: with s > 0 the bounds must quantize to the ends of
     /// the code range (min to qmin, max to qmax), with s < 0 the other way round, per channel.
     /// NaN passes through ORT's Relu and Clip, so it reaches Q either way.
-    fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String) {
+    fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String, Option<Counterexample>) {
         let Some(params) = self.q_params(q) else {
-            return (false, "the Q's scale or zero point is not constant".into());
+            return (false, "the Q's scale or zero point is not constant".into(), None);
         };
-        for (s, z) in params.scales.iter().zip(params.zps.iter().cycle()) {
+        for (c, (s, z)) in params.scales.iter().zip(params.zps.iter().cycle()).enumerate() {
             if !s.is_finite() || *s == 0.0 {
-                return (false, format!("scale {} is zero or not finite", hex(*s)));
+                return (false, format!("scale {} is zero or not finite", hex(*s)), None);
             }
             let (lo, hi) = params.code.range();
             let (at_min, at_max) = (quantize(min, *s, *z, params.code), quantize(max, *s, *z, params.code));
             let want = if *s > 0.0 { (lo, hi) } else { (hi, lo) };
             if (at_min, at_max) != want {
-                return (
-                    false,
-                    format!(
-                        "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
-                        hex(*s),
-                        want.0,
-                        want.1
-                    ),
+                let why = format!(
+                    "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
+                    hex(*s),
+                    want.0,
+                    want.1
                 );
+                return (false, why, clip_witness((*s, *z, params.code), (min, max), (at_min, at_max) == (want.0, at_max), c, params.scales.len()));
             }
         }
-        (true, "the Q's range lies inside the bounds".into())
+        (true, "the Q's range lies inside the bounds".into(), None)
     }
 
     /// A Q or DQ node's constant scales and zero points (one zero point 0 when absent).
@@ -2256,6 +2339,21 @@ impl<'m> Work<'m, '_, '_> {
 
     /// Records the fusion and replaces the group by one node that reads the DQs' inputs and writes
     /// the Qs' outputs (or the target's, without Q), as the action's value moves do.
+    /// The authored Q or DQ whose parameters node `id` has: itself, or for a node ORT copied
+    /// (QDQPropagation's pairs keep the origin of the node they copy), that node while the copy
+    /// still reads the same scale and zero point.
+    fn param_source(&self, id: usize) -> Option<usize> {
+        let n = &self.nodes[id];
+        if n.authored {
+            return Some(n.origin);
+        }
+        let is_qdq = |m: &Node| m.op == "QuantizeLinear" || m.op == "DequantizeLinear";
+        self.nodes
+            .iter()
+            .find(|m| m.authored && m.origin == n.origin && is_qdq(m) && m.inputs.get(1..) == n.inputs.get(1..))
+            .map(|m| m.origin)
+    }
+
     fn fuse(&mut self, rule: &'static str, fused_op: String, sel: Selection) {
         let authored = |w: &Self, ids: &[usize]| {
             ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect()
@@ -2278,6 +2376,15 @@ impl<'m> Work<'m, '_, '_> {
                 .map(|(id, t)| (self.nodes[id].origin, t))
                 .collect(),
             location: self.location.clone(),
+            input_params: sel
+                .dqs
+                .iter()
+                .filter_map(|&dq| {
+                    let slot = self.nodes[sel.target].inputs.iter().position(|i| Some(i) == self.nodes[dq].outputs.first())?;
+                    Some((slot, self.param_source(dq)?))
+                })
+                .collect(),
+            output_params: sel.qs.iter().filter_map(|&q| self.param_source(q)).collect(),
         });
         let target = self.nodes[sel.target].clone();
         let mut inputs: Vec<String> = Vec::new();
@@ -3056,6 +3163,24 @@ mod tests {
     }
 
     #[test]
+    fn inexact_relu_and_clip_removals_carry_an_input_that_changes() {
+        // s < 0: Relu(x) then Q gives the zero point for x < 0; Q alone gives the top code.
+        let l = activation_before_q(node("Relu", &["c"], &["r"]), "sneg", "z").load();
+        let r = &run(&l, Isa::X86Avx2).rewrites[0];
+        let w = r.witness.as_ref().unwrap_or_else(|| panic!("{r:?}"));
+        assert_eq!((f32::from_bits(w.inputs[0].1 as u32), w.unfused, w.fused), (-25.5, 0, 255), "{w}");
+        // int8 activations, zero point −128, scale 1e-9: the Q covers [0, 2.55e-7]; Clip(0, 2e-7)
+        // is within FLT_EPSILON of it, so ORT removes it, and 2.55e-7 no longer clips.
+        let clip = node("Clip", &["c", "lo", "hi"], &["r"]);
+        let l = activation_before_q(clip, "st", "zm").init(scalar("st", 1e-9)).init(ints("zm", DataType::Int8, &[], &[-128]));
+        let l = l.init(scalar("lo", 0.0)).init(scalar("hi", 2e-7)).load();
+        let r = &run(&l, Isa::X86Avx512Vnni).rewrites[0];
+        assert_eq!((r.transformer, r.exact), ("ClipQuantRewrite", false), "{r:?}");
+        let w = r.witness.as_ref().unwrap_or_else(|| panic!("{r:?}"));
+        assert_eq!((w.unfused, w.fused), (72, 127), "{w}");
+    }
+
+    #[test]
     fn double_qdq_pairs_keep_or_recompute_parameters() {
         let chain = |s2: &str| {
             G::new(21)
@@ -3070,6 +3195,9 @@ mod tests {
         // (0.1, 0) then (0.2, 0) on uint8: the intersection [0, 25.5] gets scale 0.1, zero point 0.
         let r = run(&chain("s2").load(), Isa::X86Avx2).rewrites;
         assert_eq!((r.len(), r[0].exact, r[0].nodes.clone()), (1, false, vec![0, 1, 2, 3]));
+        // (0.1, 0) then (0.2, 0): x = 0.1 keeps 0.2·rne(0.5) = 0 through both pairs, 0.1 merged.
+        let w = r[0].witness.as_ref().unwrap_or_else(|| panic!("{:?}", r[0]));
+        assert_eq!((f32::from_bits(w.inputs[0].1 as u32), w.unfused, w.fused), (0.1, 0, 1), "{w}");
         assert!(
             r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "),
             "{}",

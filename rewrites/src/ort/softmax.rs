@@ -162,14 +162,22 @@ fn robust_real(v: f64, sx: f32) -> bool {
     robust_within(v, 1e-4 + 255.0 * sx as f64 / (1u64 << 22) as f64)
 }
 
+/// Parameters the kernel model covers: finite positive scales, one 8-bit type.
+fn modelled(x: QParam, y: QParam) -> Result<(), String> {
+    if !x.scale.is_finite() || x.scale <= 0.0 || !y.scale.is_finite() || y.scale <= 0.0 {
+        return Err("QLinearSoftmax is modelled for finite positive scales".to_string());
+    }
+    SoftmaxKernel::new(x, y, 1, Isa::X86Avx2).map(|_| ())
+}
+
 /// Never exact. Refuted with a row where the fused kernel's result and the real softmax's are
 /// both unambiguous (far from a rounding boundary) and differ; otherwise unknown. Rows searched:
 /// for a reduction length `d`, one element at any code and the other `d − 1` at the lowest code,
 /// the zero point or the highest code (all pairs when `d = 2`).
 pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
     let start = Instant::now();
-    if !x.scale.is_finite() || x.scale <= 0.0 || !y.scale.is_finite() || y.scale <= 0.0 {
-        return Verdict::Unknown { reason: "QLinearSoftmax is modelled for finite positive scales".to_string() };
+    if let Err(reason) = modelled(x, y) {
+        return Verdict::Unknown { reason };
     }
     let kernel = match SoftmaxKernel::new(x, y, reduce_len, isa) {
         Ok(k) => k,
@@ -208,6 +216,27 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
             }
         }
     }
+}
+
+/// The longest axis [`prove_every_length`] tries. QLinearSoftmax's float sum cannot overflow at
+/// any length (its table's top entry is `FLT_MAX·e^-5/D`), so the bound is a documented cap.
+pub const LENGTH_CAP: usize = 4096;
+
+/// [`prove`] for a symbolic axis length: lengths 1 to 64, then powers of two up to
+/// [`LENGTH_CAP`], in that order; the first length with a robust difference refutes the group
+/// (its detail names the length). Never exact, so otherwise unknown.
+pub fn prove_every_length(x: QParam, y: QParam, isa: Isa) -> Verdict {
+    if let Err(reason) = modelled(x, y) {
+        return Verdict::Unknown { reason };
+    }
+    let lengths = (1..=64).chain(std::iter::successors(Some(128usize), |&d| Some(2 * d)).take_while(|&d| d <= LENGTH_CAP));
+    for d in lengths {
+        if let Verdict::Refuted { counterexample, mut proof } = prove(x, y, d, isa) {
+            proof.detail = format!("the axis length is symbolic; refuted at length {d}: {}", proof.detail);
+            return Verdict::Refuted { counterexample, proof };
+        }
+    }
+    Verdict::Unknown { reason: format!("never exact; the axis length is symbolic and no row of any length 1..=64 or power of two up to {LENGTH_CAP} differs robustly") }
 }
 
 /// The first position of the row `[first, rest × (d − 1)]` where the fused and real results
@@ -314,5 +343,16 @@ mod tests {
         assert!(!robust(2.4999));
         assert!(robust(1000.3));
         assert!(!robust(1000.45));
+    }
+
+    #[test]
+    fn a_symbolic_axis_is_refuted_at_a_concrete_length() {
+        let (x, y) = (u8p(0.5, 0), u8p(0.006, 0));
+        let v = prove_every_length(x, y, Isa::X86Avx512Vnni);
+        let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
+        assert!(proof.detail.starts_with("the axis length is symbolic; refuted at length 1:"), "{}", proof.detail);
+        assert_eq!(Some(c), prove(x, y, 1, Isa::X86Avx512Vnni).counterexample());
+        let v = prove_every_length(u8p(0.0, 0), y, Isa::X86Avx512Vnni);
+        assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("finite positive")), "{v:?}");
     }
 }

@@ -278,15 +278,18 @@ impl Fusion {
     /// ([`matmul_dynamic`]), which holds for any B.
     fn apply_dynamic(&self, eg: &mut QdqEGraph, eclass: Id, s: &Subst, group: &Group) -> Vec<Id> {
         let fused_op = self.target.fused_name();
-        let g = match matmul_dynamic::read(eg, s, eclass) {
-            Ok(g) => g,
+        let (g, k) = match matmul_dynamic::read(eg, s, eclass) {
+            Ok(read) => read,
             Err(reason) => {
                 let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
                 group.log(&self.log, self.name, &fused_op, false, verdicts);
                 return vec![];
             }
         };
-        let (fired, verdicts) = decide(&self.options, |isa| ort_dynamic::prove(&g, isa, self.options.contract));
+        let (fired, verdicts) = decide(&self.options, |isa| match k {
+            Some(_) => ort_dynamic::prove(&g, isa, self.options.contract),
+            None => ort_dynamic::prove_every_k(&g, isa, self.options.contract),
+        });
         group.log(&self.log, self.name, &fused_op, fired, verdicts);
         if !fired {
             return vec![];
