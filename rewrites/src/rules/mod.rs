@@ -17,6 +17,7 @@ mod lut;
 mod matmul_dynamic;
 mod nbits;
 mod pool;
+mod u8_weights;
 
 pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
