@@ -31,6 +31,11 @@
 //! selected ISA; zero points, weights and bias codes are kept (the proof replaces the bias-scale
 //! condition). The fused node then reads created constants, and the certificate lists `M'`.
 //!
+//! uint8 weights: when the int8-weight form of a uint8-activation group is refused and `x86-avx2`
+//! is selected, the same group with weights `w + 128`, zero points `zw + 128` is proven and fused
+//! instead, logged under the `-u8-weights` rule name ([`u8_weights`], with its own obligation
+//! table): ORT's u8×u8 kernels never saturate int16 pairs.
+//!
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
