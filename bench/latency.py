@@ -3,7 +3,8 @@
 
     PY=$(bash tests/oracle/setup.sh | tail -n1)
     cargo build --release
-    "$PY" bench/latency.py [--json] [--runs 15] [--ort-isa all|x86-avx512vnni] [--corpus DIR] [--qdqc BIN]
+    "$PY" bench/latency.py [--json] [--runs 15] [--ort-isa all|x86-avx512vnni|host] [--corpus DIR] [--qdqc BIN]
+                           [--models DIR] [--float-fusions]
 
 For every qdq and pow2 corpus model, in one run:
 
@@ -13,14 +14,24 @@ exact      `qdqc compile --contract exact`, run under ORT_ENABLE_ALL with the se
            qdqc prints (parsed from its stdout, docs/session-profile.md); `diff` against the
            original under ORT_DISABLE_ALL must be 0, else the row is marked FAIL.
 real       `qdqc compile --contract real`, same profile; its diff is expected, not a failure.
+real+ff    with --float-fusions: `qdqc compile --contract real --allow ort-float-fusions`, run under the
+           (lossy) profile it prints: ORT_ENABLE_ALL with ORT's float fusions on. Its float deviation is
+           not measured by qdqc; this prints its max abs and max rel (max |Δ| / max |reference|) over
+           every output against the original under ORT_DISABLE_ALL.
+
+--models DIR benchmarks every DIR/*.onnx instead of the generated corpus (real published models
+quantized by quantize_static, e.g.); DIR/shapes.json may give {model stem: {input name: shape}} for
+inputs with symbolic dims (others get 1).
 
 Latency: one fixed seeded input per model; every session runs single-threaded (1 intra-op and
 1 inter-op thread) after warm-up; a timed run is a batch of B inferences, B chosen so that a batch
-of the original under ORT_ENABLE_ALL takes about --batch-ms; the four sessions take turns batch by
+of the original under ORT_ENABLE_ALL takes about --batch-ms; the sessions take turns batch by
 batch (so drift hits all alike) and each reports the median over --runs batches, per inference.
 The Python call overhead of InferenceSession.run is in every number alike.
 Speed is relative to the original under ORT_ENABLE_ALL: t(original, ENABLE_ALL) / t(x), so above
-1 is faster. Targets, printed next to the geomeans: exact >= 0.8x, real >= 1.0x, and both >= 0.95x
+1 is faster; the geomeans are also printed against ORT's own exact mode, ORT_ENABLE_ALL with
+session.x64quantprecision=1 (on x86 without VNNI ORT's default u8s8 kernels saturate; elsewhere the
+key changes nothing). Targets, printed next to the geomeans: exact >= 0.8x, real >= 1.0x, and both >= 0.95x
 on the power-of-two models.
 
 Diffs are counted over --diff-inputs seeded inputs (the seeds of tests/oracle). Exit status 1 if
@@ -56,7 +67,8 @@ import corpus  # noqa: E402
 import oracle_util  # noqa: E402
 
 KINDS = ("qdq", "pow2")
-TARGETS = {"exact": 0.8, "real": 1.0, "pow2": 0.95}
+TARGETS = {"exact": 0.8, "real": 1.0, "pow2": 0.95, "real_ff": 1.2}
+GEMM_OPS = ("QLinearConv", "QLinearMatMul", "com.microsoft.QGemm")
 WARMUP = 5
 ORT_TYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
@@ -95,13 +107,14 @@ def session(path: Path, level, config: dict | None = None):
         raise BenchError(f"ORT session for {path.name} failed: {str(e).strip().splitlines()[0][:160]}") from e
 
 
-def seeded_inputs(name: str, sess, n: int):
-    """The oracle's seeded inputs (tests/oracle/oracle_util.random_inputs)."""
+def seeded_inputs(name: str, sess, n: int, shapes: dict | None = None):
+    """The oracle's seeded inputs (tests/oracle/oracle_util.random_inputs); `shapes` overrides by input name."""
     ins = []
     for i in sess.get_inputs():
         if i.type not in ORT_TYPES:
             raise BenchError(f"input {i.name} has unsupported type {i.type}")
-        ins.append((i.name, np.dtype(ORT_TYPES[i.type]).type, [d if isinstance(d, int) and d >= 0 else 1 for d in i.shape]))
+        shape = (shapes or {}).get(i.name) or [d if isinstance(d, int) and d >= 0 else 1 for d in i.shape]
+        ins.append((i.name, np.dtype(ORT_TYPES[i.type]).type, shape))
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     return [corpus.random_feed(ins, rng, k) for k in range(n)]
 
@@ -117,6 +130,17 @@ def diff_count(ref, other, feeds) -> int:
                 ua = np.ascontiguousarray(a).view(f"u{a.itemsize}")
                 n += int(np.sum(ua != np.ascontiguousarray(b).view(f"u{b.itemsize}")))
     return n
+
+
+def deviation(ref, other, feeds) -> tuple[float, float]:
+    """Max abs and max rel (max |Δ| / max |reference|) of OTHER against REF over float outputs."""
+    abs_, ref_max = 0.0, 0.0
+    for feed in feeds:
+        for a, b in zip(ref.run(None, feed), other.run(None, feed)):
+            if a.dtype.kind == "f" and a.size:
+                abs_ = max(abs_, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+                ref_max = max(ref_max, float(np.max(np.abs(a))))
+    return abs_, (abs_ / ref_max if ref_max else 0.0)
 
 
 def time_sessions(sessions: dict, feed: dict, runs: int, batch_ms: float) -> dict:
@@ -152,20 +176,30 @@ def bench_model(qdqc: Path, corpus_dir: Path, entry: dict, tmp: Path, args) -> d
         raise BenchError(f"corpus file {src} is missing")
     row = {"name": entry["name"], "kind": entry["kind"]}
     paths, profiles = {}, {}
-    for contract in ("exact", "real"):
-        out = tmp / f"{entry['name']}.{contract}.onnx"
-        report, profiles[contract] = compile_model(qdqc, src, out, contract, args.ort_isa)
-        paths[contract] = out
+    variants = [("exact", "exact", ()), ("real", "real", ())]
+    if args.float_fusions:
+        variants.append(("real_ff", "real", ("--allow", "ort-float-fusions")))
+    for key, contract, extra in variants:
+        out = tmp / f"{entry['name']}.{key}.onnx"
+        report, profiles[key] = compile_model(qdqc, src, out, contract, args.ort_isa, extra)
+        paths[key] = out
         # Fused in the output: proven and picked by the cost model.
-        row[f"{contract}_fused"] = sum(1 for d in report["decisions"] if d["fired"] and not d.get("kept_unfused"))
+        row[f"{key}_fused"] = sum(1 for d in report["decisions"] if d["fired"] and not d.get("kept_unfused"))
+        gemm = [d for d in report["decisions"] if d["fused_op"] in GEMM_OPS]
+        row[f"{key}_gemm"] = (sum(1 for d in gemm if d["fired"] and not d.get("kept_unfused")), len(gemm))
     off, on = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sessions = {
         "original_off": session(src, off),
         "original_on": session(src, on),
+        # ORT's own exact mode on x86 without VNNI (Avx2WeightS8ToU8Transformer); the same as
+        # original_on where MLAS reports no u8s8 overflow (VNNI hosts).
+        "original_x64": session(src, on, {"session.x64quantprecision": "1"}),
         "exact": session(paths["exact"], on, profiles["exact"]),
         "real": session(paths["real"], on, profiles["real"]),
     }
-    feeds = seeded_inputs(entry["name"], sessions["original_off"], args.diff_inputs)
+    if args.float_fusions:
+        sessions["real_ff"] = session(paths["real_ff"], on, profiles["real_ff"])
+    feeds = seeded_inputs(entry["name"], sessions["original_off"], args.diff_inputs, entry.get("shapes"))
     ref = sessions["original_off"]
     row["ort_diff"] = diff_count(ref, sessions["original_on"], feeds)
     row["exact_diff"] = diff_count(ref, sessions["exact"], feeds)
@@ -177,8 +211,15 @@ def bench_model(qdqc: Path, corpus_dir: Path, entry: dict, tmp: Path, args) -> d
         row[f"{k}_s"] = v
     base = t["original_on"]
     row["original_off_speed"] = base / t["original_off"]
+    for k in ("exact", "real", "real_ff"):
+        if k in t:
+            row[f"{k}_speed_x64"] = t["original_x64"] / t[k]
     row["exact_speed"] = base / t["exact"]
     row["real_speed"] = base / t["real"]
+    if args.float_fusions:
+        row["real_ff_diff"] = diff_count(ref, sessions["real_ff"], feeds)
+        row["real_ff_max_abs"], row["real_ff_max_rel"] = deviation(ref, sessions["real_ff"], feeds)
+        row["real_ff_speed"] = base / t["real_ff"]
     row["profile"] = profiles["exact"]
     return row
 
@@ -193,15 +234,26 @@ def main():
                     help="profiles the fusions are proven for (qdqc's --ort-isa); x86-avx512vnni is this kind of "
                          "machine, and x86-only lists also re-sign int8 activations to uint8")
     ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("QDQC_CORPUS", REPO / "target" / "corpus")))
+    ap.add_argument("--models", type=Path, help="benchmark every DIR/*.onnx (with DIR/shapes.json) instead of the corpus")
+    ap.add_argument("--float-fusions", action="store_true", help="also `real --allow ort-float-fusions`")
     ap.add_argument("--qdqc", type=Path, default=Path(os.environ.get("QDQC_BIN", REPO / "target" / "release" / "qdqc")))
     args = ap.parse_args()
 
     if not args.qdqc.is_file():
         sys.exit(f"qdqc binary not found at {args.qdqc} (cargo build --release, or set QDQC_BIN / --qdqc)")
-    manifest = ensure_corpus(args.corpus)
-    entries = [m for m in manifest["models"] if m["kind"] in KINDS]
-    if not entries:
-        sys.exit(f"no {'/'.join(KINDS)} models in {args.corpus}/manifest.json")
+    if args.models:
+        shapes_file = args.models / "shapes.json"
+        shapes = json.loads(shapes_file.read_text()) if shapes_file.is_file() else {}
+        entries = [{"name": p.stem, "kind": "real", "file": p.name, "shapes": shapes.get(p.stem)}
+                   for p in sorted(args.models.glob("*.onnx"))]
+        args.corpus = args.models
+        if not entries:
+            sys.exit(f"no *.onnx in {args.models}")
+    else:
+        manifest = ensure_corpus(args.corpus)
+        entries = [m for m in manifest["models"] if m["kind"] in KINDS]
+        if not entries:
+            sys.exit(f"no {'/'.join(KINDS)} models in {args.corpus}/manifest.json")
 
     import onnxruntime as ort
 
@@ -223,10 +275,12 @@ def main():
         "geomean_original_off_speed": geomean([r["original_off_speed"] for r in ok]),
         "geomean_exact_speed": geomean([r["exact_speed"] for r in ok]),
         "geomean_real_speed": geomean([r["real_speed"] for r in ok]),
+        "geomean_real_ff_speed": geomean([r.get("real_ff_speed") for r in ok]),
+        **{f"geomean_{k}_speed_x64": geomean([r.get(f"{k}_speed_x64") for r in ok]) for k in ("exact", "real", "real_ff")},
         "geomean_pow2_exact_speed": geomean([r["exact_speed"] for r in pow2]),
         "geomean_pow2_real_speed": geomean([r["real_speed"] for r in pow2]),
         "targets": {"exact": TARGETS["exact"], "real": TARGETS["real"], "pow2_exact": TARGETS["pow2"],
-                    "pow2_real": TARGETS["pow2"]},
+                    "pow2_real": TARGETS["pow2"], **({"real_ff": TARGETS["real_ff"]} if args.float_fusions else {})},
         "seconds": time.perf_counter() - t_start,
     }
     summary["targets_met"] = {
@@ -251,6 +305,7 @@ def main():
               f"{'diff':>5}  {'speed':>7}  {'fused':>5}  {'real':>9}  {'diff':>5}  {'speed':>7}  {'fused':>5}  note")
     print(header)
     print("-" * len(header))
+    gemm = lambda r, k: "{}/{}".format(*r[f"{k}_gemm"])  # noqa: E731
     for r in rows:
         if "error" in r:
             print(f"{r['name']:<{w}}  {r['kind']:<4}  ERROR: {r['error']}")
@@ -260,12 +315,23 @@ def main():
               f"{r['ort_diff']:>8}  {us(r['exact_s']):>9}  {r['exact_diff']:>5}  {sp(r['exact_speed']):>7}  "
               f"{r['exact_fused']:>5}  {us(r['real_s']):>9}  {r['real_diff']:>5}  {sp(r['real_speed']):>7}  "
               f"{r['real_fused']:>5}  {note}")
+        line = f"{'':<{w}}  Conv/MatMul/Gemm fused: exact {gemm(r, 'exact')}, real {gemm(r, 'real')}"
+        if args.float_fusions:
+            line += (f"; real+ff {us(r['real_ff_s'])} µs, speed {sp(r['real_ff_speed'])}, diff {r['real_ff_diff']}, "
+                     f"max abs {r['real_ff_max_abs']:.3e}, max rel {r['real_ff_max_rel']:.3e}")
+        print(line)
     print("-" * len(header))
     g = summary
     met = lambda k: "met" if g["targets_met"][k] else "MISSED"  # noqa: E731
     print(f"{'geomean':<{w}}  {'':<4}  speed of ORT_DISABLE_ALL {sp(g['geomean_original_off_speed'])}; "
           f"exact {sp(g['geomean_exact_speed'])} (target >= {TARGETS['exact']}x: {met('exact')}); "
           f"real {sp(g['geomean_real_speed'])} (target >= {TARGETS['real']}x: {met('real')})  over {len(ok)} models")
+    print(f"{'geomean':<{w}}  {'':<4}  against ORT's exact mode (ORT_ENABLE_ALL, session.x64quantprecision=1): "
+          f"exact {sp(g['geomean_exact_speed_x64'])}, real {sp(g['geomean_real_speed_x64'])}"
+          + (f", real+ff {sp(g['geomean_real_ff_speed_x64'])}" if args.float_fusions else ""))
+    if args.float_fusions:
+        print(f"{'geomean':<{w}}  {'':<4}  real --allow ort-float-fusions {sp(g['geomean_real_ff_speed'])} "
+              f"(target >= {TARGETS['real_ff']}x: {met('real_ff')})")
     print(f"{'geomean (pow2)':<{w}}  {'':<4}  exact {sp(g['geomean_pow2_exact_speed'])} (target >= {TARGETS['pow2']}x: "
           f"{met('pow2_exact')}); real {sp(g['geomean_pow2_real_speed'])} (target >= {TARGETS['pow2']}x: "
           f"{met('pow2_real')})  over {len(pow2)} models")

@@ -313,7 +313,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         fuse: options.fuse,
         profiles: options.isas.clone(),
         rules: rules.map(|r| qdqc_lower::rule_names(&r)).unwrap_or_default(),
-        session_profile: SessionProfile::ort(),
+        session_profile: SessionProfile::for_float_fusions(options.allow.ort_float_fusions),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
         nodes_after: count_lowered(&lowering.graph),
         fused: decisions.iter().filter(|d| d.fired && !d.kept_unfused).count(),
@@ -349,11 +349,16 @@ pub const METADATA_SESSION: &str = "qdqc.session_profile";
 /// a compiled model again gives the same file) and keeping the author's.
 fn record_guarantee(model: &mut qdqc_lang::onnx::ModelProto, options: &CompileOptions) {
     let profiles: Vec<&str> = options.isas.iter().map(|i| i.name()).collect();
-    let contract = match options.contract {
+    let mut contract = match options.contract {
         Contract::Exact => "exact",
         Contract::Real => "real",
-    };
-    let entries = [(METADATA_CONTRACT, contract.to_string()), (METADATA_PROFILES, profiles.join(",")), (METADATA_SESSION, SessionProfile::ort().describe())];
+    }
+    .to_string();
+    if options.allow.ort_float_fusions {
+        contract.push_str("; float ops lossy (--allow ort-float-fusions)");
+    }
+    let session = SessionProfile::for_float_fusions(options.allow.ort_float_fusions).describe();
+    let entries = [(METADATA_CONTRACT, contract), (METADATA_PROFILES, profiles.join(",")), (METADATA_SESSION, session)];
     model.metadata_props.retain(|e| !entries.iter().any(|(k, _)| e.key.as_deref() == Some(*k)));
     for (key, value) in entries {
         model.metadata_props.push(qdqc_lang::onnx::StringStringEntryProto { key: Some(key.to_string()), value: Some(value) });
@@ -424,6 +429,9 @@ impl CompileReport {
     pub fn explain(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
+        if let Some(lossy) = self.session_profile.lossy {
+            writeln!(out, "LOSSY   session profile (allowed by --allow ort-float-fusions): {lossy}").unwrap();
+        }
         for r in &self.resigned {
             let proof = r.proof.as_ref().map_or(String::new(), |p| format!(" ({})", p.detail));
             writeln!(out, "RESIGNED {} int8 zero point {} → uint8 {} [{} → {}]{proof}", r.tensor, r.zero_point_int8, r.zero_point_uint8, r.quantize, r.dequantize.join(", ")).unwrap();

@@ -46,6 +46,9 @@ enum Command {
         /// Allow a lossy rewrite (contract `lossy`, reported per instance with its measured
         /// deviation); repeatable. `matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into
         /// MatMulNBits at that accuracy level, acc1 (f32, the least lossy) when none is given.
+        /// `ort-float-fusions`: the printed session profile leaves ONNX Runtime's float fusions
+        /// on (ORT_ENABLE_ALL; QDQ handling stays off, so fused and refused quantized groups are
+        /// as proven); float ops are lossy and their deviation is not measured by qdqc.
         #[arg(long, value_name = "NAME[=VALUE]", value_parser = parse_allow)]
         allow: Vec<AllowArg>,
         /// Activations (numpy.savez, float32, keyed by tensor name) on which lossy instances
@@ -113,6 +116,7 @@ fn parse_isas(s: &str) -> Result<IsaList, String> {
 #[derive(Clone)]
 enum AllowArg {
     MatMulNBits(AccuracyLevel),
+    OrtFloatFusions,
 }
 
 fn parse_allow(s: &str) -> Result<AllowArg, String> {
@@ -122,7 +126,9 @@ fn parse_allow(s: &str) -> Result<AllowArg, String> {
             let level = value.unwrap_or("acc1");
             AccuracyLevel::parse(level).map(AllowArg::MatMulNBits).ok_or_else(|| format!("unknown matmulnbits accuracy level '{level}' (acc0, acc1 or acc4)"))
         }
-        _ => Err(format!("unknown lossy rewrite '{name}' (known: matmulnbits)")),
+        "ort-float-fusions" if value.is_none() => Ok(AllowArg::OrtFloatFusions),
+        "ort-float-fusions" => Err("ort-float-fusions takes no value".into()),
+        _ => Err(format!("unknown lossy rewrite '{name}' (known: matmulnbits, ort-float-fusions)")),
     }
 }
 
@@ -154,6 +160,7 @@ fn run(command: Command) -> Result<(), Error> {
             for a in allow {
                 match a {
                     AllowArg::MatMulNBits(level) => lossy.matmulnbits = Some(level),
+                    AllowArg::OrtFloatFusions => lossy.ort_float_fusions = true,
                 }
             }
             if let Some(path) = inputs {
@@ -192,7 +199,11 @@ fn run(command: Command) -> Result<(), Error> {
                 result.model_size.before_bytes,
                 result.model_size.after_bytes,
                 result.contract,
-                if result.decisions.iter().any(|d| d.lossy.is_some()) { " except the lossy instances" } else { "" },
+                match (result.decisions.iter().any(|d| d.lossy.is_some()), result.session_profile.lossy.is_some()) {
+                    (_, true) => " for quantized groups, float ops lossy (--allow ort-float-fusions)",
+                    (true, false) => " except the lossy instances",
+                    (false, false) => "",
+                },
                 result.session_profile.describe()
             );
         }

@@ -16,11 +16,24 @@ const FLOAT_FUSIONS_OFF: &str = concat!(
     "DivMulFusion;ConvBNFusion;ConvMulFusion;ConvAddFusion;MatMul_BatchNormalization_Fusion",
 );
 
+/// `--allow ort-float-fusions`: only what touches quantized tensors or integer kernels stays off.
+/// ClipQuantRewrite/ReluQuantRewrite drop a Clip/Relu in front of a Q (changes codes),
+/// QDQFinalCleanupTransformer drops Q→DQ pairs (removes a rounding), NhwcTransformer moves
+/// QLinearConv to channels-last kernels (another K order than the proofs modelled). ConstantFolding,
+/// NchwcTransformer and the float fusions run: they re-order or fuse float arithmetic only.
+const QDQ_REWRITES_OFF: &str = "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;NhwcTransformer";
+
+/// What the report says of the float deviation `--allow ort-float-fusions` brings.
+const FLOAT_DEVIATION: &str = "contract lossy for float ops: ONNX Runtime's float fusions (LayerNorm, Gelu, SkipLayerNorm, MatMul+scale, Conv+BN/Mul/Add folding, NCHWc, constant folding of weight DequantizeLinear) re-order or fuse float arithmetic at session creation; not measured by qdqc (it does not run ORT): bench/latency.py and tests/oracle/test_float_fusions.py measure it. Quantized groups keep their guarantee: QDQ handling stays disabled";
+
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct SessionProfile {
     pub graph_optimization_level: &'static str,
     /// Session config entries that make any other level safe too.
     pub config: Vec<(&'static str, &'static str)>,
+    /// Set under `--allow ort-float-fusions`: what is lossy and who measures it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lossy: Option<&'static str>,
 }
 
 impl SessionProfile {
@@ -37,7 +50,27 @@ impl SessionProfile {
                 // each one changes bits on a model of tests/oracle/test_session_profile.py.
                 ("optimization.disable_specified_optimizers", FLOAT_FUSIONS_OFF),
             ],
+            lossy: None,
         }
+    }
+
+    /// `--allow ort-float-fusions`: ORT_ENABLE_ALL with QDQ handling off and only the rewrites of
+    /// quantized tensors disabled; float ops are lossy (`lossy` says so), integer kernels exact.
+    pub fn ort_float_fusions() -> Self {
+        SessionProfile {
+            graph_optimization_level: "ORT_ENABLE_ALL",
+            config: vec![
+                ("session.disable_quant_qdq", "1"),
+                ("session.disable_double_qdq_remover", "1"),
+                ("optimization.disable_specified_optimizers", QDQ_REWRITES_OFF),
+            ],
+            lossy: Some(FLOAT_DEVIATION),
+        }
+    }
+
+    /// The profile a compile with these lossy permissions prints.
+    pub fn for_float_fusions(allowed: bool) -> Self {
+        if allowed { Self::ort_float_fusions() } else { Self::ort() }
     }
 
     pub fn describe(&self) -> String {

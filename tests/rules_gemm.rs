@@ -373,20 +373,61 @@ fn gemm_conditions_refuse() {
     assert_refused_because(&r, &out, "beta 2 ≠ 1");
 }
 
-#[test]
-fn real_synthesis_cannot_undo_int16_pair_saturation() {
-    // Input channels 0 and 1 at one kernel position are one vpmaddubsw pair: 255·(127 + 120).
-    let mut m = conv(&generic_real(1), None);
+/// `conv` whose weights at input channels 0 and 1 of kernel position 0 are 127 and 120: one
+/// vpmaddubsw pair, 255·(127 + 120) > 32767 on x86-avx2.
+fn saturating_conv(s: &Scales) -> ModelProto {
+    let mut m = conv(s, None);
     let w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("w")).unwrap();
     let mut codes = w.raw_data.as_ref().unwrap().to_vec();
     (codes[0], codes[9]) = (127, 120);
     w.raw_data = Some(codes.into());
-    let (r, out) = compile(&m, Contract::Real);
-    let d = decision(&r);
-    assert!(!d.fired, "{d:#?}");
-    assert_eq!(d.verdict[&Isa::X86Avx2], "refuted");
-    assert!(d.proof[&Isa::X86Avx2].detail.contains("real-contract synthesis: channel 0: x86-avx2: int16 pairs saturate"), "{d:#?}");
-    assert_eq!(op_types(&out), ["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);
+    m
+}
+
+fn initializer<'a>(m: &'a Model, name: &str) -> &'a TensorProto {
+    m.proto.graph.as_ref().unwrap().initializer.iter().find(|t| t.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("no initializer {name}"))
+}
+
+/// The fused node reads the authored int8 weights shifted to uint8, zero points 0 + 128, and each
+/// ISA's certificate says what the int8 weights gave.
+fn assert_u8_weights(r: &CompileReport, m: &Model, authored: &ModelProto) {
+    let n = fused_node(m);
+    let (w, zw) = (initializer(m, &n.input[3]), initializer(m, &n.input[5]));
+    assert_eq!((w.data_type, zw.data_type), (Some(U8), Some(U8)));
+    let original = authored.graph.as_ref().unwrap().initializer.iter().find(|t| t.name.as_deref() == Some("w")).unwrap();
+    let shifted: Vec<u8> = original.raw_data.as_ref().unwrap().iter().map(|&b| (b as i8 as i16 + 128) as u8).collect();
+    assert_eq!(w.raw_data.as_deref(), Some(&shifted[..]));
+    assert_eq!(zw.raw_data.as_deref(), Some(&[128u8][..]));
+    let d = decision(r);
+    assert!(d.proof[&Isa::X86Avx2].detail.contains("the int8 weights: refuted"), "{d:#?}");
+}
+
+#[test]
+fn saturating_int8_weights_are_fused_as_uint8_weights() {
+    let p = saturating_conv(&power_of_two(1));
+    let (r, m) = compile(&p, Contract::Exact);
+    assert_fused(&r, &m, "qlinear-conv-u8-weights", "QLinearConv");
+    assert_u8_weights(&r, &m, &p);
+    // `real` synthesis works on the uint8 form too (the int8 form saturates whatever the scales).
+    let p = saturating_conv(&generic_real(1));
+    let (r, m) = compile(&p, Contract::Real);
+    assert_synthesized(&r, &m, "qlinear-conv-u8-weights", "QLinearConv");
+    assert_u8_weights(&r, &m, &p);
+}
+
+#[test]
+fn the_uint8_weight_form_is_refuted_by_its_own_requantization() {
+    // Generic scales under `exact`: the uint8 form is tried (the int8 form saturates on x86-avx2)
+    // and refuted on every ISA, like the int8 form elsewhere; the model stays as authored.
+    let (r, m) = compile(&saturating_conv(&generic(1)), Contract::Exact);
+    assert_refuted(&r, &m, "qlinear-conv-u8-weights", &["DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear"]);
+    // Without x86-avx2 among the profiles the int8 form is all there is.
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_model(dir.path(), "in.onnx", &saturating_conv(&power_of_two(1)));
+    let out = dir.path().join("out.onnx");
+    let isas = vec![Isa::X86Avx512Vnni, Isa::Arm64Neon];
+    let r = qdqc::compile(&input, &out, &CompileOptions { contract: Contract::Exact, isas, ..CompileOptions::default() }).unwrap();
+    assert_eq!((decision(&r).rule.as_str(), decision(&r).fired), ("qlinear-conv", true));
 }
 
 /// Attention's `Q·Kᵀ`: DQ(q u8[1,2,4,K]) × DQ(k T[1,2,K,4]) → Q(sy, 136) u8[1,2,4,4]; both

@@ -9,6 +9,7 @@ use qdqc_rewrites::exact::reference::{CodeType, quantize, quantize_real};
 use qdqc_rewrites::exact::{Contract, QParam, Verdict};
 use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
+use qdqc_rewrites::ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -29,6 +30,12 @@ pub fn rules() -> Vec<Broken> {
             claim: "a weight scale that varies along K can be applied once per output column in the epilogue",
             broken: || per_k([0.01, 0.03]),
             twin: Some(|| per_k([0.01, 0.01])),
+        },
+        Broken {
+            name: "u8_weights_zero_point_unshifted",
+            claim: "int8 weights can be handed to ORT's u8×u8 kernel as codes + 128 with the zero point kept (the accumulator gains 128·Σ(x − zx))",
+            broken: || u8_weights(0),
+            twin: Some(|| u8_weights(128)),
         },
         Broken {
             name: "activation_matmul_bounded_by_one_product",
@@ -103,6 +110,24 @@ fn per_k(s: [f32; 2]) -> Verdict {
             let acc = (a[0] - x.zero_point) * w[0] + (a[1] - x.zero_point) * w[1];
             real_q(Dyadic::int(acc).checked_mul(dy(x.scale).checked_mul(dy(s[0])).unwrap()).unwrap(), y)
         },
+        |_| None,
+    )
+}
+
+/// A K = 2 MatMul, u8 activations (zero point 128) × int8 weights [127, 120] (zero point 0), whose
+/// vpmaddubsw pair saturates on x86-avx2: the int8-weight group's exact accumulation (VNNI),
+/// requantized, against the u8×u8 kernel of x86-avx2 reading the weights + 128 with zero point
+/// `zw`, for every pair of activation codes.
+fn u8_weights(zw: i64) -> Verdict {
+    let (x, y) = (QParam::new(2f32.powi(-7), 128, CodeType::U8), QParam::new(2f32.powi(-3), 128, CodeType::U8));
+    let s8 = GemmGroup::new(GemmKind::MatMul, x, CodeType::I8, vec![vec![127, 120]], vec![2f32.powi(-6)], vec![0], y);
+    let u8 = GemmGroup { w_code: CodeType::U8, weights: vec![vec![255, 248]], w_zero_points: vec![zw], ..s8.clone() };
+    let out = |g: &GemmGroup, a: &[i64], isa| requantize(accumulate(g, 0, a, isa), g.multiplier(0), y.zero_point, y.code, isa);
+    exhaustive(
+        &[x.domain("a0"), x.domain("a1")],
+        "K = 2, every activation pair",
+        |a| out(&s8, a, Isa::X86Avx512Vnni),
+        |a| out(&u8, a, Isa::X86Avx2),
         |_| None,
     )
 }

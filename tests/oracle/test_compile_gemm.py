@@ -18,6 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
@@ -45,16 +46,24 @@ def weights(n: int) -> np.ndarray:
     return np.array([(i * 37 + 11) % 81 - 40 for i in range(n)], dtype=np.int8)
 
 
+def full_range_weights(n: int) -> np.ndarray:
+    """Codes over all of int8, with pairs whose u8·s8 products leave int16 on x86-avx2."""
+    return np.array([127 if i % 4 < 2 else (i * 97 + 13) % 256 - 128 for i in range(n)], dtype=np.int8)
+
+
 class Group:
     """DQ(x) → Conv / MatMul / Gemm (DQ'd constant weights, optional DQ'd bias) → Q, with a
     Python evaluation of its exact rational semantics."""
 
-    def __init__(self, op: str, kind: str, x_shape: list[int], w_shape: list[int], bias: list[int] | None, alpha: float = 1.0, w_zp: int | None = None):
-        """`w_zp`: per-tensor uint8 weights (codes + 128) with that asymmetric zero point and one
-        scalar scale, as quantize_static writes for `per_channel=False, WeightType.QUInt8`."""
+    def __init__(self, op: str, kind: str, x_shape: list[int], w_shape: list[int], bias: list[int] | None, alpha: float = 1.0,
+                 full_range: bool = False, w_zp: int | None = None):
+        """`full_range`: int8 weights whose pairs can saturate int16 on x86-avx2. `w_zp`: per-tensor
+        uint8 weights (codes + 128) with that asymmetric zero point and one scalar scale, as
+        quantize_static writes for `per_channel=False, WeightType.QUInt8`."""
         self.op, self.x_shape, self.w_shape, self.bias, self.alpha, self.w_zp = op, x_shape, w_shape, bias, alpha, w_zp
         self.sx, self.sw, self.sy = scales(kind)
-        self.w = weights(int(np.prod(w_shape))).reshape(w_shape)
+        n = int(np.prod(w_shape))
+        self.w = (full_range_weights(n) if full_range else weights(n)).reshape(w_shape)
         if w_zp is not None:
             self.sw = self.sw[:1]
             self.w = (self.w.astype(np.int64) + 128).astype(np.uint8)
@@ -185,6 +194,34 @@ def test_real_synthesis_equals_the_exact_rational(qdqc, tmp_path, name):
         (got,) = fused.run(None, {"x": x})
         want = group.exact(x)
         assert np.array_equal(got, want), f"input {i}: {int(np.sum(got != want))} elements differ from the exact rational"
+
+
+# Int8 weights whose pairs saturate on x86-avx2: fused with uint8 weights (rewrites/src/rules/u8_weights.rs).
+SATURATING_GROUPS = {
+    "conv_bias_exact": lambda: Group("Conv", "power_of_two", [1, 2, 4, 4], [2, 2, 3, 3], [-2000, 900], full_range=True),
+    "matmul_exact": lambda: Group("MatMul", "power_of_two", [64, 16], [16, 2], None, full_range=True),
+    "gemm_real": lambda: Group("Gemm", "generic", [64, 16], [2, 16], None, alpha=0.75, full_range=True),
+}
+
+
+@pytest.mark.parametrize("name", SATURATING_GROUPS)
+def test_saturating_int8_weights_run_as_uint8_weights(qdqc, tmp_path, name):
+    group = SATURATING_GROUPS[name]()
+    contract = name.rsplit("_", 1)[1]
+    src, out, decision = compile_group(qdqc, tmp_path, group, contract)
+    assert decision["rule"].endswith("-u8-weights") and set(decision["verdict"].values()) == {"exact"}, decision
+    m = onnx.load(str(out))
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    (node,) = m.graph.node
+    w, zw = inits[node.input[3]], inits[node.input[5]]
+    assert w.dtype == np.uint8 and np.array_equal(w.astype(np.int16) - 128, group.w.astype(np.int16)), node.input[3]
+    assert zw.dtype == np.uint8 and set(zw.flatten().tolist()) == {128}, zw
+    original, fused = ort_session(src), ort_session(out)
+    for i, x in enumerate(activations(group.x_shape, 16, 13)):
+        (got,) = fused.run(None, {"x": x})
+        # `exact` (power-of-two scales): the original under ORT_DISABLE_ALL; `real`: the exact rational.
+        want = original.run(None, {"x": x})[0] if contract == "exact" else group.exact(x)
+        assert want.tobytes() == got.tobytes(), f"input {i}: {int(np.sum(want != got))} elements differ"
 
 
 def test_real_synthesis_on_every_pair_of_activation_codes(qdqc, tmp_path):

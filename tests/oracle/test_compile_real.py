@@ -405,8 +405,10 @@ def locate(entry, d: dict, compiled: onnx.ModelProto, orig: Original, resigned: 
             same = (fused_in in compiled_inits and want in orig.inits
                     and np.array_equal(numpy_helper.to_array(compiled_inits[fused_in]), orig.inits[want])
                     and numpy_helper.to_array(compiled_inits[fused_in]).dtype == orig.inits[want].dtype)
-            # A re-signed constant (x86 targets, lower/src/resign.rs): its uint8 twin, checked here.
-            same = same or (want in resigned and fused_in in compiled_inits and want in orig.inits
+            # A re-signed constant (x86 targets, lower/src/resign.rs), or int8 weights emitted as uint8
+            # (rule *-u8-weights, rewrites/src/rules/u8_weights.rs): its uint8 twin, checked here.
+            twin = want in resigned or d["rule"].endswith("-u8-weights")
+            same = same or (twin and fused_in in compiled_inits and want in orig.inits
                             and unsigned_twin(numpy_helper.to_array(compiled_inits[fused_in]), orig.inits[want]))
             if not same:
                 raise AssertionError(f"{where}: fused input {pos} reads {fused_in!r}, but the group's "
@@ -486,7 +488,8 @@ def check_model(qdqc, entry, tmp, isa: str) -> Result:
                 t = g.code_inputs[pos]
                 codes = const[t] if t in const else values[t]
                 dq = g.dqs[kk]
-                if dq.input[0] in resigned:
+                shifted = t != dq.input[0] and dq.input[0] in orig.inits and orig.inits[dq.input[0]].dtype == np.int8
+                if dq.input[0] in resigned or (shifted and codes.dtype == np.uint8):
                     codes = as_int8(codes)
                 params.append(orig.qparams(dq, codes.ndim, codes.dtype))
                 ins.append(codes)

@@ -127,7 +127,7 @@ impl GemmGroup {
     }
 
     /// Whether the x86-avx2 u8×s8 kernel (int16 pair saturation) computes this group.
-    fn pairs_saturate(&self, isa: Isa) -> bool {
+    pub fn pairs_saturate(&self, isa: Isa) -> bool {
         isa == Isa::X86Avx2 && self.x.code == CodeType::U8 && self.w_code == CodeType::I8 && !self.depthwise()
     }
 }

@@ -31,11 +31,17 @@
 //! selected ISA; zero points, weights and bias codes are kept (the proof replaces the bias-scale
 //! condition). The fused node then reads created constants, and the certificate lists `M'`.
 //!
+//! uint8 weights: when the int8-weight form of a uint8-activation group is refused and `x86-avx2`
+//! is selected, the same group with weights `w + 128`, zero points `zw + 128` is proven and fused
+//! instead, logged under the `-u8-weights` rule name ([`u8_weights`], with its own obligation
+//! table): ORT's u8×u8 kernels never saturate int16 pairs.
+//!
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
-use super::group::{Group, channels, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, var};
+use super::group::{Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, value_name, var};
 use super::matmul_dynamic;
+use super::u8_weights;
 use crate::ort::matmul_dynamic as ort_dynamic;
 use super::{Log, Rewrite, RuleOptions};
 use crate::exact::reference::CodeType;
@@ -238,10 +244,15 @@ impl Fusion {
         }
     }
 
-    /// The fused node's inputs, in the kernel's order; `codes`: the x, w and y code types.
-    fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, codes: [CodeType; 3], scales: &Scales, output: &str) -> Vec<Id> {
+    /// The fused node's inputs, in the kernel's order; `codes`: the x, w and y code types;
+    /// `shifted`: the group's weights and zero points as uint8 codes ([`u8_weights`]).
+    fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, codes: [CodeType; 3], scales: &Scales, output: &str, shifted: Option<&GemmGroup>) -> Vec<Id> {
         let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{output}/qdqc_{what}_zero_point"));
-        let (zx, mut zw, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zw", codes[1], "w"), zp(eg, "?zy", codes[2], "y"));
+        let (zx, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zy", codes[2], "y"));
+        let (w, mut zw) = match shifted {
+            Some(g) => shifted_weights(eg, s, g, output),
+            None => (var(s, "?w"), zp(eg, "?zw", codes[1], "w")),
+        };
         let (sx, sw, sy) = match scales {
             Scales::Model => (var(s, "?sx"), var(s, "?sw"), var(s, "?sy")),
             Scales::Synthesized(w_scales) => {
@@ -252,14 +263,18 @@ impl Fusion {
                     // QGemm enforces a b_zero_point of b_scale's shape (contrib_ops/cpu/
                     // quantization/quant_gemm.cc), which the model's DQ guarantees for its own
                     // scales but not for a synthesized [n] next to a per-tensor zero point.
-                    let (_, zps, _) = channels(eg, var(s, "?sw"), var(s, "?zw")).expect("read when the group matched");
+                    let zps = match shifted {
+                        Some(g) => g.w_zero_points.clone(),
+                        None => channels(eg, var(s, "?sw"), var(s, "?zw")).expect("read when the group matched").1,
+                    };
                     let zps: Vec<i64> = (0..n).map(|c| zps[if zps.len() == 1 { 0 } else { c }]).collect();
-                    zw = int_constant(eg, &zps, codes[1], vec![n as i64], &format!("{output}/qdqc_w_zero_point_{n}"));
+                    let suffix = if shifted.is_some() { "_u8" } else { "" };
+                    zw = int_constant(eg, &zps, codes[1], vec![n as i64], &format!("{output}/qdqc_w_zero_point_{n}{suffix}"));
                 }
                 (one, sw, one)
             }
         };
-        let (x, w) = (var(s, "?x"), var(s, "?w"));
+        let x = var(s, "?x");
         match self.target {
             Target::Conv | Target::MatMul => {
                 let mut inputs = vec![x, sx, zx, w, sw, zw, sy, zy];
@@ -294,7 +309,7 @@ impl Fusion {
         if !fired {
             return vec![];
         }
-        let inputs = self.inputs(eg, s, [g.a.code, g.b.code, g.y.code], &Scales::Model, &group.output);
+        let inputs = self.inputs(eg, s, [g.a.code, g.b.code, g.y.code], &Scales::Model, &group.output, None);
         let (op, domain) = self.target.fused();
         let fused = group.add_kernel(eg, op, domain, Vec::new(), inputs);
         eg.union(eclass, fused);
@@ -335,6 +350,41 @@ fn summary(v: &Verdict) -> String {
     }
 }
 
+/// A verdict of the uint8-weight form, with what the int8-weight form gave on that ISA.
+fn with_int8_form(v: Verdict, s8: &Verdict) -> Verdict {
+    let note = format!("uint8 weights (codes + 128, zero points + 128); the int8 weights: {}", summary(s8));
+    match v {
+        Verdict::Exact { mut proof } => {
+            proof.detail = format!("{}; {note}", proof.detail);
+            Verdict::Exact { proof }
+        }
+        Verdict::Refuted { counterexample, mut proof } => {
+            proof.detail = format!("{}; {note}", proof.detail);
+            Verdict::Refuted { counterexample, proof }
+        }
+        Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{reason}; {note}") },
+    }
+}
+
+/// Created constants for the uint8-weight form: the weights `w + 128` in the authored weight's
+/// shape, and the zero points `zw + 128` in the authored zero point's shape (a scalar when it
+/// was omitted), each named after the value it is computed from.
+fn shifted_weights(eg: &mut QdqEGraph, s: &Subst, g: &GemmGroup, output: &str) -> (Id, Id) {
+    let (w, zw) = (var(s, "?w"), var(s, "?zw"));
+    let w_dims = constant(eg, w).map(|(_, c)| c.dims.clone()).expect("read as constant weights");
+    let w_name = value_name(eg, w).unwrap_or(output).to_string();
+    let (zp_dims, zp_name) = match constant(eg, zw) {
+        Some((facts, c)) => (c.dims.clone(), format!("{}/qdqc_u8", facts.name)),
+        None => (Vec::new(), format!("{w_name}/qdqc_u8_zero_point")),
+    };
+    // Codes in the authored layout: the group holds them per channel.
+    let codes = constant_ints(eg, w).map(|(_, c)| c.iter().map(|v| v + u8_weights::SHIFT).collect::<Vec<i64>>()).expect("read as constant weights");
+    let zps: Vec<i64> = if zp_dims.iter().product::<i64>() == g.w_zero_points.len() as i64 { g.w_zero_points.clone() } else { vec![g.w_zero_points[0]] };
+    let w_id = int_constant(eg, &codes, CodeType::U8, w_dims, &format!("{w_name}/qdqc_u8"));
+    let zw_id = int_constant(eg, &zps, CodeType::U8, zp_dims, &zp_name);
+    (w_id, zw_id)
+}
+
 /// A refused `real` group's verdict, with why synthesis found no parameters either.
 fn with_synthesis_refusal(v: Verdict, why: &str) -> Verdict {
     match v {
@@ -353,7 +403,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         tags.extend(self.bias.then(|| var(s, "?tb")));
         tags.push(var(s, "?to"));
         let Some(group) = Group::new(eg, &tags, var(s, "?tq")) else { return vec![] };
-        if self.log.decided(self.name, &group.output) {
+        if self.log.decided(self.name, &group.output) || self.log.decided(u8_weights::rule_name(self.name), &group.output) {
             return vec![];
         }
         let fused_op = self.target.fused_name();
@@ -368,13 +418,23 @@ impl Applier<Term, QdqAnalysis> for Fusion {
                 return vec![];
             }
         };
-        let (scales, fired, verdicts) = self.verdicts(&matched.group);
-        group.log(&self.log, self.name, &fused_op, fired, verdicts);
+        let (mut scales, mut fired, mut verdicts) = self.verdicts(&matched.group);
+        let (mut rule, mut shifted) = (self.name, None);
+        if !fired && u8_weights::applies(&matched.group, &self.options.isas) {
+            // The int8-weight form is refused: try the uint8-weight form, and log it, with what
+            // the int8 one gave, since its reasons are the ones left to fix.
+            let g = u8_weights::shift(&matched.group);
+            let int8 = verdicts;
+            (scales, fired, verdicts) = self.verdicts(&g);
+            verdicts = verdicts.into_iter().zip(int8).map(|((isa, v), (_, s8))| (isa, with_int8_form(v, &s8))).collect();
+            (rule, shifted) = (u8_weights::rule_name(self.name), Some(g));
+        }
+        group.log(&self.log, rule, &fused_op, fired, verdicts);
         if !fired {
             return vec![];
         }
-        let g = &matched.group;
-        let inputs = self.inputs(eg, s, [g.x.code, g.w_code, g.y.code], &scales, &group.output);
+        let g = shifted.as_ref().unwrap_or(&matched.group);
+        let inputs = self.inputs(eg, s, [g.x.code, g.w_code, g.y.code], &scales, &group.output, shifted.as_ref());
         let (op, domain) = self.target.fused();
         let fused = group.add_kernel(eg, op, domain, fused_attributes(matched.attributes, &scales), inputs);
         eg.union(eclass, fused);

@@ -17,6 +17,7 @@ mod lut;
 mod matmul_dynamic;
 mod nbits;
 mod pool;
+mod u8_weights;
 
 pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
@@ -50,6 +51,9 @@ pub struct RuleOptions {
 pub struct Allow {
     /// `--allow matmulnbits[=acc0|acc1|acc4]`: DQ(W)→MatMul/Gemm into MatMulNBits at this level.
     pub matmulnbits: Option<AccuracyLevel>,
+    /// `--allow ort-float-fusions`: the printed session profile leaves ORT's float fusions on (no
+    /// rule reads it: it changes the session profile, `src/profile.rs`).
+    pub ort_float_fusions: bool,
     /// `--inputs FILE.npz`: activations by tensor name; a lossy instance whose input is among
     /// them also reports its deviation on those values.
     pub inputs: Activations,
