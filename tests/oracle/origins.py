@@ -124,6 +124,10 @@ def default_feeds(sess: ort.InferenceSession, name: str, n: int) -> list[dict]:
     return random_inputs(name, session_inputs(sess), n)
 
 
+def _op_name(n: onnx.NodeProto) -> str:
+    return f"{n.domain}.{n.op_type}" if n.domain else n.op_type
+
+
 def find_origins(model: onnx.ModelProto, feeds=None, name: str = "model", n_runs: int = N_RUNS) -> dict:
     """Run the probe model under both levels; returns {groups, origins, float_fed, differing,
     ort_ops}: origins and float_fed are sorted lists of Q outputs, ort_ops maps each Q output to
@@ -162,7 +166,9 @@ def find_origins(model: onnx.ModelProto, feeds=None, name: str = "model", n_runs
         while n is not None and n.op_type in ("Transpose", "ReorderOutput") and n.input[0] in opt_producer:
             layout = f" (then {n.op_type}: layout pass)"
             n = opt_producer[n.input[0]]
-        what = "?" if n is None else (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) + layout
+        what = "?" if n is None else _op_name(n) + layout
+        if n is not None and n.op_type == "QuantizeLinear" and n.input[0] in opt_producer:
+            what += f" of {_op_name(opt_producer[n.input[0]])}"  # the float path before the Q changed
         removed = [x for x in groups[t]["nodes"] if x not in opt_names]
         ort_ops[t] = (what, removed)
     return {"groups": groups, "origins": sorted(origins), "float_fed": sorted(float_fed),
@@ -198,10 +204,12 @@ def verdicts(report: dict, profile: str) -> dict[str, tuple]:
     return out
 
 
-def judge(qdqc: Path, path: Path, found: dict, profile: str) -> list[dict]:
-    """One row per origin: op, listed, exact/real verdicts, what ORT did."""
-    exact = verdicts(audit(qdqc, path, "exact"), profile)
-    real = verdicts(audit(qdqc, path, "real"), profile)
+def judge(qdqc: Path, path: Path, found: dict, profile: str, reports: dict | None = None) -> list[dict]:
+    """One row per origin: op, listed, exact/real verdicts, what ORT did. REPORTS: the audits
+    under `exact` and `real` when the caller already has them (by contract), else they are run."""
+    reports = reports or {c: audit(qdqc, path, c) for c in ("exact", "real")}
+    exact = verdicts(reports["exact"], profile)
+    real = verdicts(reports["real"], profile)
     rows = []
     for t in found["origins"]:
         gr = found["groups"][t]

