@@ -150,8 +150,10 @@ NNCF_MODELS = {
     "minilm_nncf_transformer": ("minilm", {"model_type": "TRANSFORMER"},
                                 "nncf.quantize, model_type TRANSFORMER (SmoothQuant Muls before MatMuls)"),
     "magika_nncf": ("magika", {}, "nncf.quantize, default preset"),
-    "minilm_nncf_int4": ("minilm", {"compress_weights": "INT4_ASYM", "group_size": 32, "ratio": 1.0},
-                         "nncf.compress_weights INT4_ASYM, group size 32, ratio 1 (weight-only: MatMulNBits, "
+    # INT4_SYM: NNCF 3.4.0's INT4_ASYM writes MatMulNBits zero points of shape [N, blocks], which
+    # ORT 1.31.1 refuses at session creation (MatMulNBits PrePack wants [N·ceil(blocks/2)] packed).
+    "minilm_nncf_int4": ("minilm", {"compress_weights": "INT4_SYM", "group_size": 32, "ratio": 1.0},
+                         "nncf.compress_weights INT4_SYM, group size 32, ratio 1 (weight-only: MatMulNBits, "
                          "written without importing the com.microsoft opset; embedding and last layer int8)"),
 }
 
