@@ -12,7 +12,7 @@ use serde::Serialize;
 const FLOAT_FUSIONS_OFF: &str = concat!(
     "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;ConstantFolding;NchwcTransformer;NhwcTransformer;",
     "SkipLayerNormFusion;MatMulScaleFusion;MatmulTransposeFusion;",
-    "LayerNormFusionL1;LayerNormFusionL2;SimplifiedLayerNormFusion;GeluFusionL1;GeluFusionL2;",
+    "LayerNormFusionL1;LayerNormFusionL2;SimplifiedLayerNormFusion;GeluFusionL1;GeluFusionL2;FastGeluFusion;",
     "DivMulFusion;ConvBNFusion;ConvMulFusion;ConvAddFusion;MatMul_BatchNormalization_Fusion",
 );
 

@@ -13,9 +13,10 @@ between the two runs while every feed is identical: the drift starts there. A gr
 differs while only a float feed differs is counted as `float-fed` (the drift came from float code
 upstream, not from a quantized rewrite).
 
-Each origin is then looked up in `qdqc audit --ort-isa host --json` under `--contract exact` and
-`--contract real` (matched by its Q output in a group's `outputs`): listed or not, and the verdict
-of the host profile. None may be `exact`. For each, the op ORT runs in its place is read from the
+Each origin is then looked up in `qdqc audit --ort-isa host --json` of the probe model (the one
+with every quantized tensor exposed, which is the model whose drift was observed: exposing a Q's
+output changes what ORT fuses), under both contracts (matched by its Q output in a group's
+`outputs`): listed or not, and the verdict of the host profile. None may be `exact`. For each, the op ORT runs in its place is read from the
 ORT_ENABLE_ALL optimized model (the node producing the Q output there), with the group's float
 nodes ORT removed. With a corpus directory (tests/oracle/real_corpus.py's or corpus.py's
 manifest), every QDQ model in it is checked, with the manifest's input spec when it has one.
@@ -172,18 +173,19 @@ def find_origins(model: onnx.ModelProto, feeds=None, name: str = "model", n_runs
         removed = [x for x in groups[t]["nodes"] if x not in opt_names]
         ort_ops[t] = (what, removed)
     return {"groups": groups, "origins": sorted(origins), "float_fed": sorted(float_fed),
-            "differing": len(differs & set(groups)), "ort_ops": ort_ops}
+            "differing": len(differs & set(groups)), "ort_ops": ort_ops, "probe": probe}
 
 
 # ----------------------------------------------------------------------------------------------
 # audit
 
 
-def audit(qdqc: Path, path: Path, contract: str) -> dict:
-    r = subprocess.run([str(qdqc), "audit", str(path), "--json", "--ort-isa", "host", "--contract", contract],
-                       capture_output=True, text=True, timeout=600)
+def audit(qdqc: Path, path: Path) -> dict:
+    """`qdqc audit --json --ort-isa host`: both contracts, `exact` in each group's own maps and
+    `real` in its `real` object."""
+    r = subprocess.run([str(qdqc), "audit", str(path), "--json", "--ort-isa", "host"], capture_output=True, text=True, timeout=1200)
     if r.returncode != 0:
-        raise RuntimeError(f"qdqc audit {path} --contract {contract} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"qdqc audit {path} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
     return json.loads(r.stdout)
 
 
@@ -194,22 +196,27 @@ def host_profile(qdqc: Path) -> str:
     return r.stdout.split()[0]
 
 
-def verdicts(report: dict, profile: str) -> dict[str, tuple]:
-    """Q output → (rule, op, verdict under PROFILE, reason) of the audit group listing it."""
+def verdicts(report: dict, profile: str, contract: str) -> dict[str, tuple]:
+    """Q output → (rule, op, verdict of CONTRACT under PROFILE, reason) of the audit group listing it."""
     out = {}
     for g in report["groups"]:
+        v = g if contract == "exact" else g.get("real", {})
         for t in g["outputs"]:
-            out[t] = (g["rule"], g["op"], g["verdict"].get(profile, "not audited for " + profile),
-                      g.get("reason", {}).get(profile, ""))
+            out[t] = (g["rule"], g["op"], v.get("verdict", {}).get(profile, "not audited for " + profile),
+                      v.get("reason", {}).get(profile, ""))
     return out
 
 
-def judge(qdqc: Path, path: Path, found: dict, profile: str, reports: dict | None = None) -> list[dict]:
-    """One row per origin: op, listed, exact/real verdicts, what ORT did. REPORTS: the audits
-    under `exact` and `real` when the caller already has them (by contract), else they are run."""
-    reports = reports or {c: audit(qdqc, path, c) for c in ("exact", "real")}
-    exact = verdicts(reports["exact"], profile)
-    real = verdicts(reports["real"], profile)
+def judge(qdqc: Path, found: dict, profile: str) -> list[dict]:
+    """One row per origin: op, listed, exact/real verdicts, what ORT did. The audit reads the
+    PROBE model (every quantized tensor a graph output), not the original: exposing a Q's output
+    changes what ORT fuses (a Q → DQ pair feeding a graph output stays int8, so int8 groups that
+    stay float in the original become int8 QLinear kernels), and the origins are the probe's."""
+    with tempfile.TemporaryDirectory(prefix="qdqc-origins-") as tmp:
+        path = Path(tmp) / "probe.onnx"
+        onnx.save_model(found["probe"], str(path))
+        report = audit(qdqc, path)
+    exact, real = verdicts(report, profile, "exact"), verdicts(report, profile, "real")
     rows = []
     for t in found["origins"]:
         gr = found["groups"][t]
@@ -288,7 +295,7 @@ def main(argv) -> int:
         sub = subgraph_q_count(model)
         skipped_sub += sub
         try:
-            model_rows = judge(qdqc, path, found, profile)
+            model_rows = judge(qdqc, found, profile)
         except RuntimeError as e:  # qdqc refuses the model: its origins count as not listed
             failed.append(f"{name}: {e}")
             model_rows = [{"tensor": t, "op": found["groups"][t]["op"], "ort_op": found["ort_ops"][t][0],
