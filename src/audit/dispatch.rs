@@ -87,7 +87,13 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
                 None => pool::prove_global_average_pool_any_size(&params, contract),
             }
         }
-        ("1DQ", "AveragePool") => pool::prove_average_pool(&pool::PoolParams { x: x(0)?, y: y()? }, &pool_geometry(ctx, f)?, isa, contract),
+        ("1DQ", "AveragePool") => {
+            let params = pool::PoolParams { x: x(0)?, y: y()? };
+            match pool_geometry(ctx, f)? {
+                (geom, symbolic) if symbolic.is_empty() => pool::prove_average_pool(&params, &geom, isa, contract),
+                (geom, symbolic) => pool::prove_average_pool_any_size(&params, &geom, &symbolic, isa, contract),
+            }
+        }
         ("*DQ", "Concat") => {
             let inputs = (0..f.dq_inputs.len()).map(x).collect::<Result<Vec<_>, _>>()?;
             lut::prove_concat(&inputs, y()?, contract)
@@ -235,10 +241,13 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
     Ok(group)
 }
 
-fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {
+/// The pool's geometry, with the indices of its spatial dims that are symbolic (their size in
+/// the geometry is a placeholder 1).
+fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<(pool::PoolGeometry, Vec<usize>), String> {
     let t = f.target;
-    let shape = ctx.shape(&ctx.node(t).input[0]).ok_or("the input shape is not static")?;
-    let spatial: Vec<u64> = shape.iter().skip(2).map(|&d| d as u64).collect();
+    let shape = ctx.dims(&ctx.node(t).input[0]).ok_or("the input's rank is not known")?;
+    let spatial: Vec<u64> = shape.iter().skip(2).map(|d| d.map_or(1, |d| d as u64)).collect();
+    let symbolic: Vec<usize> = shape.iter().skip(2).enumerate().filter(|(_, d)| d.is_none()).map(|(i, _)| i).collect();
     let n = spatial.len();
     let ints = |name: &str, default: u64, len: usize| -> Vec<u64> {
         ctx.ints_attr(t, name).filter(|v| !v.is_empty()).map(|v| v.iter().map(|&x| x as u64).collect()).unwrap_or(vec![default; len])
@@ -246,7 +255,7 @@ fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {
     if ctx.node(t).attribute.iter().any(|a| a.name.as_deref() == Some("auto_pad") && a.s.as_deref().is_some_and(|s| s != b"NOTSET")) {
         return Err("auto_pad is not modelled".into());
     }
-    Ok(pool::PoolGeometry {
+    let geom = pool::PoolGeometry {
         input: spatial,
         kernel: ints("kernel_shape", 1, n),
         strides: ints("strides", 1, n),
@@ -254,7 +263,8 @@ fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<pool::PoolGeometry, String> {
         dilations: ints("dilations", 1, n),
         ceil_mode: ctx.int_attr(t, "ceil_mode").unwrap_or(0) != 0,
         count_include_pad: ctx.int_attr(t, "count_include_pad").unwrap_or(0) != 0,
-    })
+    };
+    Ok((geom, symbolic))
 }
 
 /// ORT's drop rules run the op on codes: the obligation of qdqc's own on-codes rules

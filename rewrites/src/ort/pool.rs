@@ -294,6 +294,30 @@ pub fn prove_global_average_pool_any_size(p: &PoolParams, contract: Contract) ->
     Verdict::Unknown { reason: format!("the image size is symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked") }
 }
 
+/// [`prove_average_pool`] for a geometry whose spatial dims `symbolic` (axis indices into
+/// `geom.input`) are not static (an OCR recognizer's width): those dims take the sizes
+/// [`prove_global_average_pool_any_size`] tries, together; the first refuted size refutes the
+/// group (its detail names it). Exact at every size tried is not exact at every size (a window
+/// class of one axis at one size may meet another axis's class at another), so that is unknown.
+pub fn prove_average_pool_any_size(p: &PoolParams, geom: &PoolGeometry, symbolic: &[usize], isa: Isa, contract: Contract) -> Verdict {
+    let sizes = (1..=64).chain(std::iter::successors(Some(128u64), |&n| Some(2 * n)).take_while(|&n| n <= IMAGE_SIZE_CAP));
+    for n in sizes {
+        let mut at = geom.clone();
+        symbolic.iter().for_each(|&a| at.input[a] = n);
+        match prove_average_pool(p, &at, isa, contract) {
+            Verdict::Exact { .. } => {}
+            Verdict::Refuted { counterexample, mut proof } => {
+                proof.detail = format!("spatial dims {symbolic:?} are symbolic; refuted at size {n}: {}", proof.detail);
+                return Verdict::Refuted { counterexample, proof };
+            }
+            // A kernel larger than a small input is not a geometry ORT runs: try the next size.
+            Verdict::Unknown { .. } if n < 64 => {}
+            Verdict::Unknown { reason } => return Verdict::Unknown { reason: format!("spatial dims {symbolic:?} are symbolic; at size {n}: {reason}") },
+        }
+    }
+    Verdict::Unknown { reason: format!("spatial dims {symbolic:?} are symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked") }
+}
+
 /// Proves or refutes QLinearAveragePool against DQ → AveragePool → Q for a geometry, on `isa`:
 /// every distinct (window size, divisor) of the geometry is checked.
 pub fn prove_average_pool(p: &PoolParams, geom: &PoolGeometry, isa: Isa, contract: Contract) -> Verdict {
@@ -549,6 +573,20 @@ mod tests {
     use super::*;
 
     use crate::exact::test_params::{i8p, u8p};
+
+    #[test]
+    fn a_symbolic_width_is_refuted_at_a_concrete_size() {
+        // The zero point is added before rounding on x86 (the broken twin's kernel): some window
+        // class differs; the search finds a size whose windows reach it, and the same geometry at
+        // that size refutes it directly.
+        let p = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
+        let g = geom(&[5, 1], &[3, 3], &[1, 1], &[1, 1, 1, 1], false);
+        let v = prove_average_pool_any_size(&p, &g, &[1], Isa::X86Avx512Vnni, Contract::Exact);
+        let Verdict::Refuted { counterexample, proof } = &v else { panic!("{v:?}") };
+        let n: u64 = proof.detail.split("refuted at size ").nth(1).and_then(|d| d.split(':').next()).and_then(|n| n.parse().ok()).unwrap();
+        let at = geom(&[5, n], &[3, 3], &[1, 1], &[1, 1, 1, 1], false);
+        assert_eq!(prove_average_pool(&p, &at, Isa::X86Avx512Vnni, Contract::Exact).counterexample(), Some(counterexample));
+    }
 
     fn geom(input: &[u64], kernel: &[u64], strides: &[u64], pads: &[u64], count_include_pad: bool) -> PoolGeometry {
         PoolGeometry {
