@@ -1,7 +1,9 @@
 //! Differential tests of qdqc's model of QLinearMatMul over two activations
-//! (`qdqc_rewrites::ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine
-//! (`x86-avx512vnni`): B is a graph input, so nothing is prepacked. Random types, zero points,
-//! scales and batch-broadcast shapes: every output byte must equal the model's. Groups `prove`
+//! (`qdqc_rewrites::ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine,
+//! with the host's profile (`common::host_isa`): B is a graph input, so nothing is prepacked.
+//! Random types, zero points, scales and batch-broadcast shapes: every output byte must equal the
+//! model's (on x86-avx2 the u8×s8 kernel's int16 pair saturation included, and it must show;
+//! elsewhere the model has none). Groups `prove`
 //! accepts under `exact` give the unfused DQ → MatMul → Q twin's bytes; a refuted group's
 //! counterexample rows give the reported codes in both.
 //!

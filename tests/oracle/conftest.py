@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from oracle_util import QDQC_BIN, CompileCache, manifest
+from oracle_util import QDQC_BIN, CompileCache, host_isa, manifest
+
+
+def pytest_report_header(config):
+    try:
+        return f"ONNX Runtime host profile: {host_isa()} (`{QDQC_BIN} host`)"
+    except Exception as e:  # the tests that need it fail with the same message
+        return f"ONNX Runtime host profile: none: {e}"
 
 
 def pytest_generate_tests(metafunc):
@@ -18,6 +25,15 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def corpus_manifest() -> dict:
     return manifest()
+
+
+@pytest.fixture(scope="session")
+def host() -> str:
+    """The host's ISA profile (`qdqc host`), or a failure saying why there is none."""
+    try:
+        return host_isa()
+    except Exception as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")
