@@ -92,44 +92,58 @@ def add_differs_in_ort(group: dict, model: onnx.ModelProto) -> bool:
     return not np.array_equal(fused, unfused)
 
 
-def run_one_node(nodes, x: np.ndarray, x_type: int, out: str, inits) -> np.ndarray:
+def run_one_node(nodes, x: np.ndarray, x_type: int, y_type: int, inits) -> np.ndarray:
     g = helper.make_graph(nodes, "one", [helper.make_tensor_value_info("x", x_type, list(x.shape))],
-                          [helper.make_tensor_value_info(out, TensorProto.UNDEFINED, None)], inits)
+                          [helper.make_tensor_value_info("y", y_type, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
-def pair_saturation_reproduces_in_ort(decision: dict, host: str, model: onnx.ModelProto) -> bool:
+def pair_saturation_reproduces_in_ort(decision: dict, host: str, model: onnx.ModelProto, resigned: set) -> bool:
     """Whether `decision` refutes a Conv/MatMul group on x86-avx2 for int16 pair saturation and
-    ORT shows it: the fused kernel (QLinearConv / QLinearMatMul with the group's own initializers)
+    ORT shows it: the fused kernel (QLinearConv / QLinearMatMul with the group's own parameters)
     and the group's DQ → op → Q, both fed the counterexample's receptive field (`x[i]` in ONNX
-    weight order, `x[*]` elsewhere; one output position), give its fused and unfused codes."""
+    weight order, `x[*]` elsewhere; one output position), give its fused and unfused codes.
+    Activations qdqc re-signed (`resigned`) are uint8 with zero point + 128, as the proof saw them."""
     cx = decision.get("counterexample", {}).get(host)
     if host != "x86-avx2" or decision["verdict"] != {host: "refuted"} or cx is None or "int16" not in decision["proof"][host]["detail"]:
         return False
-    nodes = {n.name: n for n in model.graph.node}
+    graphs = [model.graph]
+    for g in graphs:  # If/Loop/Scan bodies too: a group may live in one, reading outer constants
+        graphs += [a.g for n in g.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+    nodes = {n.name: n for g in graphs for n in g.node}
     group = [nodes[n] for n in decision["nodes"]]
     op = next(n for n in group if n.op_type in ("Conv", "MatMul"))
     q = next(n for n in group if n.op_type == "QuantizeLinear")
     by_out = {n.output[0]: n for n in group}
     dq_x, dq_w = by_out[op.input[0]], by_out[op.input[1]]
     dq_b = by_out.get(op.input[2]) if len(op.input) > 2 else None
-    inits = {t.name: t for t in model.graph.initializer}
-    w = numpy_helper.to_array(inits[dq_w.input[0]])
-    x_type = inits[dq_x.input[2]].data_type
-    x_np = helper.tensor_dtype_to_np_dtype(x_type)
+    consts = {t.name: numpy_helper.to_array(t) for g in graphs for t in g.initializer}
+
+    def zero_point(name: str, tensor: str) -> np.ndarray:
+        z = consts[name]
+        return (z.astype(np.int16) + 128).astype(np.uint8) if tensor in resigned else z
+
+    arrays = {"sx": consts[dq_x.input[1]], "zx": zero_point(dq_x.input[2], dq_x.input[0]),
+              "w": consts[dq_w.input[0]], "sw": consts[dq_w.input[1]], "zw": consts[dq_w.input[2]],
+              "sy": consts[q.input[1]], "zy": zero_point(q.input[2], q.output[0])}
+    if dq_b is not None:
+        arrays.update(b=consts[dq_b.input[0]], sb=consts[dq_b.input[1]], zb=consts[dq_b.input[2]])
+    inits = [numpy_helper.from_array(v, k) for k, v in arrays.items()]
+    w, x_np = arrays["w"], arrays["zx"].dtype
     given = dict(cx["inputs"])
-    fill = given["x[*]"]
-    channel = given["channel"]
+    fill, channel = given["x[*]"], given["channel"]
     k = w.size // w.shape[0] if op.op_type == "Conv" else w.shape[0]
     field = [given.get(f"x[{i}]", fill) for i in range(k)]
+    attrs = {}
     if op.op_type == "MatMul":
         x = np.array([field], x_np)
         at = (0, channel)
     else:
         a = {at.name: helper.get_attribute_value(at) for at in op.attribute}
+        attrs = {n: a[n] for n in ("group", "dilations", "kernel_shape") if n in a}
         groups, (m, cin_g, kh, kw) = a.get("group", 1), w.shape
         dh, dw = a.get("dilations", [1, 1])
         x = np.full([1, cin_g * groups, (kh - 1) * dh + 1, (kw - 1) * dw + 1], fill, x_np)
@@ -139,28 +153,18 @@ def pair_saturation_reproduces_in_ort(decision: dict, host: str, model: onnx.Mod
                 for kj in range(kw):
                     x[0, g0 + ic, ki * dh, kj * dw] = field[(ic * kh + ki) * kw + kj]
         at = (0, channel, 0, 0)
-    keep = {"group", "dilations", "kernel_shape"}
-    attrs = {n: helper.get_attribute_value(at) for at in op.attribute if (n := at.name) in keep}
-    names = [*dq_x.input[1:], *dq_w.input, *q.input[1:]] + ([dq_b.input[0]] if dq_b is not None else [])
-    used = [inits[n] for n in dict.fromkeys(names)]
-    if dq_b is not None:
-        used += [inits[n] for n in dq_b.input[1:]]
-    rename = {dq_x.input[0]: "x"}
-    unfused_nodes = []
-    for n in group:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        c.input[:] = [rename.get(i, i) for i in c.input]
-        if n is op:
-            del c.attribute[:]
-            c.attribute.extend(helper.make_attribute(k2, v) for k2, v in attrs.items())
-        unfused_nodes.append(c)
+    axis = lambda n: {a.name: helper.get_attribute_value(a) for a in n.attribute if a.name == "axis"}  # noqa: E731
+    bias = ["bf"] if dq_b is not None else []
+    unfused = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"], **axis(dq_x)),
+               helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], **axis(dq_w)),
+               *([helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bf"], **axis(dq_b))] if bias else []),
+               helper.make_node(op.op_type, ["xf", "wf", *bias], ["yf"], **attrs),
+               helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["y"], **axis(q))]
     fused_op = "QLinearConv" if op.op_type == "Conv" else "QLinearMatMul"
-    fused_inputs = ["x", *dq_x.input[1:], *dq_w.input, *q.input[1:]] + ([dq_b.input[0]] if dq_b is not None else [])
-    fused_node = helper.make_node(fused_op, fused_inputs, [q.output[0]], **(attrs if fused_op == "QLinearConv" else {}))
-    unfused = run_one_node(unfused_nodes, x, x_type, q.output[0], used)
-    fused = run_one_node([fused_node], x, x_type, q.output[0], used)
-    return (int(unfused[at]), int(fused[at])) == (cx["unfused"], cx["fused"]) and cx["unfused"] != cx["fused"]
+    fused = [helper.make_node(fused_op, ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", *(["b"] if bias else [])], ["y"], **attrs)]
+    x_type, y_type = (helper.np_dtype_to_tensor_dtype(arrays[z].dtype) for z in ("zx", "zy"))
+    got = [run_one_node(n, x, x_type, y_type, inits)[at] for n in (unfused, fused)]
+    return (int(got[0]), int(got[1])) == (cx["unfused"], cx["fused"]) and cx["unfused"] != cx["fused"]
 
 
 @pytest.mark.parametrize("pow2_entry", pow2_entries(), ids=lambda e: e["name"])
@@ -169,6 +173,7 @@ def test_every_conv_matmul_and_add_is_fused_or_forced_to_stay(compiled, host, po
     out, report, groups = compiled(entry)
     fired = {n for d in report["decisions"] if d["fired"] for n in d["nodes"]}
     model = onnx.load(str(model_path(entry)))
+    resigned = {r["tensor"] for r in report["resigned"]}
     missing = []
     for g in (g for g in groups if g["op"] in OPS and g["node"] not in fired):
         decisions = [d for d in report["decisions"] if g["node"] in d["nodes"]]
@@ -176,7 +181,7 @@ def test_every_conv_matmul_and_add_is_fused_or_forced_to_stay(compiled, host, po
         forced = (g["op"] == "Add" and len(decisions) == 1 and decisions[0]["verdict"] == {host: "refuted"}
                   and add_differs_in_ort(g, model))
         forced = forced or (g["op"] in ("Conv", "MatMul") and len(decisions) == 1
-                            and pair_saturation_reproduces_in_ort(decisions[0], host, model))
+                            and pair_saturation_reproduces_in_ort(decisions[0], host, model, resigned))
         if not forced:
             missing.append(f"{g['op']} {g['node']}: {json.dumps(why)[:400]}")
     assert not missing, f"{entry['name']}: groups left unfused without a forced refusal:\n" + "\n".join(missing)
