@@ -9,11 +9,15 @@ import pytest
 from oracle_util import QDQC_BIN, CompileCache, host_isa, manifest
 
 
-def pytest_report_header(config):
+def pytest_sessionstart(session):
+    """Print the host's profile first, also under -q (which hides pytest_report_header)."""
     try:
-        return f"ONNX Runtime host profile: {host_isa()} (`{QDQC_BIN} host`)"
+        line = f"ONNX Runtime host profile: {host_isa()} (`{QDQC_BIN} host`)"
     except Exception as e:  # the tests that need it fail with the same message
-        return f"ONNX Runtime host profile: none: {e}"
+        line = f"ONNX Runtime host profile: none: {e}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 def pytest_generate_tests(metafunc):
