@@ -131,11 +131,18 @@ impl Case {
         }
     }
 
-    /// qdqc's model of the fused op: exact (or ISA-specific) accumulation, then requantization.
+    /// qdqc's model of the fused op on the host: its kernel's accumulation (x86-avx2's u8×s8
+    /// pairs saturate to int16), then requantization.
     fn expected(&self) -> Vec<i64> {
+        self.outputs(true)
+    }
+
+    /// The model's outputs, with the host kernel's accumulation or with the exact sum.
+    fn outputs(&self, kernel_accumulation: bool) -> Vec<i64> {
         let g = self.group();
         let out = |c: usize, xs: &[i64]| {
-            let acc = accumulate(&g, c, xs, common::host_isa());
+            let exact = || xs.iter().zip(&g.weights[c]).map(|(&x, &w)| (x - g.x.zero_point) * (w - g.w_zero_point(c))).sum::<i64>() as i32;
+            let acc = if kernel_accumulation { accumulate(&g, c, xs, common::host_isa()) } else { exact() };
             let v = acc.wrapping_add(self.bias.as_ref().map_or(0, |b| b[c]) as i32);
             requantize(v, g.multiplier(c), self.y_zp, self.x_type, common::host_isa())
         };
@@ -505,7 +512,15 @@ fn qlinear_kernels_match_onnxruntime_byte_for_byte() {
     let results = run_ort(&cases);
     let (n, outputs) = check(&cases, &results);
     let swept: usize = results[..sweeps].iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
-    println!("{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal; {:.1} s", start.elapsed().as_secs_f64());
+    // Random full-range u8×s8 convs and GEMMs meet int16 pair saturation: where ORT's kernel has
+    // it, the outputs it changes must be among those checked; elsewhere the model has none.
+    let saturated: usize = cases.iter().map(|c| c.expected().iter().zip(c.outputs(false)).filter(|(a, b)| **a != *b).count()).sum();
+    if common::host_isa() == Isa::X86Avx2 {
+        assert!(saturated > 0, "no output changed by int16 pair saturation: the x86-avx2 model went unchecked");
+    } else {
+        assert_eq!(saturated, 0, "pair saturation modelled on {}", common::host_isa());
+    }
+    println!("{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal ({saturated} changed by int16 pair saturation); {:.1} s", start.elapsed().as_secs_f64());
 }
 
 #[test]
