@@ -10,9 +10,10 @@
 #
 # Needs qemu-x86_64 (Debian: `apt-get install qemu-user`; TCG emulates AVX2 since QEMU 7.2) on an
 # x86-64 machine. The test binaries and the venv's python (ONNX Runtime) run under
-# `qemu-x86_64 -cpu $QDQC_EMULATED_CPU`; qdqc too, through a wrapper given as QDQC_BIN, so
-# `qdqc host` and every `--ort-isa host` see the emulated CPU. The script fails unless that CPU is
-# x86-avx2 for qdqc. Each step's wall time is printed.
+# `qemu-x86_64 -cpu $QDQC_EMULATED_CPU`; qdqc too (the release build: the debug one's proofs take
+# many minutes per corpus model under TCG), through a wrapper given as QDQC_BIN, so `qdqc host`
+# and every `--ort-isa host` see the emulated CPU. The script fails unless that CPU is x86-avx2
+# for qdqc. Each step's wall time is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -36,12 +37,12 @@ if ! command -v qemu-x86_64 >/dev/null; then
 fi
 
 PY=$(bash tests/oracle/setup.sh | tail -n1)
-cargo build --locked --bins
+cargo build --locked --release --bins
 WRAP=$(mktemp -d)
 trap 'rm -rf "$WRAP"' EXIT
 for tool in python qdqc; do
     target="$PY"
-    [[ $tool == qdqc ]] && target="$REPO/target/debug/qdqc"
+    [[ $tool == qdqc ]] && target="$REPO/target/release/qdqc"
     printf '#!/bin/sh\nexec qemu-x86_64 -cpu %s %s "$@"\n' "$CPU" "$target" >"$WRAP/$tool"
     chmod +x "$WRAP/$tool"
 done
