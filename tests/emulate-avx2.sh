@@ -5,8 +5,8 @@
 # tens of minutes under TCG).
 #
 #   bash tests/emulate-avx2.sh                          # the default subset below
-#   bash tests/emulate-avx2.sh tests/oracle/test_audit.py -k seed   # oracle only: pytest arguments
-#   QDQC_EMULATE_RUST="ort_requant" bash tests/emulate-avx2.sh ''   # one Rust test file, no oracle
+#   bash tests/emulate-avx2.sh tests/oracle/test_audit.py -k seed   # these pytest arguments instead
+#   QDQC_EMULATE_RUST="ort_requant" bash tests/emulate-avx2.sh ''   # one Rust file, no oracle (QDQC_EMULATE_RUST= : none)
 #
 # QDQC_EMULATE_PROFILE=debug runs the debug qdqc instead (no release build).
 #
