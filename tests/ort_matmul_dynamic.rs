@@ -1,7 +1,9 @@
 //! Differential tests of qdqc's model of QLinearMatMul over two activations
-//! (`qdqc_rewrites::ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine
-//! (`x86-avx512vnni`): B is a graph input, so nothing is prepacked. Random types, zero points,
-//! scales and batch-broadcast shapes: every output byte must equal the model's. Groups `prove`
+//! (`qdqc_rewrites::ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine,
+//! with the host's profile (`common::host_isa`): B is a graph input, so nothing is prepacked.
+//! Random types, zero points, scales and batch-broadcast shapes: every output byte must equal the
+//! model's (on x86-avx2 the u8×s8 kernel's int16 pair saturation included, and it must show;
+//! elsewhere the model has none). Groups `prove`
 //! accepts under `exact` give the unfused DQ → MatMul → Q twin's bytes; a refuted group's
 //! counterexample rows give the reported codes in both.
 //!
@@ -12,8 +14,9 @@ mod common;
 use common::Rng;
 use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
 use qdqc_rewrites::exact::{Contract, QParam, Verdict};
+use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
-use qdqc_rewrites::ort::requant::requantize;
+use qdqc_rewrites::ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
 use serde_json::{Value, json};
 
 const TYPES: [(CodeType, CodeType); 3] = [(U8, U8), (U8, I8), (I8, I8)];
@@ -63,9 +66,11 @@ impl Case {
         })
     }
 
-    /// The model: batch dims broadcast as numpy does, exact int32 accumulation (no pair
-    /// saturation on this common::host_isa()), ORT's requantization.
-    fn expected(&self) -> Vec<i64> {
+    /// The model: batch dims broadcast as numpy does, the host kernel's accumulation (B packed
+    /// on the fly as a constant B is: `requant::accumulate` of a one-column group, so x86-avx2's
+    /// u8×s8 pairs saturate to int16), ORT's requantization; and how many outputs that pair
+    /// saturation changed.
+    fn expected(&self) -> (Vec<i64>, usize) {
         let (ra, rb) = (self.a_shape.len(), self.b_shape.len());
         let (m, k, n) = (self.a_shape[ra - 2], self.a_shape[ra - 1], self.b_shape[rb - 1]);
         let (ba, bb) = (&self.a_shape[..ra - 2], &self.b_shape[..rb - 2]);
@@ -75,7 +80,7 @@ impl Case {
         // Flat batch index of an operand for an output batch index (size-1 dims broadcast).
         let offset = |s: &[usize], idx: &[usize]| (0..rank).fold(0, |acc, i| acc * dim(s, i) + if dim(s, i) == 1 { 0 } else { idx[i] });
         let (g, multiplier) = (&self.g, self.g.multiplier());
-        let mut out = Vec::new();
+        let (mut out, mut saturated) = (Vec::new(), 0);
         for flat in 0..batch.iter().product::<usize>() {
             let mut idx = vec![0; rank];
             let mut r = flat;
@@ -85,12 +90,18 @@ impl Case {
             let (oa, ob) = (offset(ba, &idx) * m * k, offset(bb, &idx) * k * n);
             for i in 0..m {
                 for j in 0..n {
-                    let acc: i64 = (0..k).map(|t| (self.a[oa + i * k + t] - g.a.zero_point) * (self.b[ob + t * n + j] - g.b.zero_point)).sum();
-                    out.push(requantize(acc as i32, multiplier, g.y.zero_point, g.y.code, common::host_isa()));
+                    let row = &self.a[oa + i * k..oa + (i + 1) * k];
+                    let column = (0..k).map(|t| self.b[ob + t * n + j]).collect();
+                    let one = GemmGroup::new(GemmKind::MatMul, g.a, g.b.code, vec![column], vec![g.b.scale], vec![g.b.zero_point], g.y);
+                    let exact: i64 = row.iter().zip(&one.weights[0]).map(|(&x, &w)| (x - g.a.zero_point) * (w - g.b.zero_point)).sum();
+                    let acc = accumulate(&one, 0, row, common::host_isa());
+                    let y = requantize(acc, multiplier, g.y.zero_point, g.y.code, common::host_isa());
+                    saturated += usize::from(y != requantize(exact as i32, multiplier, g.y.zero_point, g.y.code, common::host_isa()));
+                    out.push(y);
                 }
             }
         }
-        out
+        (out, saturated)
     }
 }
 
@@ -135,20 +146,28 @@ fn qlinear_matmul_of_two_activations_matches_onnxruntime_byte_for_byte() {
     cases.extend(twins.iter().map(|&i| Case { name: format!("{} unfused", cases[i].name), unfused: true, ..cases[i].clone() }).collect::<Vec<_>>());
     let results = run_ort(&cases);
     let n = cases.len() - twins.len();
-    let mut outputs = 0;
+    let (mut outputs, mut saturated) = (0, 0);
     for (case, result) in cases[..n].iter().zip(&results) {
         let got = result.as_ref().unwrap_or_else(|e| panic!("{}: ORT refused: {e}", case.name));
-        let want = case.expected();
+        let (want, changed) = case.expected();
+        saturated += changed;
         assert_eq!(got.len(), want.len(), "{}: output size", case.name);
         let diffs = (0..got.len()).filter(|&i| got[i] != want[i]).count();
         assert_eq!(diffs, 0, "{}: {diffs} of {} outputs differ from the model; {:?}", case.name, got.len(), case.g);
         outputs += got.len();
     }
+    // Random full-range u8×s8 codes meet int16 pair saturation: where ORT's kernel has it, the
+    // sweep must have checked outputs it changed; elsewhere the model has none.
+    if common::host_isa() == Isa::X86Avx2 {
+        assert!(saturated > 0, "no output changed by int16 pair saturation: the x86-avx2 model went unchecked");
+    } else {
+        assert_eq!(saturated, 0, "pair saturation modelled on {}", common::host_isa());
+    }
     for (j, &i) in twins.iter().enumerate() {
         let unfused = results[n + j].as_ref().unwrap_or_else(|e| panic!("{}: {e}", cases[n + j].name));
         assert_eq!(unfused, results[i].as_ref().unwrap(), "{}: proven, but fused and unfused differ in ORT", cases[i].name);
     }
-    println!("{n} cases, {outputs} output bytes equal the model; {} proven cases equal their unfused twins", twins.len());
+    println!("{n} cases, {outputs} output bytes equal the model ({saturated} changed by int16 pair saturation); {} proven cases equal their unfused twins", twins.len());
 }
 
 /// A refuted group's counterexample, run as one row of A times one column of B, gives the

@@ -1,6 +1,7 @@
 //! Differential tests of qdqc's QLinearConv / QLinearMatMul / QGemm model (`qdqc_rewrites::ort::requant`)
-//! against the real ONNX Runtime 1.31.1 on this machine (`x86-avx512vnni`): every output byte of
-//! one-node models must equal the model's. Sweeps drive `acc + bias` through whole
+//! against the real ONNX Runtime 1.31.1 on this machine, with the host's profile
+//! (`common::host_isa`; on x86-avx2 the u8×s8 kernel's int16 pair saturation): every output byte
+//! of one-node models must equal the model's. Sweeps drive `acc + bias` through whole
 //! requantization windows (per-tensor and per-channel, the GEMM and the ConvSym paths, u8 and s8);
 //! random realistic shapes cover accumulation and packing; a few unfused QDQ twins check that
 //! `prove`'s verdicts hold in ORT itself.
@@ -14,6 +15,7 @@ use common::Rng;
 
 use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
 use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
+use qdqc_rewrites::ort::Isa;
 use qdqc_rewrites::ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -129,11 +131,18 @@ impl Case {
         }
     }
 
-    /// qdqc's model of the fused op: exact (or ISA-specific) accumulation, then requantization.
+    /// qdqc's model of the fused op on the host: its kernel's accumulation (x86-avx2's u8×s8
+    /// pairs saturate to int16), then requantization.
     fn expected(&self) -> Vec<i64> {
+        self.outputs(true)
+    }
+
+    /// The model's outputs, with the host kernel's accumulation or with the exact sum.
+    fn outputs(&self, kernel_accumulation: bool) -> Vec<i64> {
         let g = self.group();
         let out = |c: usize, xs: &[i64]| {
-            let acc = accumulate(&g, c, xs, common::host_isa());
+            let exact = || xs.iter().zip(&g.weights[c]).map(|(&x, &w)| (x - g.x.zero_point) * (w - g.w_zero_point(c))).sum::<i64>() as i32;
+            let acc = if kernel_accumulation { accumulate(&g, c, xs, common::host_isa()) } else { exact() };
             let v = acc.wrapping_add(self.bias.as_ref().map_or(0, |b| b[c]) as i32);
             requantize(v, g.multiplier(c), self.y_zp, self.x_type, common::host_isa())
         };
@@ -503,7 +512,15 @@ fn qlinear_kernels_match_onnxruntime_byte_for_byte() {
     let results = run_ort(&cases);
     let (n, outputs) = check(&cases, &results);
     let swept: usize = results[..sweeps].iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
-    println!("{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal; {:.1} s", start.elapsed().as_secs_f64());
+    // Random full-range u8×s8 convs and GEMMs meet int16 pair saturation: where ORT's kernel has
+    // it, the outputs it changes must be among those checked; elsewhere the model has none.
+    let saturated: usize = cases.iter().map(|c| c.expected().iter().zip(c.outputs(false)).filter(|(a, b)| **a != *b).count()).sum();
+    if common::host_isa() == Isa::X86Avx2 {
+        assert!(saturated > 0, "no output changed by int16 pair saturation: the x86-avx2 model went unchecked");
+    } else {
+        assert_eq!(saturated, 0, "pair saturation modelled on {}", common::host_isa());
+    }
+    println!("{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal ({saturated} changed by int16 pair saturation); {:.1} s", start.elapsed().as_secs_f64());
 }
 
 #[test]
@@ -552,45 +569,66 @@ fn counterexample_row(c: &Counterexample, k: usize) -> Vec<i64> {
 
 /// `prove`'s `exact`-contract verdicts hold in ORT: a proven group gives the unfused graph's bytes
 /// on random inputs; a refuted group's counterexample input gives the reported codes in both.
+/// Full-range u8 × s8 weights are proven where ORT accumulates exactly and refuted on x86-avx2,
+/// whose int16 pair saturation ORT must then show on the counterexample's row.
 #[test]
 fn exact_contract_verdicts_hold_in_onnxruntime() {
     let mut rng = Rng(0xdead_beef);
-    let weights: Vec<Vec<i64>> = (0..12).map(|_| rng.codes(I8, 40)).collect();
+    let full: Vec<Vec<i64>> = (0..12).map(|_| rng.codes(I8, 40)).collect();
+    // |w| ≤ 64: 2·255·64 < 2^15, so no pair saturates on any profile.
+    let small: Vec<Vec<i64>> = (0..12).map(|_| (0..40).map(|_| rng.int(-64, 64)).collect()).collect();
     let q = |s: f32, z: i64| QParam::new(s, z, U8);
     // Power-of-two scales: P2 holds and M is exact. sy = 0.3: P2 holds but fl(v/sy) ≠ fl(f32(v)·M).
-    let proven = GemmGroup::new(GemmKind::MatMul, q(2f32.powi(-6), 131), I8, weights.clone(), (0..12).map(|c| 2f32.powi(-5 - c % 3)).collect(), vec![0], q(2f32.powi(-2), 120));
+    let proven = GemmGroup::new(GemmKind::MatMul, q(2f32.powi(-6), 131), I8, small, (0..12).map(|c| 2f32.powi(-5 - c % 3)).collect(), vec![0], q(2f32.powi(-2), 120));
+    let pairs = GemmGroup { weights: full, ..proven.clone() };
     let refuted = GemmGroup { y: q(0.3, 120), ..proven.clone() };
     // Generic scales: P2 fails; a single-product input still has a unique float value.
     let generic = GemmGroup::new(GemmKind::MatMul, q(f32::from_bits(0x3b04_b3a2), 128), I8, vec![vec![1, 127, -33]], vec![f32::from_bits(0x3c23_1245)], vec![0], q(f32::from_bits(0x3a7d_6521), 128));
 
-    assert!(prove(&proven, common::host_isa(), Contract::Exact).is_exact());
-    let rows: Vec<Vec<i64>> = (0..4096).map(|_| rng.codes(U8, 40)).collect();
-    let mut cases = vec![matmul_case("proven fused", &proven, rows.clone(), false), matmul_case("proven unfused", &proven, rows, true)];
+    let saturates = common::host_isa() == Isa::X86Avx2;
+    let mut groups = vec![("proven", &proven, true), ("full-range weights", &pairs, !saturates), ("sy 0.3", &refuted, false), ("generic", &generic, false)];
+    groups.sort_by_key(|&(_, _, exact)| !exact);
+    let mut cases = Vec::new();
     let mut refutations = Vec::new();
-    for (name, g) in [("sy 0.3", &refuted), ("generic", &generic)] {
+    for &(name, g, exact) in &groups {
         let v = prove(g, common::host_isa(), Contract::Exact);
-        let c = v.counterexample().unwrap_or_else(|| panic!("{name}: {v:?}")).clone();
+        if exact {
+            assert!(v.is_exact(), "{name} on {}: {v:?}", common::host_isa());
+            let rows: Vec<Vec<i64>> = (0..4096).map(|_| rng.codes(U8, 40)).collect();
+            cases.push(matmul_case(name, g, rows.clone(), false));
+            cases.push(matmul_case(&format!("{name} unfused"), g, rows, true));
+            continue;
+        }
+        let c = v.counterexample().unwrap_or_else(|| panic!("{name} on {}: {v:?}", common::host_isa())).clone();
+        if std::ptr::eq(g, &pairs) {
+            assert!(matches!(&v, Verdict::Refuted { proof, .. } if proof.detail.contains("int16")), "{name}: not refuted for pair saturation: {v:?}");
+        }
         let row = counterexample_row(&c, g.weights[0].len());
+        refutations.push((name, cases.len(), c));
         cases.push(matmul_case(name, g, vec![row.clone()], false));
-        cases.push(matmul_case(name, g, vec![row], true));
-        refutations.push((name, c));
+        cases.push(matmul_case(&format!("{name} unfused"), g, vec![row], true));
     }
     let results = run_ort(&cases);
     let out = |i: usize| results[i].as_ref().unwrap_or_else(|e| panic!("{}: {e}", cases[i].name));
-    assert_eq!(out(0), out(1), "proven: fused and unfused differ in ORT");
-    assert_eq!(out(0), &cases[0].expected());
-    for (j, (name, c)) in refutations.iter().enumerate() {
-        let ch = c.inputs[0].1 as usize;
-        let (fused, unfused) = (out(2 + 2 * j), out(3 + 2 * j));
-        assert_eq!((unfused[ch], fused[ch]), (c.unfused, c.fused), "{name}: ORT disagrees with the counterexample {c}");
+    let proven_cases = 2 * (groups.len() - refutations.len());
+    for i in (0..proven_cases).step_by(2) {
+        assert_eq!(out(i), out(i + 1), "{}: proven, but fused and unfused differ in ORT", cases[i].name);
+        assert_eq!(out(i), &cases[i].expected(), "{}", cases[i].name);
     }
+    for (name, i, c) in &refutations {
+        let ch = c.inputs[0].1 as usize;
+        let (fused, unfused) = (out(*i), out(i + 1));
+        assert_eq!((unfused[ch], fused[ch]), (c.unfused, c.fused), "{name}: ORT disagrees with the counterexample {c}");
+        assert_eq!(fused, &cases[*i].expected(), "{name}: fused output vs the model");
+    }
+    println!("on {}: {} groups proven and equal to their unfused twins in ORT, {} refutations reproduced", common::host_isa(), proven_cases / 2, refutations.len());
 }
 
 /// QLinearConv with unequal per-channel weight zero points. ort-kernels.md §5.3 (read from the
 /// 1.25 sources) says the kernel ORT_ENFORCEs equal ones; 1.31.1 runs them and each channel's
 /// zero point is honoured, byte for byte as the model computes, for u8 and s8 weights on the
-/// dense, grouped and depthwise paths; with power-of-two scales `prove` fires and the unfused
-/// DQ → Conv → Q twin gives the same bytes.
+/// dense, grouped and depthwise paths; with power-of-two scales `prove` fires on the host's
+/// profile and the unfused DQ → Conv → Q twin gives the same bytes.
 #[test]
 fn qlinear_conv_honours_unequal_weight_zero_points() {
     let mut rng = Rng(0x5eed_28447);
@@ -619,6 +657,11 @@ fn qlinear_conv_honours_unequal_weight_zero_points() {
         };
         // Power-of-two scales on the first half (P2 holds, M is exact), random on the rest.
         if i < 6 {
+            // |w| ≤ 64 (2·255·64 < 2^15): proven on every profile, x86-avx2's pair saturation
+            // included; full-range weights there are `exact_contract_verdicts_hold_in_onnxruntime`'s.
+            if (xt, wt) == (U8, I8) {
+                c.w = (0..c.w.len()).map(|_| rng.int(-64, 64)).collect();
+            }
             c.x_scale = 2f32.powi(-6);
             c.w_scale = (0..cout).map(|k| 2f32.powi(-6 - (k % 3) as i32)).collect();
             c.y_scale = 2f32.powi(-1 - (cin_g * kh * kw).ilog2() as i32 / 2);

@@ -9,5 +9,7 @@ PY=$(bash tests/oracle/setup.sh | tail -n1)
 export QDQC_PYTHON="$PY"
 
 cargo build --locked --bins
+# ONNX Runtime picks its kernels by CPUID: every differential test runs against this profile.
+echo "ONNX Runtime host profile: $(target/debug/qdqc host)"
 cargo test --locked --workspace
 "$PY" -m pytest -p no:cacheprovider tests/oracle -q

@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from oracle_util import QDQC_BIN, CompileCache, manifest
+from oracle_util import QDQC_BIN, CompileCache, host_isa, manifest
+
+
+def pytest_sessionstart(session):
+    """Print the host's profile first, also under -q (which hides pytest_report_header)."""
+    try:
+        line = f"ONNX Runtime host profile: {host_isa()} (`{QDQC_BIN} host`)"
+    except Exception as e:  # the tests that need it fail with the same message
+        line = f"ONNX Runtime host profile: none: {e}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 def pytest_generate_tests(metafunc):
@@ -18,6 +29,15 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def corpus_manifest() -> dict:
     return manifest()
+
+
+@pytest.fixture(scope="session")
+def host() -> str:
+    """The host's ISA profile (`qdqc host`), or a failure saying why there is none."""
+    try:
+        return host_isa()
+    except Exception as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")

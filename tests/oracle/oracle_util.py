@@ -6,6 +6,7 @@ Environment:
                  manifest is missing or was written by a different corpus.py
     QDQC_REAL_CORPUS  real-model corpus directory (default <repo>/target/real-corpus); built with
                  real_corpus.py the same way (its wheels are cached in <repo>/target/wheels)
+    QDQC_TIMEOUT seconds allowed for one qdqc invocation (default 300; emulated hosts need more)
 
 Nothing is skipped: a missing binary, corpus or seed fails with a message saying what is missing.
 """
@@ -33,7 +34,7 @@ QDQC_BIN = Path(os.environ.get("QDQC_BIN", REPO / "target" / "debug" / "qdqc"))
 CORPUS_DIR = Path(os.environ.get("QDQC_CORPUS", REPO / "target" / "corpus"))
 REAL_CORPUS_DIR = Path(os.environ.get("QDQC_REAL_CORPUS", REPO / "target" / "real-corpus"))
 N_INPUTS = 8
-TIMEOUT = 300  # seconds for one qdqc invocation
+TIMEOUT = int(os.environ.get("QDQC_TIMEOUT", "300"))  # seconds for one qdqc invocation
 
 ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -99,6 +100,23 @@ def manifest() -> dict:
     if _MANIFEST is None:
         _MANIFEST = ensure_corpus()
     return _MANIFEST
+
+
+_HOST_ISA: str | None = None
+
+
+def host_isa() -> str:
+    """The ISA profile whose kernels ONNX Runtime runs on this machine, as `qdqc host` prints it
+    (CPUID read as MLAS reads it; QDQC_BIN's, so an emulating wrapper sees the emulated CPU). Every
+    test that compares ORT with a kernel model, or compiles for one profile and runs the result
+    in ORT, uses this one."""
+    global _HOST_ISA
+    if _HOST_ISA is None:
+        r = subprocess.run([str(QDQC_BIN), "host"], capture_output=True, text=True, timeout=TIMEOUT)
+        if r.returncode != 0 or not r.stdout.strip():
+            raise RuntimeError(f"`{QDQC_BIN} host` found no ISA profile for this machine: exit {r.returncode}: {r.stderr.strip()}")
+        _HOST_ISA = r.stdout.strip()
+    return _HOST_ISA
 
 
 def run_qdqc(qdqc: Path, *args) -> subprocess.CompletedProcess:

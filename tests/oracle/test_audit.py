@@ -1,5 +1,6 @@
-"""`qdqc audit` against ONNX Runtime: its verdicts for this machine's profile (x86-avx512vnni) must
-agree with what ORT's optimizer actually does to the corpus models.
+"""`qdqc audit` against ONNX Runtime: its verdicts for this machine's profile (`qdqc host`: the
+kernels ORT runs here, e.g. x86-avx2's saturating u8×s8 GEMM on AVX2 without VNNI) must agree with
+what ORT's optimizer actually does to the corpus models.
 
 * The seed's Add2 fusion is refuted, and its counterexample, replayed as a one-Add QDQ model,
   makes ORT_ENABLE_ALL and ORT_DISABLE_ALL return exactly the predicted codes.
@@ -22,7 +23,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from oracle_util import describe, model_path, random_inputs, run_qdqc, session_inputs, ort_session as session
 
-PROFILE = "x86-avx512vnni"
 N_RUNS = 4
 NP_TYPES = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16}
 ONNX_TYPES = {"u8": TensorProto.UINT8, "i8": TensorProto.INT8, "u16": TensorProto.UINT16, "i16": TensorProto.INT16}
@@ -62,14 +62,14 @@ def one_add_model(params: dict, shape) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=9)
 
 
-def test_seed_add_is_refuted_and_the_counterexample_reproduces_in_ort(qdqc, corpus_manifest):
+def test_seed_add_is_refuted_and_the_counterexample_reproduces_in_ort(qdqc, host, corpus_manifest):
     entry = next(m for m in corpus_manifest["models"] if m["name"] == "seed_synthetic_shared_q")
     report = audit(qdqc, model_path(entry))
     group = next((g for g in report["groups"] if "q_add2" in g["outputs"]), None)
     assert group is not None, f"no audited group produces q_add2: {[g['outputs'] for g in report['groups']]}"
     assert group["rule"] == "2DQ" and group["op"] == "Add", group
-    assert group["verdict"][PROFILE] == "refuted", group
-    cx = group["counterexample"][PROFILE]
+    assert group["verdict"][host] == "refuted", group
+    cx = group["counterexample"][host]
     a, b = (v for _, v in cx["inputs"])
     shape = [1, 4, 8, 8]  # the seed's layout, so ORT runs the same vector kernel
     model = one_add_model(group["params"], shape)
@@ -128,7 +128,7 @@ def qdq_entries():
 
 
 @pytest.mark.parametrize("qdq_entry", qdq_entries(), ids=lambda m: m["name"])
-def test_origin_groups_are_refuted_and_exact_verdicts_hold(qdqc, qdq_entry, tmp_path):
+def test_origin_groups_are_refuted_and_exact_verdicts_hold(qdqc, host, qdq_entry, tmp_path):
     entry = qdq_entry
     path = model_path(entry)
     model = onnx.load(str(path))
@@ -149,7 +149,7 @@ def test_origin_groups_are_refuted_and_exact_verdicts_hold(qdqc, qdq_entry, tmp_
     verdict = {}
     for g in report["groups"]:
         for t in g["outputs"]:
-            verdict[t] = g["verdict"].get(PROFILE, "not fused")
+            verdict[t] = g["verdict"].get(host, "not fused")
     origins, contradicted = set(), []
     for feed in random_inputs(entry["name"], session_inputs(off_s), N_RUNS):
         off = dict(zip(names, off_s.run(None, feed)))

@@ -496,7 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_add2_is_refuted_on_the_host_profile() {
+    fn seed_add2_is_refuted_on_x86_avx512vnni() {
         let v = prove(BinaryOp::Add, &seed_add2(), Broadcast::None, Isa::X86Avx512Vnni, Contract::Exact);
         let c = v.counterexample().unwrap_or_else(|| panic!("expected a refutation, got {v:?}"));
         println!("seed Add2 on x86-avx512vnni: {c}");

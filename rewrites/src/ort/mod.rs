@@ -1,7 +1,8 @@
 //! Models of ONNX Runtime 1.31's fused CPU kernels, bit for bit, as functions of a group's
-//! parameters. Each model is validated against the real runtime on this machine
-//! (`x86-avx512vnni`) by differential tests over full code domains; models of ISAs that cannot
-//! run here are pinned by unit tests written from the source arithmetic (ort-kernels.md §5).
+//! parameters. Each model is validated against the real runtime by differential tests over full
+//! code domains on the profile of the machine they run on ([`Isa::host`]: `x86-avx512vnni` here,
+//! `x86-avx2` under `tests/emulate-avx2.sh`); models of ISAs the host lacks are pinned by unit
+//! tests written from the source arithmetic (ort-kernels.md §5).
 
 pub mod binary;
 pub mod lut;
