@@ -44,11 +44,24 @@ impl<'m> Scopes<'m> {
         })
     }
 
-    /// Dims and every value of an integer initializer (weights, biases), whatever its size.
-    pub fn int_tensor(&self, model: &Model, name: &str) -> Option<(Vec<i64>, Vec<i64>)> {
-        let t = self.initializer(name)?;
-        let dt = tensor::data_type(t).ok()?;
-        Some((t.dims.clone(), tensor::ints(dt, &model.payload(t).ok()?)?))
+    /// Dims and every value of an integer initializer (weights, biases) of at most
+    /// [`SMALL_CONSTANT`] elements; `Err` names why not (the values are widened to i64: 8 bytes
+    /// a code, so a larger weight is never read this way).
+    pub fn int_tensor(&self, model: &Model, name: &str) -> Result<(Vec<i64>, Vec<i64>), String> {
+        let not_int = || format!("input '{name}' is not a constant integer tensor");
+        let t = self.initializer(name).ok_or_else(not_int)?;
+        let count = tensor::element_count(&t.dims)?;
+        if count > SMALL_CONSTANT as u64 {
+            return Err(format!("input '{name}' holds {count} codes, over the {SMALL_CONSTANT} a proof reads"));
+        }
+        let dt = tensor::data_type(t).map_err(|_| not_int())?;
+        let ints = tensor::ints(dt, &model.payload(t)?).ok_or_else(not_int)?;
+        Ok((t.dims.clone(), ints))
+    }
+
+    /// Dims of the initializer holding `name`.
+    pub fn initializer_dims(&self, name: &str) -> Option<Vec<i64>> {
+        Some(self.initializer(name)?.dims.clone())
     }
 
     /// Everything the model states about `name`.
@@ -89,21 +102,22 @@ fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
     let mut c = Constant { dims: t.dims.clone(), ..Constant::default() };
     // Payloads were checked at load; a failure here only means "no contents known".
     let Ok(payload) = model.payload(t) else { return c };
-    if let Some(ints) = tensor::ints(dt, &payload) {
-        if let (Some(&lo), Some(&hi)) = (ints.iter().min(), ints.iter().max()) {
+    let small = tensor::element_count(&t.dims).is_ok_and(|n| n <= SMALL_CONSTANT as u64);
+    if let Some(view) = tensor::IntView::new(dt, &payload) {
+        // Read in place: a weight of any size is scanned, never widened.
+        if let Some((lo, hi)) = view.range() {
             c.int_range = Some(Interval { lo, hi });
         }
-        if ints.len() <= SMALL_CONSTANT {
-            c.ints = Some(ints);
+        if view.len() <= SMALL_CONSTANT {
+            c.ints = tensor::ints(dt, &payload);
         } else if let Payload::Raw(bytes) = &payload
             && tensor::bits_per_element(dt).is_some_and(|b| b <= 8)
         {
             c.raw_codes = Some(bytes.clone());
         }
-    } else if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
-        c.f32_bits = Some(bits);
-    } else if let Some(bits) = tensor::f16_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
-        c.f16_bits = Some(bits);
+    } else if small {
+        c.f32_bits = tensor::f32_bits(dt, &payload);
+        c.f16_bits = tensor::f16_bits(dt, &payload);
     }
     c
 }

@@ -86,7 +86,12 @@ impl<'m> Ctx<'m> {
     /// Dims and codes of the constant a DQ dequantizes (a weight or bias).
     pub fn constant_codes(&self, dq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
         let input = &self.node(dq).input[0];
-        self.scopes.int_tensor(self.model, input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor", self.name(dq)))
+        self.scopes.int_tensor(self.model, input).map_err(|why| format!("{}: {why}", self.name(dq)))
+    }
+
+    /// Dims of the constant a DQ dequantizes, without reading its codes.
+    pub fn constant_dims(&self, dq: usize) -> Option<Vec<i64>> {
+        self.scopes.initializer_dims(&self.node(dq).input[0])
     }
 
     /// Static shape of a value, when every dim is known.

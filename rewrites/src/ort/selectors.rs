@@ -225,6 +225,14 @@ impl<'m> Const<'m> {
         }
     }
 
+    /// The stored payload of an initializer, for reading a weight in place (`tensor::IntView`).
+    pub fn payload(&self, model: &Model) -> Option<tensor::Payload<'m>> {
+        match &self.data {
+            Data::Tensor(t) => model.payload(t).ok(),
+            _ => None,
+        }
+    }
+
     /// Float contents, f16 and bf16 widened exactly to f32 (scales, Clip bounds).
     pub fn float_values(&self, model: &Model) -> Option<Vec<f32>> {
         match &self.data {
