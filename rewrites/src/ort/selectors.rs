@@ -2522,7 +2522,9 @@ pub(crate) mod testing {
         std::fs::write(&empty, EMPTY_MODEL).unwrap();
         let source = Model::load(&empty).unwrap();
         let path = dir.path().join("model.onnx");
-        save(proto, &source, &path, &SaveOptions::default()).unwrap();
+        let mut outputs = qdqc_lang::outputs::Outputs::default();
+        save(proto, &source, &path, &SaveOptions::default(), &mut outputs).unwrap();
+        outputs.commit().unwrap();
         Loaded { model: load_path(&path), _dir: dir }
     }
 

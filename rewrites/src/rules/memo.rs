@@ -157,7 +157,8 @@ mod tests {
         memo.decide(&o, memo.key("s", &(1, 2), [0.5], &w), prove);
         memo.decide(&RuleOptions { contract: Contract::Real, ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
         memo.decide(&RuleOptions { isas: Isa::ALL.to_vec(), ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
-        assert_eq!((runs.get(), memo.counts()), (10, MemoCounts { hits: 1, misses: 10 }));
+        // Ten decisions run, the last one on four profiles: 9 + 4 proofs.
+        assert_eq!((runs.get(), memo.counts()), (13, MemoCounts { hits: 1, misses: 10 }));
     }
 
     #[test]
