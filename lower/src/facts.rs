@@ -4,44 +4,68 @@
 //! the graphs enclosing it.
 
 use qdqc_lang::analysis::{Constant, Dim, Interval, SMALL_CONSTANT, ValueFacts};
-use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
+use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, ValueInfoProto, tensor_shape_proto::dimension, type_proto};
 use qdqc_lang::tensor::Payload;
 use qdqc_lang::{Model, tensor};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-/// The graphs enclosing the current one, outermost first.
+/// The graphs enclosing the current one, outermost first, each with its names indexed (a
+/// lookup per value scanned every initializer: quadratic on a graph of thousands of weights).
 #[derive(Clone)]
 pub struct Scopes<'m> {
-    pub chain: Vec<&'m GraphProto>,
+    chain: Vec<Arc<Level<'m>>>,
+}
+
+struct Level<'m> {
+    graph: &'m GraphProto,
+    /// The first initializer of each name.
+    initializers: HashMap<&'m str, &'m TensorProto>,
+    inputs: HashSet<&'m str>,
+    /// The first input, output or value_info entry of each name, in that order.
+    declared: HashMap<&'m str, &'m ValueInfoProto>,
+}
+
+impl<'m> Level<'m> {
+    fn new(graph: &'m GraphProto) -> Level<'m> {
+        let mut initializers = HashMap::new();
+        for t in &graph.initializer {
+            initializers.entry(tensor::name(t)).or_insert(t);
+        }
+        let mut declared = HashMap::new();
+        for v in graph.input.iter().chain(&graph.output).chain(&graph.value_info) {
+            if let Some(name) = v.name.as_deref() {
+                declared.entry(name).or_insert(v);
+            }
+        }
+        let inputs = graph.input.iter().filter_map(|i| i.name.as_deref()).collect();
+        Level { graph, initializers, inputs, declared }
+    }
 }
 
 impl<'m> Scopes<'m> {
     pub fn main(model: &'m Model) -> Self {
-        Scopes { chain: vec![model.proto.graph.as_ref().expect("checked at load")] }
+        Scopes { chain: vec![Arc::new(Level::new(model.proto.graph.as_ref().expect("checked at load")))] }
     }
 
     pub fn enter(&self, g: &'m GraphProto) -> Self {
         let mut chain = self.chain.clone();
-        chain.push(g);
+        chain.push(Arc::new(Level::new(g)));
         Scopes { chain }
     }
 
     pub fn current(&self) -> &'m GraphProto {
-        self.chain.last().expect("never empty")
+        self.chain.last().expect("never empty").graph
     }
 
     /// The initializer holding `name`'s value. An initializer that is also a graph input is only
     /// a default the caller may override: not a constant.
     fn initializer(&self, name: &str) -> Option<&'m TensorProto> {
-        self.chain.iter().rev().find_map(|g| {
-            let overridable = g.input.iter().any(|i| i.name.as_deref() == Some(name));
-            g.initializer.iter().find(|t| tensor::name(t) == name).filter(|_| !overridable)
-        })
+        self.chain.iter().rev().find_map(|l| l.initializers.get(name).copied().filter(|_| !l.inputs.contains(name)))
     }
 
     fn declared_type(&self, name: &str) -> Option<&'m TypeProto> {
-        self.chain.iter().rev().find_map(|g| {
-            g.input.iter().chain(&g.output).chain(&g.value_info).find(|v| v.name.as_deref() == Some(name))?.r#type.as_ref()
-        })
+        self.chain.iter().rev().find_map(|l| l.declared.get(name)?.r#type.as_ref())
     }
 
     /// Dims and every value of an integer initializer (weights, biases) of at most

@@ -515,7 +515,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         w
     }
 
-    // ---- editing, keeping `uses` and `producer` in sync -----------------------------------
+    // ---- editing, keeping `uses` (of live nodes) and `producer` in sync ----------------------
 
     fn push(&mut self, node: Node<'m>) {
         if node.alive {
@@ -540,12 +540,9 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         if !std::mem::replace(&mut self.nodes[id].alive, false) {
             return;
         }
+        // Its uses stay listed and `uses_of` skips dead nodes: retaining them out here cost a
+        // pass over every use of a shared scale per removed node (quadratic in a long chain).
         let n = &self.nodes[id];
-        for name in n.inputs.iter().chain(&n.implicit) {
-            if let Some(uses) = self.uses.get_mut(name) {
-                uses.retain(|u| u.node != id);
-            }
-        }
         for name in &n.outputs {
             if self.producer.get(name) == Some(&id) {
                 self.producer.remove(name);
@@ -578,8 +575,9 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     // ---- graph queries, as ORT's Node/Graph API answers them ---------------------------------
 
+    /// Uses by live nodes (a removed node's uses are left in `uses`, see `remove`).
     fn uses_of(&self, name: &str) -> Vec<Use> {
-        self.uses.get(name).cloned().unwrap_or_default()
+        self.uses.get(name).map_or_else(Vec::new, |uses| uses.iter().filter(|u| self.nodes[u.node].alive).copied().collect())
     }
 
     /// Output edges of a node, with the output slot they leave from (Node::OutputEdges).
