@@ -22,19 +22,10 @@ use std::time::{Duration, Instant};
 /// A case slower than this hangs (debug build, a few groups per model).
 const CASE_BOUND: Duration = Duration::from_secs(60);
 
-/// xorshift64*: the same seed gives the same mutant on every machine.
-struct Rng(u64);
-
+/// The shared xorshift64* (`common::Rng`): the same seed gives the same mutant everywhere.
 impl Rng {
     fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
     fn below(&mut self, n: usize) -> usize {

@@ -108,3 +108,49 @@ fn every_command_stays_within_the_model_size_plus_a_constant() {
     // The compiled model carries the weight over byte for byte.
     assert_eq!(std::fs::read(dir.path().join("out.onnx.data")).unwrap(), std::fs::read(dir.path().join("big.onnx.data")).unwrap());
 }
+
+/// A failed allocation is one line and exit 1, with nothing written — never an abort (Rust's
+/// default: exit 134). A 2048 x 2048 weight a proof widens (32 MiB) under shrinking `ulimit -v`.
+#[test]
+fn out_of_memory_is_one_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = 2048usize;
+    let w: Vec<i8> = (0..k * k).map(|i| ((i * 37 % 121) as i64 - 60) as i8).collect();
+    let nodes = vec![
+        node("QuantizeLinear", "Q_x", &["x", "s_x", "z_x"], &["q_x"]),
+        node("DequantizeLinear", "DQ_x", &["q_x", "s_x", "z_x"], &["dq_x"]),
+        node("DequantizeLinear", "DQ_w", &["w", "s_w", "z_w"], &["dq_w"]),
+        node("MatMul", "MatMul", &["dq_x", "dq_w"], &["m"]),
+        node("QuantizeLinear", "Q_y", &["m", "s_y", "z_y"], &["q_y"]),
+        node("DequantizeLinear", "DQ_y", &["q_y", "s_y", "z_y"], &["y"]),
+    ];
+    let inits = vec![
+        f32s("s_x", &[], &[0.02]),
+        u8s("z_x", &[], &[128]),
+        i8s("w", &[k as i64, k as i64], &w),
+        f32s("s_w", &[], &[0.001]),
+        i8s("z_w", &[], &[0]),
+        f32s("s_y", &[], &[0.05]),
+        u8s("z_y", &[], &[128]),
+    ];
+    let m = model(graph("mid", nodes, vec![value("x", F32, &[1, k as i64])], vec![value("y", F32, &[1, k as i64])], inits), 21);
+    let input = write_model(dir.path(), "mid.onnx", &m);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("out.onnx");
+    let mut refused = 0;
+    for mib in [48, 64, 96, 128] {
+        let script = format!("ulimit -v {}; exec \"$0\" compile \"$1\" -o \"$2\"", mib * 1024);
+        let run = Command::new("bash").args(["-c", &script, env!("CARGO_BIN_EXE_qdqc"), input.to_str().unwrap(), out.to_str().unwrap()]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        match run.status.code() {
+            Some(0) => {}
+            Some(1) => {
+                assert!(stderr.lines().count() == 1 && stderr.starts_with("qdqc: error: out of memory: "), "{mib} MiB: {stderr}");
+                assert!(listing(out_dir.path()).is_empty(), "{mib} MiB: a failed compile left {:?}", listing(out_dir.path()));
+                refused += 1;
+            }
+            other => panic!("{mib} MiB: exit {other:?} (a signal is an abort): {stderr}"),
+        }
+    }
+    assert!(refused > 0, "no limit made the compile run out of memory: the test no longer exercises the allocator");
+}
