@@ -68,15 +68,15 @@ impl<'m> Scopes<'m> {
         self.chain.iter().rev().find_map(|l| l.declared.get(name)?.r#type.as_ref())
     }
 
-    /// Dims and every value of an integer initializer (weights, biases) of at most
-    /// [`SMALL_CONSTANT`] elements; `Err` names why not (the values are widened to i64: 8 bytes
-    /// a code, so a larger weight is never read this way).
-    pub fn int_tensor(&self, model: &Model, name: &str) -> Result<(Vec<i64>, Vec<i64>), String> {
+    /// Dims and every value of an integer initializer (weights, biases) of at most `max`
+    /// elements; `Err` names why not (the values are widened to i64, 8 bytes a code, so a larger
+    /// weight is never read this way).
+    pub fn int_tensor(&self, model: &Model, name: &str, max: u64) -> Result<(Vec<i64>, Vec<i64>), String> {
         let not_int = || format!("input '{name}' is not a constant integer tensor");
         let t = self.initializer(name).ok_or_else(not_int)?;
         let count = tensor::element_count(&t.dims)?;
-        if count > SMALL_CONSTANT as u64 {
-            return Err(format!("input '{name}' holds {count} codes, over the {SMALL_CONSTANT} a proof reads"));
+        if count > max {
+            return Err(format!("input '{name}' holds {count} codes, over the {max} a proof reads"));
         }
         let dt = tensor::data_type(t).map_err(|_| not_int())?;
         let ints = tensor::ints(dt, &model.payload(t)?).ok_or_else(not_int)?;

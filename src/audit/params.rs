@@ -7,6 +7,10 @@ use qdqc_lower::facts::Scopes;
 use qdqc_rewrites::exact::QParam;
 use qdqc_rewrites::exact::reference::CodeType;
 
+/// The largest weight the audit proves: 2^24 codes (a 4096 x 4096 matrix), 256 MiB once widened
+/// to i64 and split into channels; a larger one is reported unknown, naming this bound.
+pub const AUDIT_CODES: u64 = 1 << 24;
+
 /// One graph of the model, with what its nodes can see.
 pub struct Ctx<'m> {
     pub model: &'m Model,
@@ -83,10 +87,11 @@ impl<'m> Ctx<'m> {
         Ok(QParam::new(p.scales[0], p.zero_points[0], p.code))
     }
 
-    /// Dims and codes of the constant a DQ dequantizes (a weight or bias).
+    /// Dims and codes of the constant a DQ dequantizes (a weight or bias), of at most
+    /// [`AUDIT_CODES`].
     pub fn constant_codes(&self, dq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
         let input = &self.node(dq).input[0];
-        self.scopes.int_tensor(self.model, input).map_err(|why| format!("{}: {why}", self.name(dq)))
+        self.scopes.int_tensor(self.model, input, AUDIT_CODES).map_err(|why| format!("{}: {why}", self.name(dq)))
     }
 
     /// Dims of the constant a DQ dequantizes, without reading its codes.
