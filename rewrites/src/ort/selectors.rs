@@ -2248,7 +2248,8 @@ impl<'m> Work<'m, '_, '_> {
         let block = n.attr_i("block_size", 0);
         if block > 0 {
             let axis_zero = n.attr("axis").and_then(|a| a.i) == Some(0);
-            let blocks = (k + block - 1) / block;
+            // Ceiling division without `k + block - 1`, which overflows for a hostile block size.
+            let blocks = k / block + i64::from(k % block != 0);
             return axis_zero
                 && block >= 16
                 && block & (block - 1) == 0
