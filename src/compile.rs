@@ -100,6 +100,8 @@ pub struct StatsJson {
     pub enodes: usize,
     pub eclasses: usize,
     pub stop_reasons: BTreeMap<String, usize>,
+    /// Proofs reused for a group with the same exact parameters (`hits`) and proofs run (`misses`).
+    pub proof_memo: qdqc_rewrites::rules::MemoCounts,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -261,7 +263,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report: Option<&Path>, o
 
 fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOptions, outputs: &mut Outputs) -> Result<CompileReport> {
     let start = std::time::Instant::now();
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone() });
+    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone(), memo: Default::default() });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
     let lowering = lower(&model)?;
     let mut resign_costs = None;
@@ -312,7 +314,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         contract: options.contract,
         fuse: options.fuse,
         profiles: options.isas.clone(),
-        rules: rules.map(|r| qdqc_lower::rule_names(&r)).unwrap_or_default(),
+        rules: rules.as_ref().map(qdqc_lower::rule_names).unwrap_or_default(),
         session_profile: SessionProfile::for_float_fusions(options.allow.ort_float_fusions),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
         nodes_after: count_lowered(&lowering.graph),
@@ -324,6 +326,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
             enodes: s.enodes,
             eclasses: s.eclasses,
             stop_reasons: s.stop_reasons,
+            proof_memo: rules.as_ref().map(|r| r.memo.counts()).unwrap_or_default(),
         },
         model_bytes: saved.model_bytes,
         external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),

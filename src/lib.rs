@@ -17,7 +17,7 @@ pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
 pub use weights::{FloatTableJson, ModelSize};
-pub use qdqc_lang::outputs::remove_pending;
+pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_rewrites::exact::Contract;

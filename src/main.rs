@@ -5,6 +5,11 @@ use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod oom;
+
+#[global_allocator]
+static ALLOCATOR: oom::ExitOnOom = oom::ExitOnOom;
+
 #[derive(Parser)]
 #[command(name = "qdqc", version, about = "Proof-gated fusion compiler for quantized (QDQ) ONNX models")]
 struct Cli {

@@ -129,25 +129,31 @@ fn tensor_text(model: &Model, t: &TensorProto) -> String {
     let dt = tensor::data_type(t).ok();
     let head = format!("{}: {}{:?}", tensor::name(t), dt.map(dtype_name).unwrap_or("?"), t.dims);
     let (Some(dt), Ok(payload)) = (dt, model.payload(t)) else { return head };
-    if let Some(bits) = tensor::f32_bits(dt, &payload) {
-        if bits.len() <= INLINE {
+    let few = tensor::element_count(&t.dims).is_ok_and(|n| n <= INLINE as u64);
+    if dt == DataType::Float {
+        if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|_| few) {
             let vals: Vec<String> = bits.iter().map(|b| format!("{:?} (0x{b:08x})", f32::from_bits(*b))).collect();
             return format!("{head} = [{}]", vals.join(", "));
         }
-    } else if let Some(ints) = tensor::ints(dt, &payload) {
-        if ints.len() <= INLINE {
-            return format!("{head} = {ints:?}");
+    } else if let Some(view) = tensor::IntView::new(dt, &payload) {
+        if view.len() <= INLINE {
+            return format!("{head} = {:?}", view.iter().collect::<Vec<_>>());
         }
-        let (lo, hi) = (ints.iter().min().copied().unwrap_or(0), ints.iter().max().copied().unwrap_or(0));
+        let (lo, hi) = view.range().unwrap_or((0, 0));
         return format!("{head} range {lo}..={hi} fnv {:016x}", fnv(&payload));
     }
     format!("{head} fnv {:016x}", fnv(&payload))
 }
 
 fn fnv(payload: &Payload<'_>) -> u64 {
-    let bytes: Vec<u8> = match payload {
-        Payload::Raw(b) => b.to_vec(),
-        Payload::Typed(t) => prost::Message::encode_to_vec(*t),
+    // Raw bytes are hashed where they lie (a mapped weight is never copied).
+    let encoded;
+    let bytes: &[u8] = match payload {
+        Payload::Raw(b) => b,
+        Payload::Typed(t) => {
+            encoded = prost::Message::encode_to_vec(*t);
+            &encoded
+        }
     };
     bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }

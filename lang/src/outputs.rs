@@ -29,6 +29,16 @@ pub fn remove_pending() {
     }
 }
 
+/// [`remove_pending`] for a process that cannot wait: out of memory, the list may be locked by
+/// the very allocation that failed (then the next run removes the files).
+pub fn remove_pending_unless_busy() {
+    if let Ok(mut pending) = PENDING.try_lock() {
+        for p in pending.drain(..) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 fn forget(tmp: &Path) {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != tmp);
 }
@@ -53,13 +63,21 @@ impl Outputs {
 
     /// Writes `bytes` to a temporary file beside `path` (synced, mode 0644).
     pub fn stage(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
+        self.stage_parts(path, &[bytes])
+    }
+
+    /// Writes the concatenation of `parts` (written one after the other, never joined in
+    /// memory) to a temporary file beside `path`.
+    pub fn stage_parts(&mut self, path: &Path, parts: &[impl AsRef<[u8]>]) -> Result<()> {
         let dir = folder(path);
         remove_stale(dir);
         let tmp = temporary(path)?;
         PENDING.lock().unwrap_or_else(|e| e.into_inner()).push(tmp.path().to_path_buf());
         let (mut file, tmp_path) = tmp.keep().map_err(|e| Error::io(path, &e.error))?;
         self.staged.push((tmp_path, path.to_path_buf()));
-        file.write_all(bytes).map_err(|e| Error::io(path, &e))?;
+        for part in parts {
+            file.write_all(part.as_ref()).map_err(|e| Error::io(path, &e))?;
+        }
         // Temporary files are created 0600; a compiled model is an ordinary file.
         #[cfg(unix)]
         {

@@ -42,7 +42,8 @@ pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOpt
     let location = format!("{}.data", file_name(out)?);
     let spill = proto.encoded_len() as u64 > options.proto_limit;
 
-    let mut data = Vec::new();
+    // Shared handles into the source's payloads (mapped external data is never copied).
+    let mut data = Data::default();
     let mut problem = None;
     walk_tensors(&mut proto, &mut |t| {
         if problem.is_none()
@@ -59,11 +60,11 @@ pub fn save(mut proto: ModelProto, source: &Model, out: &Path, options: &SaveOpt
         return Err(Error::compile(out, format!("model is {} bytes, over protobuf's 2 GiB limit", encoded.len())));
     }
 
-    let external = if data.is_empty() && !source.has_external_data() {
+    let external = if data.len == 0 && !source.has_external_data() {
         None
     } else {
-        outputs.stage(&folder(out).join(&location), &data)?;
-        Some((location, data.len() as u64))
+        outputs.stage_parts(&folder(out).join(&location), &data.parts)?;
+        Some((location, data.len))
     };
     outputs.stage(out, &encoded)?;
     Ok(Saved { model_bytes: encoded.len() as u64, external })
@@ -79,7 +80,14 @@ fn file_name(out: &Path) -> Result<String> {
 }
 
 /// Moves `t`'s bytes to the external buffer when it is external in the source or must spill.
-fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str, data: &mut Vec<u8>) -> Result<(), String> {
+/// The external data file being assembled: its parts in order and its length.
+#[derive(Default)]
+struct Data {
+    parts: Vec<bytes::Bytes>,
+    len: u64,
+}
+
+fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str, data: &mut Data) -> Result<(), String> {
     let was_external = t.data_location == Some(DataLocation::External as i32);
     let spills = spill && t.raw_data.as_ref().is_some_and(|r| r.len() >= SPILL_MIN_BYTES);
     if !was_external && !spills {
@@ -89,14 +97,15 @@ fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str,
         Payload::Raw(b) => b,
         Payload::Typed(_) => return Err(format!("tensor '{}' has no raw bytes to move", crate::tensor::name(t))),
     };
-    let offset = data.len();
-    data.extend_from_slice(&bytes);
+    let offset = data.len;
+    data.len += bytes.len() as u64;
     let entry = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
     t.external_data = vec![
         entry("location", location.to_string()),
         entry("offset", offset.to_string()),
         entry("length", bytes.len().to_string()),
     ];
+    data.parts.push(bytes);
     t.data_location = Some(DataLocation::External as i32);
     t.raw_data = None;
     Ok(())

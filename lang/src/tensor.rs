@@ -107,32 +107,114 @@ fn typed_slots(dt: DataType, count: u64) -> u64 {
     }
 }
 
-/// The integer values of an integer tensor (codes, zero points, biases). Sub-byte types are
-/// unpacked low nibble first, as ONNX stores them.
-pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
-    use DataType::*;
-    match payload {
-        Payload::Raw(b) => Some(match dt {
-            Uint8 | Bool => b.iter().map(|&x| x as i64).collect(),
-            Int8 => b.iter().map(|&x| x as i8 as i64).collect(),
-            Uint16 => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as i64).collect(),
-            Int16 => b.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as i64).collect(),
-            Int32 => b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
-            Uint32 => b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
-            Int64 => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
-            Uint4 | Int4 => b.iter().flat_map(|&x| [nibble(x, dt), nibble(x >> 4, dt)]).collect(),
-            Uint2 | Int2 => b.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb(x >> s, dt))).collect(),
-            _ => return None,
-        }),
-        Payload::Typed(t) => Some(match dt {
-            Uint8 | Bool | Int8 | Uint16 | Int16 | Int32 => t.int32_data.iter().map(|&x| x as i64).collect(),
-            Uint4 | Int4 => t.int32_data.iter().flat_map(|&x| [nibble(x as u8, dt), nibble((x as u8) >> 4, dt)]).collect(),
-            Uint2 | Int2 => t.int32_data.iter().flat_map(|&x| [0, 2, 4, 6].map(|s| crumb((x as u8) >> s, dt))).collect(),
-            Int64 => t.int64_data.clone(),
-            Uint32 => t.uint64_data.iter().map(|&x| x as i64).collect(),
-            _ => return None,
-        }),
+/// The integer codes of a tensor read in place, element by element: nothing is widened or
+/// copied, so a weight of any size costs no memory beyond its (mapped) payload. Sub-byte types
+/// are unpacked low bits first, as ONNX stores them.
+#[derive(Clone, Copy)]
+pub struct IntView<'p> {
+    dt: DataType,
+    data: Source<'p>,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Source<'p> {
+    Raw(&'p [u8]),
+    I32(&'p [i32]),
+    I64(&'p [i64]),
+    U64(&'p [u64]),
+}
+
+impl<'p> IntView<'p> {
+    /// `None` for a non-integer type.
+    pub fn new(dt: DataType, payload: &'p Payload<'_>) -> Option<IntView<'p>> {
+        use DataType::*;
+        let per_byte = |bits: usize| 8 / bits;
+        let (data, len) = match payload {
+            Payload::Raw(b) => {
+                let len = match dt {
+                    Uint8 | Bool | Int8 => b.len(),
+                    Uint16 | Int16 => b.len() / 2,
+                    Int32 | Uint32 => b.len() / 4,
+                    Int64 => b.len() / 8,
+                    Uint4 | Int4 => b.len() * per_byte(4),
+                    Uint2 | Int2 => b.len() * per_byte(2),
+                    _ => return None,
+                };
+                (Source::Raw(b), len)
+            }
+            Payload::Typed(t) => match dt {
+                Uint8 | Bool | Int8 | Uint16 | Int16 | Int32 => (Source::I32(&t.int32_data), t.int32_data.len()),
+                Uint4 | Int4 => (Source::I32(&t.int32_data), t.int32_data.len() * 2),
+                Uint2 | Int2 => (Source::I32(&t.int32_data), t.int32_data.len() * 4),
+                Int64 => (Source::I64(&t.int64_data), t.int64_data.len()),
+                Uint32 => (Source::U64(&t.uint64_data), t.uint64_data.len()),
+                _ => return None,
+            },
+        };
+        Some(IntView { dt, data, len })
     }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i` (< `len`).
+    pub fn get(&self, i: usize) -> i64 {
+        use DataType::*;
+        match self.data {
+            Source::Raw(b) => match self.dt {
+                Uint8 | Bool => b[i] as i64,
+                Int8 => b[i] as i8 as i64,
+                Uint16 => u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as i64,
+                Int16 => i16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as i64,
+                Int32 => i32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes")) as i64,
+                Uint32 => u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes")) as i64,
+                Int64 => i64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes")),
+                Uint4 | Int4 => nibble(b[i / 2] >> (4 * (i % 2)), self.dt),
+                _ => crumb(b[i / 4] >> (2 * (i % 4)), self.dt),
+            },
+            Source::I32(v) => match self.dt {
+                Uint4 | Int4 => nibble((v[i / 2] as u8) >> (4 * (i % 2)), self.dt),
+                Uint2 | Int2 => crumb((v[i / 4] as u8) >> (2 * (i % 4)), self.dt),
+                _ => v[i] as i64,
+            },
+            Source::I64(v) => v[i],
+            Source::U64(v) => v[i] as i64,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        (0..self.len).map(|i| self.get(i))
+    }
+
+    /// Smallest and largest element, in one pass; `None` when empty.
+    pub fn range(&self) -> Option<(i64, i64)> {
+        if let (Source::Raw(b), DataType::Int8 | DataType::Uint8 | DataType::Bool) = (self.data, self.dt) {
+            // The common weight: a byte pass the compiler vectorises.
+            let (mut lo, mut hi) = (u8::MAX, u8::MIN);
+            if self.dt == DataType::Int8 {
+                let (mut l, mut h) = (i8::MAX, i8::MIN);
+                b.iter().for_each(|&x| (l, h) = (l.min(x as i8), h.max(x as i8)));
+                return (!b.is_empty()).then_some((l as i64, h as i64));
+            }
+            b.iter().for_each(|&x| (lo, hi) = (lo.min(x), hi.max(x)));
+            return (!b.is_empty()).then_some((lo as i64, hi as i64));
+        }
+        self.iter().fold(None, |acc, v| Some(acc.map_or((v, v), |(lo, hi): (i64, i64)| (lo.min(v), hi.max(v)))))
+    }
+}
+
+/// The integer values of an integer tensor (codes, zero points, biases), widened to i64 (8 bytes
+/// a code): for tensors known to be small; a large one is read through [`IntView`]. `None` for
+/// a non-integer type.
+pub fn ints(dt: DataType, payload: &Payload<'_>) -> Option<Vec<i64>> {
+    let view = IntView::new(dt, payload)?;
+    Some(view.iter().collect())
 }
 
 fn nibble(x: u8, dt: DataType) -> i64 {

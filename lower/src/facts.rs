@@ -4,51 +4,88 @@
 //! the graphs enclosing it.
 
 use qdqc_lang::analysis::{Constant, Dim, Interval, SMALL_CONSTANT, ValueFacts};
-use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
+use qdqc_lang::onnx::{DataType, GraphProto, TensorProto, TypeProto, ValueInfoProto, tensor_shape_proto::dimension, type_proto};
 use qdqc_lang::tensor::Payload;
 use qdqc_lang::{Model, tensor};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-/// The graphs enclosing the current one, outermost first.
+/// The graphs enclosing the current one, outermost first, each with its names indexed (a
+/// lookup per value scanned every initializer: quadratic on a graph of thousands of weights).
 #[derive(Clone)]
 pub struct Scopes<'m> {
-    pub chain: Vec<&'m GraphProto>,
+    chain: Vec<Arc<Level<'m>>>,
+}
+
+struct Level<'m> {
+    graph: &'m GraphProto,
+    /// The first initializer of each name.
+    initializers: HashMap<&'m str, &'m TensorProto>,
+    inputs: HashSet<&'m str>,
+    /// The first input, output or value_info entry of each name, in that order.
+    declared: HashMap<&'m str, &'m ValueInfoProto>,
+}
+
+impl<'m> Level<'m> {
+    fn new(graph: &'m GraphProto) -> Level<'m> {
+        let mut initializers = HashMap::new();
+        for t in &graph.initializer {
+            initializers.entry(tensor::name(t)).or_insert(t);
+        }
+        let mut declared = HashMap::new();
+        for v in graph.input.iter().chain(&graph.output).chain(&graph.value_info) {
+            if let Some(name) = v.name.as_deref() {
+                declared.entry(name).or_insert(v);
+            }
+        }
+        let inputs = graph.input.iter().filter_map(|i| i.name.as_deref()).collect();
+        Level { graph, initializers, inputs, declared }
+    }
 }
 
 impl<'m> Scopes<'m> {
     pub fn main(model: &'m Model) -> Self {
-        Scopes { chain: vec![model.proto.graph.as_ref().expect("checked at load")] }
+        Scopes { chain: vec![Arc::new(Level::new(model.proto.graph.as_ref().expect("checked at load")))] }
     }
 
     pub fn enter(&self, g: &'m GraphProto) -> Self {
         let mut chain = self.chain.clone();
-        chain.push(g);
+        chain.push(Arc::new(Level::new(g)));
         Scopes { chain }
     }
 
     pub fn current(&self) -> &'m GraphProto {
-        self.chain.last().expect("never empty")
+        self.chain.last().expect("never empty").graph
     }
 
     /// The initializer holding `name`'s value. An initializer that is also a graph input is only
     /// a default the caller may override: not a constant.
     fn initializer(&self, name: &str) -> Option<&'m TensorProto> {
-        self.chain.iter().rev().find_map(|g| {
-            let overridable = g.input.iter().any(|i| i.name.as_deref() == Some(name));
-            g.initializer.iter().find(|t| tensor::name(t) == name).filter(|_| !overridable)
-        })
+        self.chain.iter().rev().find_map(|l| l.initializers.get(name).copied().filter(|_| !l.inputs.contains(name)))
     }
 
     fn declared_type(&self, name: &str) -> Option<&'m TypeProto> {
-        self.chain.iter().rev().find_map(|g| {
-            g.input.iter().chain(&g.output).chain(&g.value_info).find(|v| v.name.as_deref() == Some(name))?.r#type.as_ref()
-        })
+        self.chain.iter().rev().find_map(|l| l.declared.get(name)?.r#type.as_ref())
     }
 
-    /// Dims and every value of an integer initializer (weights, biases), whatever its size.
-    pub fn int_tensor(&self, model: &Model, name: &str) -> Option<(Vec<i64>, Vec<i64>)> {
-        let t = self.initializer(name)?;
-        let dt = tensor::data_type(t).ok()?;
-        Some((t.dims.clone(), tensor::ints(dt, &model.payload(t).ok()?)?))
+    /// Dims and every value of an integer initializer (weights, biases) of at most `max`
+    /// elements; `Err` names why not (the values are widened to i64, 8 bytes a code, so a larger
+    /// weight is never read this way).
+    pub fn int_tensor(&self, model: &Model, name: &str, max: u64) -> Result<(Vec<i64>, Vec<i64>), String> {
+        let not_int = || format!("input '{name}' is not a constant integer tensor");
+        let t = self.initializer(name).ok_or_else(not_int)?;
+        let count = tensor::element_count(&t.dims)?;
+        if count > max {
+            return Err(format!("input '{name}' holds {count} codes, over the {max} a proof reads"));
+        }
+        let dt = tensor::data_type(t).map_err(|_| not_int())?;
+        let ints = tensor::ints(dt, &model.payload(t)?).ok_or_else(not_int)?;
+        Ok((t.dims.clone(), ints))
+    }
+
+    /// Dims of the initializer holding `name`.
+    pub fn initializer_dims(&self, name: &str) -> Option<Vec<i64>> {
+        Some(self.initializer(name)?.dims.clone())
     }
 
     /// Dims and every value of a float32 initializer, whatever its size.
@@ -97,21 +134,22 @@ fn constant(model: &Model, t: &TensorProto, dt: DataType) -> Constant {
     let mut c = Constant { dims: t.dims.clone(), ..Constant::default() };
     // Payloads were checked at load; a failure here only means "no contents known".
     let Ok(payload) = model.payload(t) else { return c };
-    if let Some(ints) = tensor::ints(dt, &payload) {
-        if let (Some(&lo), Some(&hi)) = (ints.iter().min(), ints.iter().max()) {
+    let small = tensor::element_count(&t.dims).is_ok_and(|n| n <= SMALL_CONSTANT as u64);
+    if let Some(view) = tensor::IntView::new(dt, &payload) {
+        // Read in place: a weight of any size is scanned, never widened.
+        if let Some((lo, hi)) = view.range() {
             c.int_range = Some(Interval { lo, hi });
         }
-        if ints.len() <= SMALL_CONSTANT {
-            c.ints = Some(ints);
+        if view.len() <= SMALL_CONSTANT {
+            c.ints = tensor::ints(dt, &payload);
         } else if let Payload::Raw(bytes) = &payload
             && tensor::bits_per_element(dt).is_some_and(|b| b <= 8)
         {
             c.raw_codes = Some(bytes.clone());
         }
-    } else if let Some(bits) = tensor::f32_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
-        c.f32_bits = Some(bits);
-    } else if let Some(bits) = tensor::f16_bits(dt, &payload).filter(|b| b.len() <= SMALL_CONSTANT) {
-        c.f16_bits = Some(bits);
+    } else if small {
+        c.f32_bits = tensor::f32_bits(dt, &payload);
+        c.f16_bits = tensor::f16_bits(dt, &payload);
     }
     c
 }

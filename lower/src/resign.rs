@@ -48,7 +48,7 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
             .entry(p.zero_point_name.clone())
             .or_insert_with(|| {
                 let name = fresh(&mut taken, &format!("{}_u8", p.zero_point_name));
-                graph.initializer.push(uint8_tensor(&name, &[], &[p.resigned.zero_point]));
+                graph.initializer.push(uint8_tensor(&name, &[], vec![(p.resigned.zero_point + 128) as u8]));
                 name
             })
             .clone();
@@ -56,7 +56,7 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
             Source::Quantize(q) => set_zero_point(&mut graph.node[*q], &u8_name),
             Source::Constant(codes) => {
                 let name = fresh(&mut taken, &format!("{}_u8", p.resigned.tensor));
-                graph.initializer.push(uint8_tensor(&name, &dims_of(graph, &p.resigned.tensor), codes));
+                graph.initializer.push(uint8_tensor(&name, &dims_of(graph, &p.resigned.tensor), codes.clone()));
                 for &d in &p.dequantize {
                     graph.node[d].input[0] = name.clone();
                 }
@@ -94,7 +94,8 @@ type Candidate = (Source, String, Option<(i64, String)>);
 
 enum Source {
     Quantize(usize),
-    Constant(Vec<i64>),
+    /// The uint8 twin of the constant's int8 codes.
+    Constant(Vec<u8>),
 }
 
 fn plan(model: &Model) -> Vec<Planned> {
@@ -126,19 +127,24 @@ fn plan(model: &Model) -> Vec<Planned> {
         let Some(scale) = scalar(&node.input[1], DataType::Float) else { continue };
         candidates.push((Source::Quantize(pos), node.output[0].clone(), Some((scale, node.input[2].clone()))));
     }
-    for t in &graph.initializer {
-        let name = tensor::name(t);
-        if tensor::data_type(t) != Ok(DataType::Int8) || inputs.contains(name) {
-            continue;
-        }
-        let Some(codes) = model.payload(t).ok().and_then(|p| tensor::ints(DataType::Int8, &p)) else { continue };
-        candidates.push((Source::Constant(codes), name.to_string(), None));
-    }
     let feeds_weight = |dq: usize| {
         graph.node[dq].output.first().is_some_and(|v| {
             model.graph.consumers(v).iter().any(|&c| WEIGHT_OPS.contains(&graph.node[c].op_type.as_deref().unwrap_or("")))
         })
     };
+    for t in &graph.initializer {
+        let name = tensor::name(t);
+        if tensor::data_type(t) != Ok(DataType::Int8) || inputs.contains(name) {
+            continue;
+        }
+        // Weights stay int8 (the integer kernels want them so): skipped before a code is read.
+        if model.graph.consumers(name).iter().any(|&c| feeds_weight(c)) {
+            continue;
+        }
+        let Ok(payload) = model.payload(t) else { continue };
+        let Some(view) = tensor::IntView::new(DataType::Int8, &payload) else { continue };
+        candidates.push((Source::Constant(view.iter().map(|c| (c + 128) as u8).collect()), name.to_string(), None));
+    }
     let mut out = Vec::new();
     for (source, y, own) in candidates {
         let y = &y;
@@ -155,9 +161,6 @@ fn plan(model: &Model) -> Vec<Planned> {
             },
         };
         let Some(zp) = scalar(&zp_name, DataType::Int8) else { continue };
-        if matches!(source, Source::Constant(_)) && consumers.iter().any(|&c| feeds_weight(c)) {
-            continue;
-        }
         let readers_ok = !consumers.is_empty()
             && consumers.iter().all(|&c| {
                 let d = &graph.node[c];
@@ -217,13 +220,13 @@ fn node_name(node: &NodeProto, pos: usize) -> String {
     node.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("#{pos}"))
 }
 
-/// The uint8 twin of int8 `codes`: each code + 128.
-fn uint8_tensor(name: &str, dims: &[i64], codes: &[i64]) -> TensorProto {
+/// A uint8 initializer of `codes` (int8 codes + 128).
+fn uint8_tensor(name: &str, dims: &[i64], codes: Vec<u8>) -> TensorProto {
     TensorProto {
         name: Some(name.to_string()),
         dims: dims.to_vec(),
         data_type: Some(DataType::Uint8 as i32),
-        raw_data: Some(codes.iter().map(|&c| (c + 128) as u8).collect::<Vec<u8>>().into()),
+        raw_data: Some(codes.into()),
         ..Default::default()
     }
 }

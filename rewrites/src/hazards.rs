@@ -6,6 +6,7 @@ use crate::exact::reference::CodeType;
 use crate::ort::Isa;
 use crate::ort::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
+use qdqc_lang::tensor::IntView;
 use qdqc_lang::{Model, ir, tensor};
 use std::collections::BTreeMap;
 
@@ -416,12 +417,28 @@ impl<'m> Level<'_, '_, 'm> {
             return;
         };
         let Some(w_name) = self.input(w_dq, 0) else { return };
-        let Some((dims, w)) = self.weight_codes(&w_name) else { return };
+        // A stored weight is read in place; a float weight quantized at run time (NNCF's W → Q → DQ)
+        // by the codes ORT's constant folding computes.
+        let (quantized, payload);
+        let (dims, w) = match self.constant(&w_name).and_then(|c| Some((c, c.payload(self.model)?))) {
+            Some((c, p)) => {
+                payload = p;
+                (c.dims.clone(), IntView::new(c.dtype, &payload))
+            }
+            None => {
+                let Some((dims, codes)) = self.weight_codes(&w_name) else { return };
+                quantized = qdqc_lang::onnx::TensorProto { int64_data: codes, ..Default::default() };
+                payload = qdqc_lang::tensor::Payload::Typed(&quantized);
+                (dims, IntView::new(qdqc_lang::onnx::DataType::Int64, &payload))
+            }
+        };
+        let Some(w) = w else { return };
         let rows = weight_rows(f.rule, &dims, target);
         let Some((row, k1, k2, sum)) = first_overflow(&w, &rows) else { return };
         let message = format!(
             "s8 weights '{w_name}'[{k1}] = {} and [{k2}] = {} (output channel {row}) reach a pair sum of {sum} with u8 activations, outside int16: x86 AVX2 without VNNI saturates it in vpmaddubsw and the fused kernel's accumulator is wrong; keep weights within [-64, 63] or set session.x64quantprecision=1",
-            w[k1], w[k2]
+            w.get(k1),
+            w.get(k2)
         );
         report("s8-pair-overflow", message);
     }
@@ -508,8 +525,9 @@ impl<'m> Level<'_, '_, 'm> {
 }
 
 /// Flat weight indices of each output channel's K dimension, in the orders MLAS pairs them
-/// (see `pair_overflow`): one list per (channel, pairing).
-fn weight_rows(rule: &str, dims: &[i64], target: &NodeProto) -> Vec<(usize, Vec<usize>)> {
+/// (see `pair_overflow`): one arithmetic progression per (channel, pairing), as
+/// `(channel, first index, stride, count)`, so a weight of any size costs a few words a row.
+fn weight_rows(rule: &str, dims: &[i64], target: &NodeProto) -> Vec<(usize, usize, usize, usize)> {
     let d: Vec<usize> = dims.iter().map(|&x| x.max(0) as usize).collect();
     let trans_b = target.attribute.iter().any(|a| a.name.as_deref() == Some("transB") && a.i == Some(1));
     let mut rows = Vec::new();
@@ -518,21 +536,21 @@ fn weight_rows(rule: &str, dims: &[i64], target: &NodeProto) -> Vec<(usize, Vec<
             let (c, kernel) = (rest[0], rest[1..].iter().product::<usize>());
             let k = c * kernel;
             for oc in 0..*m {
-                rows.push((oc, (0..k).map(|i| oc * k + i).collect()));
+                rows.push((oc, oc * k, 1, k));
                 // ConvSym: input channels at one kernel position.
                 for p in 0..kernel {
-                    rows.push((oc, (0..c).map(|ic| oc * k + ic * kernel + p).collect()));
+                    rows.push((oc, oc * k + p, kernel, c));
                 }
             }
         }
         // Gemm with transB: B is [N, K].
-        ("Gemm", [n, k]) if trans_b => rows.extend((0..*n).map(|col| (col, (0..*k).map(|i| col * k + i).collect()))),
+        ("Gemm", [n, k]) if trans_b => rows.extend((0..*n).map(|col| (col, col * k, 1, *k))),
         // MatMul and Gemm: B is [.., K, N], column by column.
         (_, [.., k, n]) => {
             let batch: usize = d[..d.len() - 2].iter().product();
             for b in 0..batch {
                 for col in 0..*n {
-                    rows.push((col, (0..*k).map(|i| b * k * n + i * n + col).collect()));
+                    rows.push((col, b * k * n + col, *n, *k));
                 }
             }
         }
@@ -542,16 +560,21 @@ fn weight_rows(rule: &str, dims: &[i64], target: &NodeProto) -> Vec<(usize, Vec<
 }
 
 /// The first adjacent pair of a row whose extreme u8 pair sum leaves int16: (row, k1, k2, sum).
-fn first_overflow(w: &[i64], rows: &[(usize, Vec<usize>)]) -> Option<(usize, usize, usize, i64)> {
+/// Codes are read in place; when the weight's range admits no overflowing pair nothing is read.
+fn first_overflow(w: &IntView<'_>, rows: &[(usize, usize, usize, usize)]) -> Option<(usize, usize, usize, i64)> {
     let (_, hi) = CodeType::U8.range();
-    rows.iter().find_map(|(row, ks)| {
-        ks.windows(2).filter(|p| p[1] < w.len()).find_map(|p| {
-            let (a, b) = (w[p[0]], w[p[1]]);
+    let (lo_w, hi_w) = w.range()?;
+    if hi * 2 * hi_w.max(0) <= i16::MAX as i64 && hi * 2 * lo_w.min(0) >= i16::MIN as i64 {
+        return None;
+    }
+    rows.iter().find_map(|&(row, start, stride, count)| {
+        (1..count).map(|j| (start + (j - 1) * stride, start + j * stride)).filter(|&(_, k2)| k2 < w.len()).find_map(|(k1, k2)| {
+            let (a, b) = (w.get(k1), w.get(k2));
             let (up, down) = (hi * (a.max(0) + b.max(0)), hi * (a.min(0) + b.min(0)));
             if up > i16::MAX as i64 {
-                Some((*row, p[0], p[1], up))
+                Some((row, k1, k2, up))
             } else if down < i16::MIN as i64 {
-                Some((*row, p[0], p[1], down))
+                Some((row, k1, k2, down))
             } else {
                 None
             }

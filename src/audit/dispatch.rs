@@ -175,7 +175,7 @@ fn prove_binary(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa,
 /// Whether B is DequantizeLinear'd from a 2-D constant (weights); otherwise (an activation, a
 /// batched constant) the MatMul is proven for every B.
 fn b_is_2d_constant(ctx: &Ctx, f: &Fusion) -> bool {
-    dq_for_input(ctx, f, 1).is_none_or(|p| ctx.constant_codes(p).is_ok_and(|(dims, _)| dims.len() == 2))
+    dq_for_input(ctx, f, 1).is_none_or(|p| ctx.constant_dims(p).is_some_and(|dims| dims.len() == 2))
 }
 
 /// A MatMul proven for every B (two activations, or a batched constant): per-tensor parameters,

@@ -7,6 +7,10 @@ use qdqc_lower::facts::Scopes;
 use qdqc_rewrites::exact::QParam;
 use qdqc_rewrites::exact::reference::CodeType;
 
+/// The largest weight the audit proves: 2^24 codes (a 4096 x 4096 matrix), 256 MiB once widened
+/// to i64 and split into channels; a larger one is reported unknown, naming this bound.
+pub const AUDIT_CODES: u64 = 1 << 24;
+
 /// One graph of the model, with what its nodes can see.
 pub struct Ctx<'m> {
     pub model: &'m Model,
@@ -83,15 +87,16 @@ impl<'m> Ctx<'m> {
         Ok(QParam::new(p.scales[0], p.zero_points[0], p.code))
     }
 
-    /// Dims and codes of the constant a DQ dequantizes (a weight or bias): stored codes, or a
-    /// QuantizeLinear of a float32 constant (NNCF's fp32 weights → Q → DQ), whose codes ORT's
-    /// constant folding computes with the same kernel the unfused graph runs.
+    /// Dims and codes of the constant a DQ dequantizes (a weight or bias), of at most
+    /// [`AUDIT_CODES`]: stored codes, or a QuantizeLinear of a float32 constant (NNCF's fp32
+    /// weights → Q → DQ), whose codes ORT's constant folding computes with the same kernel the
+    /// unfused graph runs.
     pub fn constant_codes(&self, dq: usize) -> Result<(Vec<i64>, Vec<i64>), String> {
         let input = &self.node(dq).input[0];
-        if let Some(codes) = self.scopes.int_tensor(self.model, input) {
-            return Ok(codes);
+        match self.scopes.int_tensor(self.model, input, AUDIT_CODES) {
+            Ok(codes) => Ok(codes),
+            Err(why) => self.quantized_constant(input).ok_or_else(|| format!("{}: {why}, nor a QuantizeLinear of a float32 constant", self.name(dq))),
         }
-        self.quantized_constant(input).ok_or_else(|| format!("{}: input '{input}' is not a constant integer tensor nor a QuantizeLinear of a float32 constant", self.name(dq)))
     }
 
     /// The codes `QuantizeLinear(w, scale, zero point)` gives for a float32 constant `w`, per
@@ -107,6 +112,11 @@ impl<'m> Ctx<'m> {
         let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a }).map(|a| a as usize);
         let codes = qdqc_rewrites::exact::reference::quantize_tensor(&w, &dims, axis, &p.scales, &p.zero_points, p.code)?;
         Some((dims, codes))
+    }
+
+    /// Dims of the constant a DQ dequantizes, without reading its codes.
+    pub fn constant_dims(&self, dq: usize) -> Option<Vec<i64>> {
+        self.scopes.initializer_dims(&self.node(dq).input[0])
     }
 
     /// Static shape of a value, when every dim is known.

@@ -143,6 +143,14 @@ impl PoolGeometry {
         if self.dilations.iter().any(|&d| d != 1) {
             return Err("QLinearAveragePool ignores dilations, the float AveragePool does not".to_string());
         }
+        // Sizes, kernels, strides and pads within 2^31 keep every output-size sum in i64, and a
+        // kernel of at most 2^32 elements keeps window sizes in u64 (hostile attributes).
+        let big = |v: &u64| *v > 1 << 31;
+        if self.input.iter().chain(&self.kernel).chain(&self.strides).chain(&self.pads).any(big)
+            || self.kernel.iter().try_fold(1u64, |a, &k| a.checked_mul(k)).is_none_or(|p| p > 1 << 32)
+        {
+            return Err("pooling dims, kernel, strides or pads over 2^31 (or a kernel over 2^32 elements)".to_string());
+        }
         Ok(())
     }
 

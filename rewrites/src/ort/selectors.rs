@@ -237,6 +237,14 @@ impl<'m> Const<'m> {
         }
     }
 
+    /// The stored payload of an initializer, for reading a weight in place (`tensor::IntView`).
+    pub fn payload(&self, model: &Model) -> Option<tensor::Payload<'m>> {
+        match &self.data {
+            Data::Tensor(t) => model.payload(t).ok(),
+            _ => None,
+        }
+    }
+
     /// Float contents, f16 and bf16 widened exactly to f32 (scales, Clip bounds).
     pub fn float_values(&self, model: &Model) -> Option<Vec<f32>> {
         match &self.data {
@@ -519,7 +527,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         w
     }
 
-    // ---- editing, keeping `uses` and `producer` in sync -----------------------------------
+    // ---- editing, keeping `uses` (of live nodes) and `producer` in sync ----------------------
 
     fn push(&mut self, node: Node<'m>) {
         if node.alive {
@@ -544,12 +552,9 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         if !std::mem::replace(&mut self.nodes[id].alive, false) {
             return;
         }
+        // Its uses stay listed and `uses_of` skips dead nodes: retaining them out here cost a
+        // pass over every use of a shared scale per removed node (quadratic in a long chain).
         let n = &self.nodes[id];
-        for name in n.inputs.iter().chain(&n.implicit) {
-            if let Some(uses) = self.uses.get_mut(name) {
-                uses.retain(|u| u.node != id);
-            }
-        }
         for name in &n.outputs {
             if self.producer.get(name) == Some(&id) {
                 self.producer.remove(name);
@@ -582,8 +587,9 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     // ---- graph queries, as ORT's Node/Graph API answers them ---------------------------------
 
+    /// Uses by live nodes (a removed node's uses are left in `uses`, see `remove`).
     fn uses_of(&self, name: &str) -> Vec<Use> {
-        self.uses.get(name).cloned().unwrap_or_default()
+        self.uses.get(name).map_or_else(Vec::new, |uses| uses.iter().filter(|u| self.nodes[u.node].alive).copied().collect())
     }
 
     /// Output edges of a node, with the output slot they leave from (Node::OutputEdges).
@@ -1589,9 +1595,23 @@ impl<'m> Work<'m, '_, '_> {
     }
 }
 
-/// Attributes in name order, for equality.
+/// Attributes as a set, for equality: each by the length and a 128-bit hash of its protobuf
+/// encoding (linear in its size; a Debug text of a 64 MiB string attribute took seconds).
 fn attrs_key(attrs: &[AttributeProto]) -> String {
-    let mut v: Vec<String> = attrs.iter().map(|a| format!("{a:?}")).collect();
+    use std::hash::{Hash, Hasher};
+    let mut v: Vec<String> = attrs
+        .iter()
+        .map(|a| {
+            let bytes = prost::Message::encode_to_vec(a);
+            let hash = |seed: u8| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                seed.hash(&mut h);
+                bytes.hash(&mut h);
+                h.finish()
+            };
+            format!("{}:{:016x}{:016x}", bytes.len(), hash(0), hash(1))
+        })
+        .collect();
     v.sort();
     v.join(";")
 }
@@ -2311,7 +2331,8 @@ impl<'m> Work<'m, '_, '_> {
         let block = n.attr_i("block_size", 0);
         if block > 0 {
             let axis_zero = n.attr("axis").and_then(|a| a.i) == Some(0);
-            let blocks = (k + block - 1) / block;
+            // Ceiling division without `k + block - 1`, which overflows for a hostile block size.
+            let blocks = k / block + i64::from(k % block != 0);
             return axis_zero
                 && block >= 16
                 && block & (block - 1) == 0

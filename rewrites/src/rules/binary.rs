@@ -4,7 +4,7 @@
 //! layout ORT may run, against the unfused reference under the contract. Broken twin:
 //! `tests/broken` "qlinear_add_avx2_formula_claimed_for_sse2".
 
-use super::group::{Group, decide, explicit_zero_point, qparam, shape, var};
+use super::group::{Group, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
 use crate::exact::reference::CodeType;
 use crate::exact::{Contract, Verdict};
@@ -90,7 +90,8 @@ impl Applier<Term, QdqAnalysis> for Fusion {
             }
         };
         let layouts = layouts(shape(eg, var(s, "?a")), shape(eg, var(s, "?b")));
-        let (fired, verdicts) = decide(&self.options, |isa| prove_layouts(self.op, &params, &layouts, isa, self.options.contract));
+        let key = super::memo::binary_key(&self.options.memo, self.name, self.op, &params, &layouts);
+        let (fired, verdicts) = self.options.memo.decide(&self.options, key, |isa| prove_layouts(self.op, &params, &layouts, isa, self.options.contract));
         group.log(&self.log, self.name, &fused_op, fired, verdicts);
         if !fired {
             return vec![];

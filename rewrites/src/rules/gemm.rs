@@ -234,7 +234,8 @@ impl Fusion {
 
     /// Proves the model's own scales on every ISA; under `real`, falls back to synthesized ones.
     fn verdicts(&self, g: &GemmGroup) -> (Scales, bool, Vec<(Isa, Verdict)>) {
-        let (fired, verdicts) = decide(&self.options, |isa| requant::prove(g, isa, self.options.contract));
+        let key = super::memo::gemm_key(&self.options.memo, self.name, g);
+        let (fired, verdicts) = self.options.memo.decide(&self.options, key, |isa| requant::prove(g, isa, self.options.contract));
         if fired || self.options.contract != Contract::Real {
             return (Scales::Model, fired, verdicts);
         }

@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn patterns_bind_every_variable_the_rules_read() {
-        let options = RuleOptions { contract: Contract::Exact, isas: Isa::ALL.to_vec(), fold_weights: false, allow: Default::default() };
+        let options = RuleOptions { contract: Contract::Exact, isas: Isa::ALL.to_vec(), fold_weights: false, allow: Default::default(), memo: Default::default() };
         let rules = rules(&options, &Log::default());
         for lut in [Lut::Sigmoid, Lut::LeakyRelu, Lut::Where, Lut::Concat(2), Lut::Concat(3), Lut::Concat(4)] {
             let rule = rules.iter().find(|r| r.name.as_str() == lut.name()).expect("a rule per kernel");

@@ -15,12 +15,14 @@ mod group;
 mod lookup;
 mod lut;
 mod matmul_dynamic;
+mod memo;
 mod nbits;
 mod pool;
 mod u8_weights;
 
 pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
+pub use memo::{Memo, MemoCounts};
 
 use crate::exact::{Certificate, Contract, Verdict};
 use crate::ort::Isa;
@@ -44,6 +46,8 @@ pub struct RuleOptions {
     pub fold_weights: bool,
     /// Lossy rewrites the user allowed (spec §2 `lossy`); none by default.
     pub allow: Allow,
+    /// Verdicts already proven in this compile, by their exact parameters.
+    pub memo: Memo,
 }
 
 /// The opt-in lossy rewrites (`--allow NAME[=VALUE]`), each off unless named.
