@@ -217,6 +217,7 @@ def judge(qdqc: Path, found: dict, profile: str) -> list[dict]:
         onnx.save_model(found["probe"], str(path))
         report = audit(qdqc, path)
     exact, real = verdicts(report, profile, "exact"), verdicts(report, profile, "real")
+    near = {t: (g.get("near_boundary") or {}).get("accumulators", 0) for g in report["groups"] for t in g["outputs"]}
     rows = []
     for t in found["origins"]:
         gr = found["groups"][t]
@@ -228,6 +229,7 @@ def judge(qdqc: Path, found: dict, profile: str) -> list[dict]:
             "real": real.get(t, (None, None, "not listed", ""))[2],
             "rule": (exact.get(t) or real.get(t) or ("", ""))[0],
             "reason": exact.get(t, (None, None, None, ""))[3],
+            "near_boundary": near.get(t, 0),
         })
     return rows
 
