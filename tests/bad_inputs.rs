@@ -203,7 +203,15 @@ fn fifo_as_the_model() {
         p
     });
     assert!(err.contains("is a FIFO (named pipe), not an ONNX model"), "{err}");
-    assert!(start.elapsed() < std::time::Duration::from_secs(5), "refused in {:?}", start.elapsed());
+    // `refused` runs compile, inspect, audit and placement: four refusals within a second each.
+    assert!(start.elapsed() < std::time::Duration::from_secs(4), "refused in {:?}", start.elapsed());
+    let pipe = tempfile::tempdir().unwrap();
+    let p = pipe.path().join("pipe.onnx");
+    mkfifo(&p);
+    let one = std::time::Instant::now();
+    let run = qdqc(&["inspect", p.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(one.elapsed() < std::time::Duration::from_secs(1), "one refusal took {:?}", one.elapsed());
 }
 
 #[test]
@@ -287,4 +295,24 @@ fn external_data_range_message_has_no_rust_syntax() {
         })
     });
     assert!(err.contains("offset 4 length 1408 exceeds 'w.bin' (10 bytes)") && !err.contains("Some("), "{err}");
+}
+
+/// Compiling for profiles that leave out the host's prints one warning line naming the host's
+/// profile; `all` and `host` print none.
+#[test]
+fn compiling_for_a_profile_the_host_lacks_warns() {
+    let host = host_isa();
+    let other = if host == qdqc_rewrites::ort::Isa::X86Avx2 { "x86-avx512vnni" } else { "x86-avx2" };
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_model(dir.path(), "m.onnx", &qdq_conv());
+    let out = dir.path().join("o.onnx");
+    let compile = |isa: &str| qdqc(&["compile", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--ort-isa", isa]);
+    let run = compile(other);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let warning = format!("ONNX Runtime on this host runs {host} kernels, where the guarantee does not hold");
+    assert!(stderr(&run).contains(&warning) && stderr(&run).lines().count() == 1, "{}", stderr(&run));
+    for isa in ["all", "host"] {
+        let run = compile(isa);
+        assert!(run.status.success() && stderr(&run).is_empty(), "{isa}: {}", stderr(&run));
+    }
 }
