@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from oracle_util import describe, model_path, random_inputs, run_qdqc, session_inputs, ort_session as session
+from origins import with_outputs
 
 N_RUNS = 4
 NP_TYPES = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16}
@@ -109,16 +110,6 @@ def quantized_tensors(model: onnx.ModelProto) -> dict[str, list[str]]:
                 feeds.append(i)
         out[q.output[0]] = feeds
     return out
-
-
-def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    existing = {o.name for o in m.graph.output}
-    inits = {t.name for t in m.graph.initializer}
-    for n in sorted(set(names) - existing - inits):
-        m.graph.output.append(helper.make_empty_tensor_value_info(n))
-    return m
 
 
 def qdq_entries():
