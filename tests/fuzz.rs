@@ -215,7 +215,7 @@ fn run_case(dir: &Path, path: &Path) -> Result<(), String> {
     let out = dir.join("out.onnx");
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _ = qdqc::inspect(path);
-        let _ = qdqc::audit(path, &[qdqc::Isa::X86Avx2], qdqc::Contract::Exact);
+        let _ = qdqc::audit(path, &[qdqc::Isa::X86Avx2], &[qdqc::Contract::Exact]);
         let options = qdqc::CompileOptions { isas: vec![qdqc::Isa::X86Avx2, qdqc::Isa::Arm64Neon], ..qdqc::CompileOptions::default() };
         let _ = qdqc::compile_with_report(path, &out, Some(&dir.join("report.json")), &options);
     }))
