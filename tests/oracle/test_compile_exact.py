@@ -20,7 +20,7 @@ PROFILE = {
     "optimization.disable_specified_optimizers": (
         "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanupTransformer;ConstantFolding;NchwcTransformer;NhwcTransformer;"
         "SkipLayerNormFusion;MatMulScaleFusion;MatmulTransposeFusion;"
-        "LayerNormFusionL1;LayerNormFusionL2;SimplifiedLayerNormFusion;GeluFusionL1;GeluFusionL2;"
+        "LayerNormFusionL1;LayerNormFusionL2;SimplifiedLayerNormFusion;GeluFusionL1;GeluFusionL2;FastGeluFusion;"
         "DivMulFusion;ConvBNFusion;ConvMulFusion;ConvAddFusion;MatMul_BatchNormalization_Fusion"
     ),
 }
