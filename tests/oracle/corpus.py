@@ -801,6 +801,16 @@ def generator_fingerprint() -> str:
 # main
 
 
+def manifest_entry(outdir: Path, name: str, file: str, kind: str, description: str, **extra) -> dict:
+    """One manifest row, with onnx.checker's full_check verdict (and its error) on the written file."""
+    err = full_check_error(outdir / file)
+    e = {"name": name, "file": file, "kind": kind, "description": description, "full_check": err is None}
+    if err is not None:
+        e["full_check_error"] = err
+    e.update(extra)
+    return e
+
+
 def build(outdir: Path) -> dict:
     import onnxruntime
 
@@ -814,13 +824,7 @@ def build(outdir: Path) -> dict:
     entries = []
 
     def add(name, file, kind, description, **extra):
-        path = outdir / file
-        err = full_check_error(path)
-        e = {"name": name, "file": file, "kind": kind, "description": description, "full_check": err is None}
-        if err is not None:
-            e["full_check_error"] = err
-        e.update(extra)
-        entries.append(e)
+        entries.append(manifest_entry(outdir, name, file, kind, description, **extra))
 
     with tempfile.TemporaryDirectory(prefix="qdqc-corpus-") as tmp:
         tmp = Path(tmp)

@@ -359,12 +359,7 @@ def build(outdir: Path) -> dict:
     timings = {}
 
     def add(name, model_file, kind, description, **extra):
-        err = corpus.full_check_error(outdir / model_file)
-        e = {"name": name, "file": model_file, "kind": kind, "description": description, "full_check": err is None}
-        if err is not None:
-            e["full_check_error"] = err
-        e.update(extra)
-        entries.append(e)
+        entries.append(corpus.manifest_entry(outdir, name, model_file, kind, description, **extra))
 
     with tempfile.TemporaryDirectory(prefix="qdqc-real-corpus-") as tmp:
         tmp = Path(tmp)
