@@ -576,6 +576,17 @@ impl Failure {
             Failure::Unknown(reason) => reason.clone(),
         }
     }
+
+    /// The refutation, if this is one, with `note` added to its certificate's detail.
+    fn refuted(self, note: &str) -> Option<Failure> {
+        match self {
+            Failure::Refuted(mut r) => {
+                r.1.detail.push_str(note);
+                Some(Failure::Refuted(r))
+            }
+            Failure::Unknown(_) => None,
+        }
+    }
 }
 
 fn unknown<T>(reason: impl Into<String>) -> Result<T, Failure> {
@@ -671,15 +682,20 @@ impl<'a> Channel<'a> {
 
     /// Number of accumulators checked, or why not exact.
     fn prove(&self) -> Result<u64, Failure> {
+        let overflow = self.g.pairs_saturate(self.isa).then(|| avx2_pair_overflow(self.g, self.c)).flatten();
         if self.contract == Contract::Exact {
             if let Err(reason) = p2::dot_product(&self.dot_product()) {
-                return Err(self.single_term_witness().unwrap_or(Failure::Unknown(format!("P2: {reason}"))));
+                // Without P2 the unfused output is unique only where the float path's error
+                // cannot cross a rounding boundary: a saturating pair is refuted on such inputs.
+                let saturated = || {
+                    let note = "; P2 fails, but the float path's error bound leaves one unfused output for this input in every order";
+                    overflow.and_then(|ov| self.pair_overflow_witness(ov, |x, acc| self.bounded_reference(x, acc)).refuted(note))
+                };
+                return Err(self.single_term_witness().or_else(saturated).unwrap_or(Failure::Unknown(format!("P2: {reason}"))));
             }
         }
-        if self.g.pairs_saturate(self.isa) {
-            if let Some(ov) = avx2_pair_overflow(self.g, self.c) {
-                return Err(self.pair_overflow_witness(ov));
-            }
+        if let Some(ov) = overflow {
+            return Err(self.pair_overflow_witness(ov, |_, acc| Some(self.reference(acc))));
         }
         self.p3()
     }
@@ -837,7 +853,10 @@ impl<'a> Channel<'a> {
     /// A pair that leaves int16 is refuted with a concrete input whose output changes: the pair
     /// at its overflowing codes, the other activations steering the true accumulator through the
     /// reference's unsaturated window. Unknown if no such input is found.
-    fn pair_overflow_witness(&self, ov: PairOverflow) -> Failure {
+    ///
+    /// `reference(x, acc)` is the unfused output for input `x` with accumulator `acc`, `None`
+    /// where it is not unique (then the input is not a witness).
+    fn pair_overflow_witness(&self, ov: PairOverflow, reference: impl Fn(&[i64], i64) -> Option<i64>) -> Failure {
         let why = format!(
             "x86-avx2 u8×s8: w[{}]={} and w[{}]={} with x=({}, {}) sum to {} outside int16",
             ov.k.0, self.g.weights[self.c][ov.k.0], ov.k.1, self.g.weights[self.c][ov.k.1], ov.x.0, ov.x.1, ov.sum
@@ -853,13 +872,39 @@ impl<'a> Channel<'a> {
             let Some(u) = reach(&self.d, self.u, target, &fixed, &order) else { continue };
             let x: Vec<i64> = u.iter().map(|&v| v + zx).collect();
             let acc: i64 = u.iter().zip(&self.d).map(|(a, b)| a * b).sum();
-            let (unfused, fused) = (self.reference(acc), self.kernel_on(&x));
+            let Some(unfused) = reference(&x, acc) else { continue };
+            let fused = self.kernel_on(&x);
             if unfused != fused {
                 let proof = Certificate { method: Method::P3RequantWindow, domain: 1, micros: 0, detail: why };
                 return Failure::Refuted(Box::new((self.counterexample(acc, &x, (unfused, fused), 1), proof)));
             }
         }
         Failure::Unknown(format!("{why}; no input found where the output changes"))
+    }
+
+    /// The unfused output code for input `x` (accumulator `acc`) when P2 fails, if every
+    /// evaluation order gives it: the float path computes `q = value/sy` with K + 5 roundings
+    /// (as in [`near_boundary`]), so it lies within `δ = γ_{K+5}·S_x/|sy|` of the exact `q`, where
+    /// `S_x = Σ_k |x_k − zx|·|w_k − zw|·|sx·sw·alpha| + |b·sb|` is this input's sum of magnitudes.
+    /// When `[q − δ, q + δ]` (widened for the f64 evaluation of `q`) rounds to one code, that code
+    /// is the output of every order; otherwise `None`. Subnormal scale products are left out (the
+    /// relative bound does not cover underflow).
+    fn bounded_reference(&self, x: &[i64], acc: i64) -> Option<i64> {
+        let unit = self.unit.to_f64_lossy().abs();
+        if unit < f64::from(f32::MIN_POSITIVE) * 2f64.powi(24) {
+            return None;
+        }
+        let zx = self.g.x.zero_point;
+        let magnitude: f64 = x.iter().zip(&self.d).map(|(&xk, &dk)| ((xk - zx) * dk).unsigned_abs() as f64).sum::<f64>() * unit;
+        let sy = self.sy.to_f64_lossy();
+        let q = self.value(acc)?.to_f64_lossy() / sy;
+        let delta = gamma(self.d.len() + 5) * (magnitude + self.bias_value.to_f64_lossy().abs()) / sy.abs();
+        let slack = delta + (q.abs() + 1.0) * 2f64.powi(-40);
+        let y = self.y();
+        let (lo, hi) = y.code.range();
+        let code = |v: f64| (v.round_ties_even() as i64).saturating_add(y.zero_point).clamp(lo, hi);
+        let (a, b) = (code(q - slack), code(q + slack));
+        (q.is_finite() && a == b).then_some(a)
     }
 
     /// Accumulators spread over the reachable part of the reference's unsaturated window.
@@ -1233,6 +1278,33 @@ mod tests {
         // The same input on the exact kernel gives the unfused result.
         let exact = Channel::new(&g, ch, Isa::X86Avx512Vnni, Contract::Exact).ok().unwrap();
         assert_eq!(exact.kernel_on(&x), c.unfused);
+    }
+
+    #[test]
+    fn a_pair_overflow_is_refuted_on_avx2_without_p2_where_every_float_order_agrees() {
+        // 24-bit scales: P2 fails, so the unfused output is pinned only by the float path's
+        // error bound; the witness must be an input where every order gives one code. Codes
+        // above the zero point only (a ReLU before the Q), so no one-hot input exists.
+        let mut w = weights(2, 18, 60);
+        (w[1][0], w[1][9]) = (127, 120);
+        let (sx, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3d78_611e));
+        let sw = vec![f32::from_bits(0x3c08_baab), f32::from_bits(0x3b8a_3c11)];
+        let g = GemmGroup::new(GemmKind::Conv { kernel_size: 9, groups: 1 }, u8q(sx, 128), I8, w, sw.clone(), vec![0], u8q(sy, 128)).with_x_codes(129, 255);
+        let v = prove(&g, Isa::X86Avx2, Contract::Exact);
+        let c = refuted(&v);
+        assert!(matches!(&v, Verdict::Refuted { proof, .. } if proof.detail.contains("error bound")), "{v:?}");
+        let ch = c.inputs[0].1 as usize;
+        let x = input(c, 18);
+        // The float path in several orders (forward, backward, pairwise halves) gives `unfused`.
+        let terms: Vec<f32> = x.iter().zip(&g.weights[ch]).map(|(&a, &b)| ((a - 128) as f32 * sx) * (b as f32 * sw[ch])).collect();
+        let forward = terms.iter().fold(0f32, |s, &t| s + t);
+        let backward = terms.iter().rev().fold(0f32, |s, &t| s + t);
+        let halves = terms[..9].iter().sum::<f32>() + terms[9..].iter().sum::<f32>();
+        for sum in [forward, backward, halves] {
+            assert_eq!(quantize(sum, sy, 128, U8), c.unfused, "{c}");
+        }
+        assert_eq!(Channel::new(&g, ch, Isa::X86Avx2, Contract::Exact).ok().unwrap().kernel_on(&x), c.fused);
+        assert_ne!(c.unfused, c.fused);
     }
 
     #[test]
