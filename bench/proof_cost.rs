@@ -3,11 +3,11 @@
 //! channel (K = 64 random int8 weights), medians over seeded random parameter sets, and of P3 per
 //! channel as the unsaturated window widens.
 
-use qdqc_rewrites::exact::reference::CodeType;
-use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
-use qdqc_rewrites::ort::requant::{self, GemmGroup, GemmKind};
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_ort::requant::{self, GemmGroup, GemmKind};
 use std::time::Instant;
 
 const SETS: usize = 21;
@@ -102,7 +102,7 @@ fn main() {
 /// The proof of `gather-before-dequantize` for per-row and block-32 parameters of a tied
 /// embedding the size of SmolLM2-135M's (49 152 × 576).
 fn gather_timing(rows: i64, cols: i64) {
-    use qdqc_rewrites::exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
+    use qdqc_exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
     for (name, pdims, layout, rdims, gathered, axis, block) in [
         ("per-row → block/row", vec![rows], ParamLayout::PerAxis { axis: 0 }, vec![rows, 1], true, -1, cols),
         ("block 32 on axis 1", vec![rows, cols / 32], ParamLayout::Blocked { axis: 1, block: 32 }, vec![rows, cols / 32], true, -1, 32),

@@ -8,8 +8,8 @@ use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
 use crate::verdicts::Maps;
 use crate::weights::{FloatTableJson, ModelSize};
-use qdqc_rewrites::exact::{Certificate, Contract, Counterexample};
-use qdqc_rewrites::ort::Isa;
+use qdqc_exact::{Certificate, Contract, Counterexample};
+use qdqc_ort::Isa;
 use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
@@ -157,7 +157,7 @@ fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedJson {
         zero_point_uint8: r.zero_point + 128,
         verdict: r.proof.word(),
         proof: match &r.proof {
-            qdqc_rewrites::exact::Verdict::Exact { proof } => Some(proof.clone()),
+            qdqc_exact::Verdict::Exact { proof } => Some(proof.clone()),
             _ => None,
         },
     }
@@ -377,7 +377,7 @@ pub(crate) fn warnings(model: &Model) -> Vec<String> {
 }
 
 fn proof_micros(decisions: &[Decision]) -> u64 {
-    use qdqc_rewrites::exact::Verdict;
+    use qdqc_exact::Verdict;
     let micros = |v: &Verdict| match v {
         Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => proof.micros,
         Verdict::Unknown { .. } => 0,

@@ -20,9 +20,9 @@ pub use weights::{FloatTableJson, ModelSize};
 pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
-pub use qdqc_rewrites::exact::Contract;
-pub use qdqc_rewrites::ort::Isa;
-pub use qdqc_rewrites::ort::nbits::AccuracyLevel;
+pub use qdqc_exact::Contract;
+pub use qdqc_ort::Isa;
+pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_rewrites::rules::{Activations, Allow};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.

@@ -1,8 +1,8 @@
 //! Verdicts per ISA profile as the JSON of `compile --report` and `audit --json` shows them:
 //! one map per part, so a reader looks up `verdict[profile]`, `counterexample[profile]`, ….
 
-use qdqc_rewrites::exact::{Certificate, Counterexample, Verdict};
-use qdqc_rewrites::ort::Isa;
+use qdqc_exact::{Certificate, Counterexample, Verdict};
+use qdqc_ort::Isa;
 use std::collections::BTreeMap;
 
 /// The four maps a verdict is spread over.

@@ -302,7 +302,7 @@ fn external_data_range_message_has_no_rust_syntax() {
 #[test]
 fn compiling_for_a_profile_the_host_lacks_warns() {
     let host = host_isa();
-    let other = if host == qdqc_rewrites::ort::Isa::X86Avx2 { "x86-avx512vnni" } else { "x86-avx2" };
+    let other = if host == qdqc_ort::Isa::X86Avx2 { "x86-avx512vnni" } else { "x86-avx2" };
     let dir = tempfile::tempdir().unwrap();
     let input = write_model(dir.path(), "m.onnx", &qdq_conv());
     let out = dir.path().join("o.onnx");

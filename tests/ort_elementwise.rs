@@ -1,5 +1,5 @@
 //! Differential tests: qdqc's models of ONNX Runtime's quantized element-wise, lookup-table and
-//! pooling kernels (`qdqc_rewrites::ort`) against ONNX Runtime 1.31.1 on this machine, with the
+//! pooling kernels (`qdqc_ort`) against ONNX Runtime 1.31.1 on this machine, with the
 //! host's profile (`common::host_isa`), byte for byte, over full code domains.
 //!
 //! Every case is generated here from a seeded PRNG, written as raw input files plus one JSON list,
@@ -11,13 +11,13 @@ mod common;
 
 use common::{Rng, codes, dtype, oracle_python};
 
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
-use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
-use qdqc_rewrites::ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Broadcast, Contractions, Fused};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::lut::{self, Lut, Requant};
-use qdqc_rewrites::ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolGeometry, PoolParams};
-use qdqc_rewrites::ort::softmax::{self, SoftmaxKernel};
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::{Contract, Counterexample, QParam, Verdict};
+use qdqc_ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Broadcast, Contractions, Fused};
+use qdqc_ort::Isa;
+use qdqc_ort::lut::{self, Lut, Requant};
+use qdqc_ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolGeometry, PoolParams};
+use qdqc_ort::softmax::{self, SoftmaxKernel};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -599,7 +599,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
         let c = pool::prove_global_average_pool(&params, n, Contract::Exact).counterexample().cloned().expect("a refutation");
         let (lo, hi) = x.code.range();
         let mut input: Vec<Vec<i64>> = (n as i64 * (lo - x.zero_point)..=n as i64 * (hi - x.zero_point)).map(|acc| window_for(x, n, acc)).collect();
-        input.push(qdqc_rewrites::ort::pool::counterexample_window(&c));
+        input.push(qdqc_ort::pool::counterexample_window(&c));
         let last = input.len() - 1;
         let mut case = pool_case(oracle, format!("QLinearGlobalAveragePool-pinned-{i}"), params, None, vec![h, w], input);
         case.refutation = Some((last, c));
@@ -608,7 +608,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
     let geom = PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
     let c = pool::prove_average_pool(&params, &geom, common::host_isa(), Contract::Exact).counterexample().cloned().expect("a refutation");
-    let codes = qdqc_rewrites::ort::pool::counterexample_window(&c);
+    let codes = qdqc_ort::pool::counterexample_window(&c);
     let windows = geom.windows().unwrap();
     let (at, window) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == codes.len()).expect("a window of that size");
     let mut channel = vec![params.x.zero_point; 25];

@@ -1,5 +1,5 @@
 //! Differential tests of qdqc's model of QLinearMatMul over two activations
-//! (`qdqc_rewrites::ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine,
+//! (`qdqc_ort::matmul_dynamic`) against the real ONNX Runtime 1.31.1 on this machine,
 //! with the host's profile (`common::host_isa`): B is a graph input, so nothing is prepacked.
 //! Random types, zero points, scales and batch-broadcast shapes: every output byte must equal the
 //! model's (on x86-avx2 the u8×s8 kernel's int16 pair saturation included, and it must show;
@@ -12,11 +12,11 @@
 mod common;
 
 use common::Rng;
-use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
-use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
-use qdqc_rewrites::ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
+use qdqc_exact::reference::CodeType::{self, I8, U8};
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::matmul_dynamic::{DynamicMatMul, prove};
+use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
 use serde_json::{Value, json};
 
 const TYPES: [(CodeType, CodeType); 3] = [(U8, U8), (U8, I8), (I8, I8)];

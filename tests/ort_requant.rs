@@ -1,4 +1,4 @@
-//! Differential tests of qdqc's QLinearConv / QLinearMatMul / QGemm model (`qdqc_rewrites::ort::requant`)
+//! Differential tests of qdqc's QLinearConv / QLinearMatMul / QGemm model (`qdqc_ort::requant`)
 //! against the real ONNX Runtime 1.31.1 on this machine, with the host's profile
 //! (`common::host_isa`; on x86-avx2 the u8×s8 kernel's int16 pair saturation): every output byte
 //! of one-node models must equal the model's. Sweeps drive `acc + bias` through whole
@@ -13,10 +13,10 @@ mod common;
 
 use common::Rng;
 
-use qdqc_rewrites::exact::reference::CodeType::{self, I8, U8};
-use qdqc_rewrites::exact::{Contract, Counterexample, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize};
+use qdqc_exact::reference::CodeType::{self, I8, U8};
+use qdqc_exact::{Contract, Counterexample, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize};
 use serde_json::{Value, json};
 use std::time::Instant;
 
@@ -124,7 +124,7 @@ impl Case {
         let g = GemmGroup::new(kind, x, self.w_type, weights, self.w_scale.clone(), self.w_zp.clone(), y);
         match &self.bias {
             Some(b) => {
-                let scales = (0..c).map(|ch| qdqc_rewrites::ort::requant::accumulator_scale(kind, self.x_scale, g.w_scale(ch))).collect();
+                let scales = (0..c).map(|ch| qdqc_ort::requant::accumulator_scale(kind, self.x_scale, g.w_scale(ch))).collect();
                 g.with_bias(Bias { codes: b.clone(), scales, zero_points: vec![0] })
             }
             None => g,
@@ -204,7 +204,7 @@ fn xrange(t: CodeType) -> Vec<i64> {
 /// The first `v` where the requantized output leaves qmin (outputs are non-decreasing in `v`).
 fn window_start(m: f32, zy: i64, t: CodeType) -> i64 {
     let qmin = t.range().0;
-    qdqc_rewrites::exact::p3::first_true(i32::MIN as i64, i32::MAX as i64, |v| requantize(v as i32, m, zy, t, common::host_isa()) > qmin).unwrap()
+    qdqc_exact::p3::first_true(i32::MIN as i64, i32::MAX as i64, |v| requantize(v as i32, m, zy, t, common::host_isa()) > qmin).unwrap()
 }
 
 /// Output channels of a sweep: 64 × 256 consecutive values of `v`.

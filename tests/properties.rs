@@ -5,11 +5,11 @@ mod common;
 
 use common::Rng;
 
-use qdqc_rewrites::exact::num::Dyadic;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::requant::{self, GemmGroup, GemmKind};
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::requant::{self, GemmGroup, GemmKind};
 
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {

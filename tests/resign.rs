@@ -10,7 +10,7 @@ use qdqc::{CompileOptions, CompileReport};
 use qdqc_lang::Model;
 use qdqc_lang::onnx::{DataType, ModelProto};
 use qdqc_lang::tensor;
-use qdqc_rewrites::ort::Isa;
+use qdqc_ort::Isa;
 
 /// x → Q(int8, zp −3) → DQ → MatMul(DQ(w int8)) → Q(int8, zp −1) → DQ → Add(DQ(b int8)) → Q → DQ → y,
 /// power-of-two scales so the MatMul fuses.
@@ -111,8 +111,8 @@ fn a_quantized_graph_output_keeps_its_type() {
 
 #[test]
 fn the_shift_lemma_refuses_a_zero_point_outside_int8() {
-    let v = qdqc_rewrites::exact::shift::int8_to_uint8(0.5, 200);
+    let v = qdqc_exact::shift::int8_to_uint8(0.5, 200);
     assert_eq!(v.word(), "unknown");
-    assert!(qdqc_rewrites::exact::shift::int8_to_uint8(0.1, -128).is_exact());
-    assert!(qdqc_rewrites::exact::shift::int8_to_uint8(3.0e-5, 127).is_exact());
+    assert!(qdqc_exact::shift::int8_to_uint8(0.1, -128).is_exact());
+    assert!(qdqc_exact::shift::int8_to_uint8(3.0e-5, 127).is_exact());
 }

@@ -20,9 +20,9 @@ use common::*;
 use prost::Message;
 use qdqc::{CompileOptions, CompileReport, Contract, Isa};
 use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
-use qdqc_rewrites::exact::reference::CodeType;
-use qdqc_rewrites::exact::{Counterexample, QParam};
-use qdqc_rewrites::ort::pool::PoolGeometry;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Counterexample, QParam};
+use qdqc_ort::pool::PoolGeometry;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -519,7 +519,7 @@ fn average_pool_model(p: &[QParam]) -> ModelProto {
 
 /// The first output whose window has the counterexample's size, and that window's inputs.
 fn counterexample_window(c: &Counterexample) -> (usize, Vec<usize>) {
-    let size = qdqc_rewrites::ort::pool::counterexample_window(c).len();
+    let size = qdqc_ort::pool::counterexample_window(c).len();
     let windows = geometry().windows().unwrap();
     let (at, w) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == size).expect("a window of that size");
     (at, w.inputs.clone())
@@ -541,7 +541,7 @@ fn average_pool_feeds(p: &[QParam], c: Option<&Counterexample>) -> Vec<Feed> {
     let mut last = vec![x.zero_point; 25];
     if let Some(c) = c {
         let (_, inputs) = counterexample_window(c);
-        for (i, q) in inputs.into_iter().zip(qdqc_rewrites::ort::pool::counterexample_window(c)) {
+        for (i, q) in inputs.into_iter().zip(qdqc_ort::pool::counterexample_window(c)) {
             last[i] = q;
         }
     }

@@ -10,11 +10,11 @@ use common::*;
 use qdqc::{CompileOptions, CompileReport, DecisionJson};
 use qdqc_lang::Model;
 use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
-use qdqc_rewrites::exact::num::Dyadic;
-use qdqc_rewrites::exact::reference::{CodeType, quantize_real};
-use qdqc_rewrites::exact::Contract;
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::requant::requantize;
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::reference::{CodeType, quantize_real};
+use qdqc_exact::Contract;
+use qdqc_ort::Isa;
+use qdqc_ort::requant::requantize;
 
 fn with_attr(mut n: NodeProto, attr: &str, value: AttributeProto) -> NodeProto {
     n.attribute.push(AttributeProto { name: Some(attr.into()), ..value });
@@ -467,7 +467,7 @@ fn matmul_of_two_activations_with_a_generic_output_scale_is_refuted_by_rows_that
         let (a, b) = (row("a"), row("b"));
         // The unfused graph in f32, summing in order (P2 holds, so every order gives this).
         let value: f32 = a.iter().zip(&b).map(|(&x, &w)| ((x - 122) as f32 * s) * ((w - 122) as f32 * s)).sum();
-        assert_eq!(qdqc_rewrites::exact::reference::quantize(value, sy, 136, CodeType::U8), c.unfused, "{isa}: {c}");
+        assert_eq!(qdqc_exact::reference::quantize(value, sy, 136, CodeType::U8), c.unfused, "{isa}: {c}");
         let acc: i64 = a.iter().zip(&b).map(|(x, w)| (x - 122) * (w - 122)).sum();
         assert_eq!(acc, get("acc").unwrap());
         assert_eq!(requantize(acc as i32, m_ort, 136, CodeType::U8, *isa), c.fused, "{isa}: {c}");

@@ -11,7 +11,7 @@ use qdqc::{AccuracyLevel, Allow, CompileOptions, CompileReport};
 use qdqc_lang::Model;
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::{DataType, ModelProto, NodeProto, TensorProto};
-use qdqc_rewrites::ort::nbits::{Layout, Packed, Weight};
+use qdqc_ort::nbits::{Layout, Packed, Weight};
 use std::path::Path;
 
 /// A tensor of `dt` codes, packed as ONNX stores them (sub-byte types low bits first).
@@ -72,7 +72,7 @@ impl Case {
         Weight {
             k: self.k,
             n: self.n,
-            bits: qdqc_rewrites::exact::reference::CodeType::from_dtype(self.dt).unwrap().bits(),
+            bits: qdqc_exact::reference::CodeType::from_dtype(self.dt).unwrap().bits(),
             signed: lo < 0,
             layout: self.layout,
             codes: (0..self.k * self.n).map(|i| lo + (i as i64 * 5 + 1) % span).collect(),

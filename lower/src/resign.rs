@@ -8,7 +8,7 @@
 //! activations; with s8 ones they take slow generic paths (measured 2x slower on the corpus's s8s8
 //! CNNs). ORT itself makes this move on x86 (`QDQS8ToU8Transformer`), so qdqc does it when every
 //! selected profile is x86, and only where the zero-point shift lemma
-//! ([`qdqc_rewrites::exact::shift`]) is proven for the concrete scale and zero point: every DQ
+//! ([`qdqc_exact::shift`]) is proven for the concrete scale and zero point: every DQ
 //! output keeps its bits, so the model computes what it computed. The rules then see uint8 groups
 //! and prove them (hazards included) as such.
 //!
@@ -18,7 +18,7 @@
 
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_lang::{Model, Result, tensor};
-use qdqc_rewrites::exact::{Verdict, shift};
+use qdqc_exact::{Verdict, shift};
 use crate::region::{NodeKind, kind};
 use std::collections::{BTreeSet, HashMap};
 

@@ -2,14 +2,14 @@
 //! parameters read from the model.
 
 use super::params::{ChannelParams, Ctx};
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::dequantize;
-use qdqc_rewrites::exact::{Certificate, Contract, Method, QParam, Verdict};
-use qdqc_rewrites::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
-use qdqc_rewrites::ort::matmul_dynamic::{self, DynamicMatMul};
-use qdqc_rewrites::ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
-use qdqc_rewrites::ort::selectors::{Fusion, Rewrite};
-use qdqc_rewrites::ort::{Isa, lut, pool, softmax};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::dequantize;
+use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
+use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_ort::matmul_dynamic::{self, DynamicMatMul};
+use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
+use qdqc_ort::selectors::{Fusion, Rewrite};
+use qdqc_ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
 
 /// Parameters of one end of a group, as stored.

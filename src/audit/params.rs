@@ -4,8 +4,8 @@
 use qdqc_lang::onnx::{DataType, NodeProto};
 use qdqc_lang::{Model, ir};
 use qdqc_lower::facts::Scopes;
-use qdqc_rewrites::exact::QParam;
-use qdqc_rewrites::exact::reference::CodeType;
+use qdqc_exact::QParam;
+use qdqc_exact::reference::CodeType;
 
 /// The largest weight the audit proves: 2^24 codes (a 4096 x 4096 matrix), 256 MiB once widened
 /// to i64 and split into channels; a larger one is reported unknown, naming this bound.
@@ -110,7 +110,7 @@ impl<'m> Ctx<'m> {
         let (dims, w) = self.scopes.f32_tensor(self.model, node.input.first()?)?;
         let p = self.channel_params(q).ok()?;
         let axis = p.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a }).map(|a| a as usize);
-        let codes = qdqc_rewrites::exact::reference::quantize_tensor(&w, &dims, axis, &p.scales, &p.zero_points, p.code)?;
+        let codes = qdqc_exact::reference::quantize_tensor(&w, &dims, axis, &p.scales, &p.zero_points, p.code)?;
         Some((dims, codes))
     }
 

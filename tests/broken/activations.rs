@@ -2,9 +2,9 @@
 //! ClipQuantRewrite conditions).
 
 use crate::Broken;
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
-use qdqc_rewrites::exact::{QParam, Verdict};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::{QParam, Verdict};
 
 pub fn rules() -> Vec<Broken> {
     vec![

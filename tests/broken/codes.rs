@@ -1,9 +1,9 @@
 //! Broken rules that compute on integer codes instead of the values they stand for.
 
 use crate::Broken;
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
-use qdqc_rewrites::exact::{QParam, Verdict};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::{QParam, Verdict};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -20,7 +20,7 @@ pub fn rules() -> Vec<Broken> {
                     |_| None,
                 ))
             },
-            twin: Some(|| qdqc_rewrites::exact::shift::int8_to_uint8(0.05, -3)),
+            twin: Some(|| qdqc_exact::shift::int8_to_uint8(0.05, -3)),
         },
         Broken {
             name: "sub_uint8_codes_before_widening",

@@ -3,13 +3,13 @@
 //! a MatMul of two activations, checked by its rule's own proof.
 
 use crate::Broken;
-use qdqc_rewrites::exact::num::Dyadic;
-use qdqc_rewrites::exact::p1::{Domain, exhaustive};
-use qdqc_rewrites::exact::reference::{CodeType, quantize, quantize_real};
-use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::matmul_dynamic::{DynamicMatMul, prove};
-use qdqc_rewrites::ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::p1::{Domain, exhaustive};
+use qdqc_exact::reference::{CodeType, quantize, quantize_real};
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::matmul_dynamic::{DynamicMatMul, prove};
+use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
 
 pub fn rules() -> Vec<Broken> {
     vec![

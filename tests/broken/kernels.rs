@@ -1,16 +1,16 @@
 //! Broken fusions into ORT's quantized kernels (the rules of `qdqc_rewrites::rules::{binary,
 //! lut, pool}` and the fusions ORT makes that qdqc never does), each checked against the models
-//! of `qdqc_rewrites::ort`.
+//! of `qdqc_ort`.
 
 use crate::Broken;
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
-use qdqc_rewrites::exact::{Contract, QParam, Verdict};
-use qdqc_rewrites::ort::Isa;
-use qdqc_rewrites::ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
-use qdqc_rewrites::ort::lut::{self, Lut};
-use qdqc_rewrites::ort::pool::{self, PoolGeometry, PoolParams};
-use qdqc_rewrites::ort::softmax;
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
+use qdqc_ort::lut::{self, Lut};
+use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
+use qdqc_ort::softmax;
 
 pub fn rules() -> Vec<Broken> {
     vec![

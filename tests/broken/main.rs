@@ -11,7 +11,7 @@ mod pairs;
 mod quantize;
 mod weights;
 
-use qdqc_rewrites::exact::Verdict;
+use qdqc_exact::Verdict;
 
 /// One deliberately unsound rule and its sound twin, as checks of concrete instances.
 pub struct Broken {

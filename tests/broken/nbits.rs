@@ -2,8 +2,8 @@
 //! the packed weights dequantize to DQ(W) bit for bit).
 
 use crate::{Broken, as_f32};
-use qdqc_rewrites::exact::Verdict;
-use qdqc_rewrites::ort::nbits::{Layout, Weight, check, pack, pack_shifted};
+use qdqc_exact::Verdict;
+use qdqc_ort::nbits::{Layout, Weight, check, pack, pack_shifted};
 
 pub fn rules() -> Vec<Broken> {
     vec![Broken {

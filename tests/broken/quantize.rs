@@ -1,10 +1,10 @@
 //! Broken QuantizeLinear implementations, checked on a DQ → Q chain over every input code.
 
 use crate::Broken;
-use qdqc_rewrites::exact::QParam;
-use qdqc_rewrites::exact::Verdict;
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::QParam;
+use qdqc_exact::Verdict;
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
 
 pub fn rules() -> Vec<Broken> {
     vec![

@@ -2,10 +2,10 @@
 //! parameters, and a weight folding that distributes the scale over the zero point.
 
 use crate::Broken;
-use qdqc_rewrites::exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
-use qdqc_rewrites::exact::p1::exhaustive;
-use qdqc_rewrites::exact::reference::{CodeType, dequantize};
-use qdqc_rewrites::exact::{QParam, Verdict};
+use qdqc_exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{CodeType, dequantize};
+use qdqc_exact::{QParam, Verdict};
 
 /// An int8 embedding table [8, 4] with per-row scales and zero points (DQ axis 0).
 const ROWS: i64 = 8;

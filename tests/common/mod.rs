@@ -154,8 +154,8 @@ pub fn oracle_python() -> PathBuf {
 }
 
 /// numpy's name of an 8-bit code type.
-pub fn dtype(t: qdqc_rewrites::exact::reference::CodeType) -> &'static str {
-    use qdqc_rewrites::exact::reference::CodeType;
+pub fn dtype(t: qdqc_exact::reference::CodeType) -> &'static str {
+    use qdqc_exact::reference::CodeType;
     match t {
         CodeType::U8 => "uint8",
         CodeType::I8 => "int8",
@@ -164,7 +164,7 @@ pub fn dtype(t: qdqc_rewrites::exact::reference::CodeType) -> &'static str {
 }
 
 /// Every code of a type, in order.
-pub fn codes(t: qdqc_rewrites::exact::reference::CodeType) -> Vec<i64> {
+pub fn codes(t: qdqc_exact::reference::CodeType) -> Vec<i64> {
     let (lo, hi) = t.range();
     (lo..=hi).collect()
 }
@@ -190,10 +190,10 @@ pub fn run_requant_oracle(cases: Vec<serde_json::Value>) -> Vec<Result<Vec<i64>,
 
 /// The ISA profile whose kernels ONNX Runtime runs on this machine (`Isa::host`): every test
 /// that compares ORT with a kernel model compares with this one. Printed once per test binary.
-pub fn host_isa() -> qdqc_rewrites::ort::Isa {
-    static HOST: std::sync::OnceLock<qdqc_rewrites::ort::Isa> = std::sync::OnceLock::new();
+pub fn host_isa() -> qdqc_ort::Isa {
+    static HOST: std::sync::OnceLock<qdqc_ort::Isa> = std::sync::OnceLock::new();
     *HOST.get_or_init(|| {
-        let isa = qdqc_rewrites::ort::Isa::host().unwrap_or_else(|e| panic!("no ISA profile for this host: {e}"));
+        let isa = qdqc_ort::Isa::host().unwrap_or_else(|e| panic!("no ISA profile for this host: {e}"));
         eprintln!("ONNX Runtime host profile: {isa}");
         isa
     })

@@ -1,4 +1,4 @@
-"""qdqc's replay of ONNX Runtime 1.31's QDQ optimizer (rewrites/src/ort/selectors.rs), as
+"""qdqc's replay of ONNX Runtime 1.31's QDQ optimizer (rewrites/ort/src/selectors.rs), as
 `qdqc audit --json` reports it, against the pinned onnxruntime wheel.
 
 For every model of selector_models.py and two ORT configurations
@@ -452,7 +452,7 @@ def test_replay_matches_ort(qdqc, host, model_dir, tmp_path, name, config):
 
 
 # ----------------------------------------------------------------------------------------------
-# hazards (rewrites/src/hazards.rs) through the CLI
+# hazards (rewrites/ort/src/hazards.rs) through the CLI
 
 
 def qdq_pair(kind: str, what: str, location: str = "") -> list[tuple[str, str, str]]:

@@ -6,10 +6,10 @@
 
 use super::group::{Group, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::reference::CodeType;
-use crate::exact::{Contract, Verdict};
-use crate::ort::Isa;
-use crate::ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::term::Term;

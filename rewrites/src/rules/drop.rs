@@ -9,9 +9,9 @@
 
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::p1::exhaustive;
-use crate::exact::reference::{dequantize, quantize};
-use crate::exact::{Certificate, Method, QParam, Verdict};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::reference::{dequantize, quantize};
+use qdqc_exact::{Certificate, Method, QParam, Verdict};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::AttrValue;

@@ -3,7 +3,7 @@
 //! size (4 bytes per element instead of the code's width) for a DQ per run.
 //!
 //! Obligation (spec §5, constant folding; exact by construction): every element is the reference
-//! `fl(f32(q − zp) · s)` of [`crate::exact::reference::dequantize`], the formula of ORT's CPU
+//! `fl(f32(q − zp) · s)` of [`qdqc_exact::reference::dequantize`], the formula of ORT's CPU
 //! kernel for every layout (per-tensor, per-axis, blocked; one conversion of an exact integer
 //! difference, one multiply, no FMA). That holds for 4-, 8- and 16-bit codes with f32 scales and
 //! an f32 output: `q − zp` is exact in f32 below 2^24. Other code types (2-bit, int32, float8),
@@ -19,9 +19,9 @@
 
 use super::group::{Group, absent, constant, decide, f32_constant, tag, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::movement::ParamLayout;
-use crate::exact::reference::{CodeType, dequantize};
-use crate::exact::{Certificate, Method, Verdict};
+use qdqc_exact::movement::ParamLayout;
+use qdqc_exact::reference::{CodeType, dequantize};
+use qdqc_exact::{Certificate, Method, Verdict};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::onnx::DataType;

@@ -1,7 +1,7 @@
 //! `Gather(DQ(W, s, zp), idx)` with a constant table becomes `DQ'(Gather(W, idx), s', zp')`: an
 //! embedding lookup dequantizes the rows it reads instead of the whole float table.
 //!
-//! Obligation (spec §5, data movement; P4, the lemma of [`crate::exact::movement`]): at every
+//! Obligation (spec §5, data movement; P4, the lemma of [`qdqc_exact::movement`]): at every
 //! element of the table and for every index value in `[-n, n)`, the rewritten DQ reads the same
 //! code and the same scale bits and zero point as the original. The parameters follow the layout:
 //! per-tensor ones are kept; per-axis ones on another axis are kept with the axis renumbered
@@ -17,9 +17,9 @@
 
 use super::group::{Group, absent, add_node, constant, constant_codes, decide, f32_constant, int_constant, shape, tag, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::Verdict;
-use crate::exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
-use crate::exact::reference::CodeType;
+use qdqc_exact::Verdict;
+use qdqc_exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
+use qdqc_exact::reference::CodeType;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};

@@ -42,12 +42,12 @@
 use super::group::{Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, value_name, var};
 use super::matmul_dynamic;
 use super::u8_weights;
-use crate::ort::matmul_dynamic as ort_dynamic;
+use qdqc_ort::matmul_dynamic as ort_dynamic;
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::reference::CodeType;
-use crate::exact::{Contract, QParam, Verdict};
-use crate::ort::Isa;
-use crate::ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};

@@ -2,9 +2,9 @@
 //! decide on every ISA profile, create the fused node and log the decision.
 
 use super::{Decision, Log, Lossy, RuleOptions};
-use crate::exact::reference::CodeType;
-use crate::exact::{QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{QParam, Verdict};
+use qdqc_ort::Isa;
 use egg::{Id, Subst, Var};
 use qdqc_lang::analysis::{Constant, Dim, Interval, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;

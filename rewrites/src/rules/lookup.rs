@@ -13,10 +13,10 @@
 
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::p1::exhaustive;
-use crate::exact::num::Dyadic;
-use crate::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use crate::exact::{Contract, QParam, Verdict};
+use qdqc_exact::p1::exhaustive;
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
+use qdqc_exact::{Contract, QParam, Verdict};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{Constant, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;

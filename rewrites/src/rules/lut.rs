@@ -1,6 +1,6 @@
 //! `DQ → Sigmoid → Q`, `DQ → LeakyRelu → Q`, `Where(c, DQ(x), DQ(y)) → Q` and
 //! `Concat(DQ(x₀), …) → Q` into com.microsoft QLinearSigmoid, QLinearLeakyRelu, QLinearWhere and
-//! QLinearConcat: ORT's lookup-table kernels (`crate::ort::lut`).
+//! QLinearConcat: ORT's lookup-table kernels (`qdqc_ort::lut`).
 //!
 //! Obligations (spec §5, row "Sigmoid / LeakyRelu / Where / Concat"):
 //! * **qlinear-sigmoid**: target axiom [`lut::SIGMOID_AXIOM`] on x86 (the table is built by
@@ -29,10 +29,10 @@
 
 use super::group::{Group, decide, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::reference::CodeType;
-use crate::exact::{Contract, QParam, Verdict};
-use crate::ort::Isa;
-use crate::ort::lut;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::lut;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};

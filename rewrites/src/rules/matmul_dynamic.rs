@@ -21,7 +21,7 @@
 //! | `matmul_dynamic` conditions: code types, ranges, finite scales | what ORT's kernel accepts |
 
 use super::group::{qparam, var};
-use crate::ort::matmul_dynamic::DynamicMatMul;
+use qdqc_ort::matmul_dynamic::DynamicMatMul;
 use egg::{Id, Subst};
 use qdqc_lang::analysis::{Dim, QdqEGraph};
 
@@ -33,7 +33,7 @@ pub fn read(eg: &QdqEGraph, s: &Subst, output: Id) -> Result<(DynamicMatMul, Opt
     let pb = qparam(eg, Some(b), var(s, "?sw"), var(s, "?zw")).map_err(|e| format!("B parameters: {e}"))?;
     let y = qparam(eg, Some(output), var(s, "?sy"), var(s, "?zy")).map_err(|e| format!("output parameters: {e}"))?;
     let k = inner_dimension(eg, a, b)?;
-    let range = |id: Id, p: crate::exact::QParam| eg[id].data.codes.map_or(p.code.range(), |r| (r.lo, r.hi));
+    let range = |id: Id, p: qdqc_exact::QParam| eg[id].data.codes.map_or(p.code.range(), |r| (r.lo, r.hi));
     Ok((DynamicMatMul::new(pa, pb, k.unwrap_or(1), y).with_codes(range(a, pa), range(b, pb)), k))
 }
 

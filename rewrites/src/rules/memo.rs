@@ -10,10 +10,10 @@
 //! | verdicts name nothing of the group (inputs are "x[k]", "a", "b", channels by index) | a reused counterexample must read the same for every group |
 //! | one memo per compile (it lives in `RuleOptions`) | counts in the report are this compile's |
 
-use crate::exact::Verdict;
-use crate::ort::Isa;
-use crate::ort::binary::{BinaryOp, BinaryParams, Broadcast};
-use crate::ort::requant::{GemmGroup, GemmKind};
+use qdqc_exact::Verdict;
+use qdqc_ort::Isa;
+use qdqc_ort::binary::{BinaryOp, BinaryParams, Broadcast};
+use qdqc_ort::requant::{GemmGroup, GemmKind};
 use crate::rules::RuleOptions;
 use crate::rules::group::decide;
 use serde::Serialize;
@@ -124,7 +124,7 @@ pub fn binary_key(memo: &Memo, rule: &'static str, op: BinaryOp, p: &BinaryParam
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exact::{Contract, Counterexample};
+    use qdqc_exact::{Contract, Counterexample};
 
     fn options() -> RuleOptions {
         RuleOptions { contract: Contract::Exact, isas: vec![Isa::X86Avx2], fold_weights: false, allow: Default::default(), memo: Memo::default() }

@@ -24,9 +24,9 @@ pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 pub use memo::{Memo, MemoCounts};
 
-use crate::exact::{Certificate, Contract, Verdict};
-use crate::ort::Isa;
-use crate::ort::nbits::{AccuracyLevel, Deviation};
+use qdqc_exact::{Certificate, Contract, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::nbits::{AccuracyLevel, Deviation};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;

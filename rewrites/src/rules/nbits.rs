@@ -32,8 +32,8 @@
 
 use super::group::{Group, absent, constant_codes, constant_f16, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
 use super::{Log, Lossy, Rewrite, RuleOptions};
-use crate::exact::{Certificate, Verdict};
-use crate::ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
+use qdqc_exact::{Certificate, Verdict};
+use qdqc_ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};

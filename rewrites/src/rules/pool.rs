@@ -1,5 +1,5 @@
 //! `DQ → GlobalAveragePool → Q` and `DQ → AveragePool → Q` into com.microsoft
-//! QLinearGlobalAveragePool and QLinearAveragePool (`crate::ort::pool`), NCHW.
+//! QLinearGlobalAveragePool and QLinearAveragePool (`qdqc_ort::pool`), NCHW.
 //!
 //! Obligations (spec §5, row "AveragePool / GlobalAveragePool", "as Conv"):
 //! * **qlinear-global-average-pool**: under `exact`, P2 (every partial float sum of the window's
@@ -22,9 +22,9 @@
 use super::group::{Group, shape, var};
 use super::lut::{Fusion, attribute, attributes, kernel_qparam, one_eight_bit_type, rule, zero_point};
 use super::{Log, Rewrite, RuleOptions};
-use crate::exact::{Contract, Verdict};
-use crate::ort::Isa;
-use crate::ort::pool::{self, PoolGeometry, PoolParams};
+use qdqc_exact::{Contract, Verdict};
+use qdqc_ort::Isa;
+use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
 use egg::{Id, Subst};
 use qdqc_lang::analysis::QdqEGraph;
 use qdqc_lang::attr::{AttrValue, Attribute};

@@ -23,9 +23,9 @@
 //!
 //! Broken twin: `tests/broken` "u8_weights_zero_point_unshifted" (codes shifted, zero point kept).
 
-use crate::exact::reference::CodeType;
-use crate::ort::Isa;
-use crate::ort::requant::{GemmGroup, avx2_pair_overflow};
+use qdqc_exact::reference::CodeType;
+use qdqc_ort::Isa;
+use qdqc_ort::requant::{GemmGroup, avx2_pair_overflow};
 
 /// The offset from int8 to uint8 codes.
 pub const SHIFT: i64 = 128;
@@ -65,8 +65,8 @@ pub fn rule_name(rule: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exact::{Contract, QParam};
-    use crate::ort::requant::{GemmKind, accumulate, prove};
+    use qdqc_exact::{Contract, QParam};
+    use qdqc_ort::requant::{GemmKind, accumulate, prove};
 
     fn saturating() -> GemmGroup {
         let u8q = |s: f32| QParam::new(s, 128, CodeType::U8);

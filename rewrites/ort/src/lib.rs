@@ -3,8 +3,12 @@
 //! code domains on the profile of the machine they run on ([`Isa::host`]: `x86-avx512vnni` here,
 //! `x86-avx2` under `tests/emulate-avx2.sh`); models of ISAs the host lacks are pinned by unit
 //! tests written from the source arithmetic (ort-kernels.md §5).
+//!
+//! Beside the kernel models: [`selectors`], a replay of ORT's graph optimizer on QDQ groups, and
+//! [`hazards`], what ORT's own rewrites would change in a model.
 
 pub mod binary;
+pub mod hazards;
 pub mod lut;
 pub mod matmul_dynamic;
 pub mod nbits;
@@ -113,4 +117,19 @@ fn host_profile() -> Result<Isa, String> {
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn host_profile() -> Result<Isa, String> {
     Err(format!("no ISA profile models ONNX Runtime's kernels on {}", std::env::consts::ARCH))
+}
+
+/// Parameter shorthands for the kernel models' unit tests.
+#[cfg(test)]
+pub(crate) mod test_params {
+    use qdqc_exact::QParam;
+    use qdqc_exact::reference::CodeType;
+
+    pub fn u8p(scale: f32, zero_point: i64) -> QParam {
+        QParam::new(scale, zero_point, CodeType::U8)
+    }
+
+    pub fn i8p(scale: f32, zero_point: i64) -> QParam {
+        QParam::new(scale, zero_point, CodeType::I8)
+    }
 }

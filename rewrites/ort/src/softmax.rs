@@ -17,9 +17,9 @@
 //!   indefinite" value: uint8 outputs zY (the uint32 cast keeps the low bits of
 //!   0x8000000000000000), int8 outputs −128 (127 when zY < 0: INT_MIN + zY wraps).
 
-use crate::exact::reference::CodeType;
-use crate::exact::{Certificate, Counterexample, Method, QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Certificate, Counterexample, Method, QParam, Verdict};
+use crate::Isa;
 use std::time::Instant;
 
 /// QLinearSoftmax for one reduction length.
@@ -262,7 +262,7 @@ fn robust_difference(kernel: &SoftmaxKernel, x: QParam, y: QParam, first: i64, r
 mod tests {
     use super::*;
 
-    use crate::exact::test_params::{i8p, u8p};
+    use crate::test_params::{i8p, u8p};
 
     #[test]
     fn table_peaks_at_the_row_maximum() {

@@ -23,11 +23,11 @@
 
 use super::Isa;
 use super::requant::{GemmKind, Line, NearBoundary, gamma, output_multiplier, rational_text, reach, reach_order, requantize};
-use crate::exact::num::Dyadic;
-use crate::exact::p2::{self, Operand};
-use crate::exact::p3::{self, Codes, Direction, Outcome};
-use crate::exact::reference::{CodeType, dequantize, quantize, quantize_real};
-use crate::exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::p2::{self, Operand};
+use qdqc_exact::p3::{self, Codes, Direction, Outcome};
+use qdqc_exact::reference::{CodeType, dequantize, quantize, quantize_real};
+use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
 use serde::Serialize;
 use std::time::Instant;
 

@@ -19,11 +19,11 @@
 //! copies of one code, the rest at the zero point), and the answer is "unknown" if none differs.
 
 use super::binary::{cvt_rne_x86, ratio_text, truncate_arm, truncate_x86};
-use crate::exact::num::{Dyadic, rne_quotient};
-use crate::exact::p1::{self, Domain};
-use crate::exact::reference::{CodeType, dequantize, quantize};
-use crate::exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::num::{Dyadic, rne_quotient};
+use qdqc_exact::p1::{self, Domain};
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use crate::Isa;
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -580,7 +580,7 @@ fn family_reference(p: &PoolParams, code: i64, k: u64, divisor: u64, contract: C
 mod tests {
     use super::*;
 
-    use crate::exact::test_params::{i8p, u8p};
+    use crate::test_params::{i8p, u8p};
 
     #[test]
     fn a_symbolic_width_is_refuted_at_a_concrete_size() {

@@ -13,11 +13,11 @@
 //! finds where the copy shortcut or the `real` contract differ.
 
 use super::binary::all_of;
-use crate::exact::num::Dyadic;
-use crate::exact::p1;
-use crate::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use crate::exact::{Certificate, Contract, Method, QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::p1;
+use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
+use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
+use crate::Isa;
 
 /// The axiom QLinearSigmoid rests on (spec §2, `exact` case 2).
 pub const SIGMOID_AXIOM: &str = "MlasComputeLogistic: QLinearSigmoid's table and the float Sigmoid use the same routine";
@@ -193,7 +193,7 @@ fn check_unary(x: QParam, y: QParam) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    use crate::exact::test_params::{i8p, u8p};
+    use crate::test_params::{i8p, u8p};
 
     #[test]
     fn leaky_relu_table_is_the_reference_by_construction() {

@@ -13,11 +13,11 @@
 //! (GCC does by default, MSVC and clang do not across intrinsics), every plausible build is a
 //! separate [`Contractions`]; [`prove`] must hold for all builds of an ISA.
 
-use crate::exact::num::Dyadic;
-use crate::exact::p1;
-use crate::exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use crate::exact::{Certificate, Contract, Method, QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::p1;
+use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
+use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
+use crate::Isa;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -483,7 +483,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 mod tests {
     use super::*;
 
-    use crate::exact::test_params::{i8p, u8p};
+    use crate::test_params::{i8p, u8p};
 
     /// The seed model's residual `Add2`: DQ(q_c2; 0.15, 128) + DQ(q_add1; 0.37, 128) → Q(0.38, 128).
     fn seed_add2() -> BinaryParams {

@@ -1,7 +1,7 @@
 //! The exactness engine (spec §4): reference semantics, proof methods and their results.
 //!
 //! A proof compares a *reference* (what the unfused graph computes under the chosen contract)
-//! with a *target* (what a fused kernel computes, from [`crate::ort`] or qdqc's own kernels) for
+//! with a *target* (what a fused kernel computes, from the `qdqc-ort` crate or qdqc's own kernels) for
 //! the concrete parameters of one group. It returns a [`Verdict`]: `Exact` with a certificate,
 //! `Refuted` with a minimised counterexample, or `Unknown`, which never fires a rewrite.
 
@@ -43,21 +43,6 @@ impl QParam {
     /// The P1 domain of this parameter's codes.
     pub fn domain(&self, name: &str) -> p1::Domain {
         p1::Domain::new(name, self.code.range(), self.zero_point)
-    }
-}
-
-/// Parameter shorthands for the kernel models' unit tests.
-#[cfg(test)]
-pub(crate) mod test_params {
-    use super::QParam;
-    use super::reference::CodeType;
-
-    pub fn u8p(scale: f32, zero_point: i64) -> QParam {
-        QParam::new(scale, zero_point, CodeType::U8)
-    }
-
-    pub fn i8p(scale: f32, zero_point: i64) -> QParam {
-        QParam::new(scale, zero_point, CodeType::I8)
     }
 }
 

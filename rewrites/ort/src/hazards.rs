@@ -1,10 +1,10 @@
 //! Hazards (spec §7): what a runtime would silently reinterpret or break, reported even when qdqc
 //! changes nothing. Hazards that depend on fusion look at the groups ONNX Runtime 1.31 fuses
-//! ([`crate::ort::selectors`]) on any modelled ISA profile, and name the profiles when not all.
+//! ([`crate::selectors`]) on any modelled ISA profile, and name the profiles when not all.
 
-use crate::exact::reference::CodeType;
-use crate::ort::Isa;
-use crate::ort::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
+use qdqc_exact::reference::CodeType;
+use crate::Isa;
+use crate::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
 use qdqc_lang::tensor::IntView;
 use qdqc_lang::{Model, ir, tensor};
@@ -122,7 +122,7 @@ impl<'m> Level<'_, '_, 'm> {
         let code = CodeType::from_dtype(self.dtype(name)?)?;
         let axis = q.attribute.iter().find(|a| a.name.as_deref() == Some("axis")).and_then(|a| a.i).unwrap_or(1);
         let axis = (scales.len() > 1).then(|| if axis < 0 { axis + dims.len() as i64 } else { axis } as usize);
-        let codes = crate::exact::reference::quantize_tensor(&values, &dims, axis, &scales, &zps, code)?;
+        let codes = qdqc_exact::reference::quantize_tensor(&values, &dims, axis, &scales, &zps, code)?;
         Some((dims, codes))
     }
 
@@ -585,7 +585,7 @@ fn first_overflow(w: &IntView<'_>, rows: &[(usize, usize, usize, usize)]) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ort::selectors::testing::*;
+    use crate::selectors::testing::*;
     use DataType::{Float16, Int8, Int32, Uint8};
     use qdqc_lang::onnx::TensorProto;
 

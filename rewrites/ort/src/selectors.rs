@@ -33,8 +33,8 @@
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
 
 use super::Isa;
-use crate::exact::Counterexample;
-use crate::exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::Counterexample;
+use qdqc_exact::reference::{CodeType, dequantize, quantize};
 use qdqc_lang::onnx::tensor_shape_proto::dimension;
 use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto, NodeProto, TensorProto, TypeProto, type_proto};
 use qdqc_lang::tensor::{self, Payload};

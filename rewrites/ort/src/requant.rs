@@ -25,12 +25,12 @@
 //!   u8×u8 runs a 16-bit-widening kernel (exact). On Windows/MSVC builds SSE4.1 machines take a
 //!   `pmaddubsw` u8×s8 kernel too; the `x86-sse2` profile models the GCC/Clang builds.
 
-use crate::exact::num::Dyadic;
-use crate::exact::p2::{self, DotProduct};
-use crate::exact::p3::{self, Affine, Codes, Direction, Outcome, Report};
-use crate::exact::reference::{CodeType, dequantize, quantize, quantize_real};
-use crate::exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
-use crate::ort::Isa;
+use qdqc_exact::num::Dyadic;
+use qdqc_exact::p2::{self, DotProduct};
+use qdqc_exact::p3::{self, Affine, Codes, Direction, Outcome, Report};
+use qdqc_exact::reference::{CodeType, dequantize, quantize, quantize_real};
+use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use crate::Isa;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -1113,7 +1113,7 @@ mod tests {
     use super::*;
     use CodeType::{I8, U8};
 
-    use crate::exact::test_params::u8p as u8q;
+    use crate::test_params::u8p as u8q;
 
     fn matmul(sx: f32, weights: Vec<Vec<i64>>, sw: Vec<f32>, sy: f32) -> GemmGroup {
         GemmGroup::new(GemmKind::MatMul, u8q(sx, 128), I8, weights, sw, vec![0], u8q(sy, 128))
