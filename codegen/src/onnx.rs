@@ -10,9 +10,9 @@ use qdqc_lower::lowered::{Computation, LoweredGraph};
 /// The model the lowered graph describes.
 pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
     let mut proto = model.proto.clone();
-    let graph = proto.graph.as_mut().expect("checked at load");
+    let graph = proto.graph.get_or_insert_with(|| model.main_graph().clone());
     rebuild(graph, lowered).map_err(|p| Error::compile(&model.path, p))?;
-    qdqc_lang::prune::unread_initializers(model.proto.graph.as_ref().expect("checked at load"), graph);
+    qdqc_lang::prune::unread_initializers(model.main_graph(), graph);
     import_created_domains(&mut proto, lowered);
     crate::ort_checks::check(&proto).map_err(|p| Error::compile(&model.path, format!("qdqc created a kernel ONNX Runtime would refuse at run time: {p}")))?;
     Ok(proto)
@@ -21,16 +21,8 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
 fn rebuild(graph: &mut GraphProto, lowered: &LoweredGraph) -> Result<(), String> {
     let mut authored = std::mem::take(&mut graph.node);
     for sub in &lowered.subgraphs {
-        let node = authored.get_mut(sub.node).ok_or("subgraph owner out of range")?;
-        let attr = node
-            .attribute
-            .iter_mut()
-            .find(|a| a.name.as_deref() == Some(sub.attr.as_str()))
-            .ok_or_else(|| format!("attribute {} vanished", sub.attr))?;
-        let body = match attr.g.as_mut() {
-            Some(g) if attr.graphs.is_empty() && sub.index == 0 => g,
-            _ => attr.graphs.get_mut(sub.index).ok_or("subgraph index out of range")?,
-        };
+        let body = qdqc_lang::ir::subgraph_proto_mut(&mut authored, sub.node, &sub.attr, sub.index)
+            .ok_or_else(|| format!("subgraph {}[{}] of node #{} vanished", sub.attr, sub.index, sub.node))?;
         rebuild(body, &sub.graph)?;
     }
     graph.node = lowered

@@ -66,6 +66,26 @@ pub struct Subgraph {
     pub graph: Graph,
 }
 
+impl Subgraph {
+    /// This subgraph's protobuf inside `parent`, the protobuf of the graph holding its node.
+    pub fn proto<'p>(&self, parent: &'p GraphProto) -> Option<&'p GraphProto> {
+        subgraph_proto(parent, self.node, &self.attr, self.index)
+    }
+}
+
+/// The graph `index` of node `node`'s attribute `attr` in `parent`: the attribute's `g` (a single
+/// graph, `index` 0) or entry `index` of its `graphs` list. The one lookup of a body by position.
+pub fn subgraph_proto<'p>(parent: &'p GraphProto, node: usize, attr: &str, index: usize) -> Option<&'p GraphProto> {
+    let a = parent.node.get(node)?.attribute.iter().find(|a| a.name.as_deref() == Some(attr))?;
+    a.g.as_ref().filter(|_| index == 0 && a.graphs.is_empty()).or_else(|| a.graphs.get(index))
+}
+
+/// [`subgraph_proto`], for editing the body in place.
+pub fn subgraph_proto_mut<'p>(parent: &'p mut [crate::onnx::NodeProto], node: usize, attr: &str, index: usize) -> Option<&'p mut GraphProto> {
+    let a = parent.get_mut(node)?.attribute.iter_mut().find(|a| a.name.as_deref() == Some(attr))?;
+    if index == 0 && a.graphs.is_empty() { a.g.as_mut() } else { a.graphs.get_mut(index) }
+}
+
 /// Names visible from enclosing graphs, with the dims of their initializers.
 #[derive(Clone, Default)]
 struct Scope {
@@ -84,7 +104,7 @@ pub fn describe(node: &NodeProto, pos: usize, location: &str) -> String {
 
 impl Graph {
     pub(crate) fn build_main(model: &Model) -> Result<Graph> {
-        let proto = model.proto.graph.as_ref().expect("checked at load");
+        let proto = model.main_graph();
         Builder { model }.build(proto, &Scope::default(), String::new())
     }
 

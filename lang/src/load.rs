@@ -47,6 +47,17 @@ impl Model {
         Ok(model)
     }
 
+    /// The main graph's protobuf. Loading refuses a model without one (`check_header`), so the
+    /// accessor cannot fail on a loaded model.
+    pub fn main_graph(&self) -> &onnx::GraphProto {
+        self.proto.graph.as_ref().expect("checked at load: a model has a main graph")
+    }
+
+    /// The main graph's protobuf, for a pass that edits it in place (then [`Model::rebuild`]).
+    pub fn main_graph_mut(&mut self) -> &mut onnx::GraphProto {
+        self.proto.graph.as_mut().expect("checked at load: a model has a main graph")
+    }
+
     /// Re-validates the graph and re-infers shapes after a pass edited `proto` in place.
     pub fn rebuild(&mut self) -> Result<()> {
         self.check_tensors()?;

@@ -34,8 +34,7 @@ fn graph_text<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out:
         out.push_str(&egraph_text(&lifted.egraph, &lifted.roots));
     }
     for sub in &graph.subgraphs {
-        let attr = proto.node[sub.node].attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()));
-        if let Some(g) = attr.and_then(|a| a.g.as_ref().filter(|_| a.graphs.is_empty()).or_else(|| a.graphs.get(sub.index))) {
+        if let Some(g) = sub.proto(proto) {
             graph_text(model, &sub.graph, &scopes.enter(g), out);
         }
     }

@@ -45,7 +45,7 @@ impl<'m> Level<'m> {
 
 impl<'m> Scopes<'m> {
     pub fn main(model: &'m Model) -> Self {
-        Scopes { chain: vec![Arc::new(Level::new(model.proto.graph.as_ref().expect("checked at load")))] }
+        Scopes { chain: vec![Arc::new(Level::new(model.main_graph()))] }
     }
 
     pub fn enter(&self, g: &'m GraphProto) -> Self {

@@ -79,8 +79,7 @@ fn find_in<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out: &m
         });
     }
     for sub in &graph.subgraphs {
-        let attr = proto.node[sub.node].attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()));
-        if let Some(g) = attr.and_then(|a| a.g.as_ref().filter(|_| a.graphs.is_empty()).or_else(|| a.graphs.get(sub.index))) {
+        if let Some(g) = sub.proto(proto) {
             find_in(model, &sub.graph, &scopes.enter(g), out);
         }
     }

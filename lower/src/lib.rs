@@ -15,7 +15,6 @@ pub mod resign;
 
 use facts::Scopes;
 use lowered::{LoweredGraph, LoweredSubgraph};
-use qdqc_lang::onnx::GraphProto;
 use qdqc_lang::{Error, Model, Result, ir};
 use qdqc_rewrites::{Decision, Log, RuleOptions};
 use std::collections::BTreeMap;
@@ -130,14 +129,10 @@ fn lower_graph(
     let visible: Vec<&lowered::LoweredConstant> = outer.iter().copied().chain(&constants).collect();
     let mut subgraphs = Vec::new();
     for sub in &graph.subgraphs {
-        let sub_proto = subgraph_proto(proto, sub).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
+        let sub_proto = sub.proto(proto).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
         let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), &visible, options, rules, stats)?;
         subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), index: sub.index, graph: lowered });
     }
     Ok(LoweredGraph { nodes, constants, subgraphs })
 }
 
-fn subgraph_proto<'m>(proto: &'m GraphProto, sub: &ir::Subgraph) -> Option<&'m GraphProto> {
-    let attr = proto.node.get(sub.node)?.attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()))?;
-    attr.g.as_ref().filter(|_| sub.index == 0 && attr.graphs.is_empty()).or_else(|| attr.graphs.get(sub.index))
-}

@@ -39,7 +39,7 @@ pub fn resign(model: &mut Model) -> Result<Vec<Resigned>> {
     if plan.is_empty() {
         return Ok(plan.into_iter().map(|p| p.resigned).collect());
     }
-    let graph = model.proto.graph.as_mut().expect("checked at load");
+    let graph = model.main_graph_mut();
     let original = graph.clone();
     let mut taken: BTreeSet<String> = names(graph);
     let mut created: HashMap<String, String> = HashMap::new();

@@ -104,7 +104,7 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
     collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
     let (primary, second) = (contracts[0], contracts.get(1).copied());
     for &isa in profiles {
-        let outcome = selectors::optimize(&model, &model.graph, model.proto.graph.as_ref().expect("checked at load"), isa);
+        let outcome = selectors::optimize(&model, &model.graph, model.main_graph(), isa);
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
             let verdict = dispatch::prove(ctx, fusion, isa, primary);
@@ -142,8 +142,7 @@ pub(crate) fn hazards_json(model: &Model) -> Vec<HazardJson> {
 fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scopes<'m>, out: &mut Vec<Ctx<'m>>) {
     let proto = scopes.current();
     for sub in &graph.subgraphs {
-        let attr = proto.node[sub.node].attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()));
-        if let Some(g) = attr.and_then(|a| a.g.as_ref().filter(|_| a.graphs.is_empty()).or_else(|| a.graphs.get(sub.index))) {
+        if let Some(g) = sub.proto(proto) {
             collect(model, &sub.graph, scopes.enter(g), out);
         }
     }

@@ -22,7 +22,7 @@ pub struct Hazard {
 /// order, then those of fused groups by target.
 pub fn hazards(model: &Model) -> Vec<Hazard> {
     let mut out = Vec::new();
-    let proto = model.proto.graph.as_ref().expect("checked at load");
+    let proto = model.main_graph();
     walk_graphs(model, &model.graph, proto, None, &mut |graph, proto, scope| {
         Level { model, graph, proto, scope }.check(&mut out);
     });

@@ -132,16 +132,12 @@ pub(crate) fn walk_graphs<'m>(
     let scope = Scope::new(model, proto, parent);
     f(graph, proto, &scope);
     for sub in &graph.subgraphs {
-        if let Some(sub_proto) = subgraph_proto(proto, sub) {
+        if let Some(sub_proto) = sub.proto(proto) {
             walk_graphs(model, &sub.graph, sub_proto, Some(&scope), f);
         }
     }
 }
 
-fn subgraph_proto<'m>(proto: &'m GraphProto, sub: &ir::Subgraph) -> Option<&'m GraphProto> {
-    let attr = proto.node.get(sub.node)?.attribute.iter().find(|a| a.name.as_deref() == Some(sub.attr.as_str()))?;
-    attr.g.as_ref().filter(|_| attr.graphs.is_empty()).or_else(|| attr.graphs.get(sub.index))
-}
 
 /// The optimizer's pipeline on one graph (its subgraphs are replayed separately).
 pub(crate) fn optimize_graph<'m>(
