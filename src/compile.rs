@@ -71,7 +71,7 @@ pub struct CompileReport {
     pub decisions: Vec<DecisionJson>,
     /// Every QDQ group of the input that no rule decided.
     pub undecided: Vec<GroupJson>,
-    /// What a runtime would silently reinterpret or break (spec §7), reported even when qdqc
+    /// What a runtime would silently reinterpret or break (contract §7.1), reported even when qdqc
     /// changes nothing.
     pub hazards: Vec<crate::audit::HazardJson>,
     /// What qdqc accepted although the model is not strictly valid ONNX, as ONNX Runtime does

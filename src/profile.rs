@@ -1,9 +1,9 @@
-//! The ONNX Runtime session profile under which a compiled model keeps its guarantee (spec §6):
+//! The ONNX Runtime session profile under which a compiled model keeps its guarantee (contract §6.2):
 //! ORT re-fuses any QDQ group left in a model unless told not to, and its float passes re-order
 //! sums. Measured on the corpus, the decoder-like model of bench/decoder.py and one model per
 //! float fusion: with this profile, ORT_ENABLE_ALL gives the bits of ORT_DISABLE_ALL
-//! (tests/oracle/test_compile_exact.py, test_decoder.py, test_session_profile.py). The spec's
-//! comma-separated list does not work: docs/session-profile.md.
+//! (tests/oracle/test_compile_exact.py, test_decoder.py, test_session_profile.py). A
+//! comma-separated list disables nothing: docs/session-profile.md.
 
 use serde::Serialize;
 

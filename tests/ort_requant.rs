@@ -624,8 +624,8 @@ fn exact_contract_verdicts_hold_in_onnxruntime() {
     println!("on {}: {} groups proven and equal to their unfused twins in ORT, {} refutations reproduced", common::host_isa(), proven_cases / 2, refutations.len());
 }
 
-/// QLinearConv with unequal per-channel weight zero points. ort-kernels.md §5.3 (read from the
-/// 1.25 sources) says the kernel ORT_ENFORCEs equal ones; 1.31.1 runs them and each channel's
+/// QLinearConv with unequal per-channel weight zero points. The 1.25 sources ORT_ENFORCE equal
+/// ones (contract §3.4); 1.31.1 runs them and each channel's
 /// zero point is honoured, byte for byte as the model computes, for u8 and s8 weights on the
 /// dense, grouped and depthwise paths; with power-of-two scales `prove` fires on the host's
 /// profile and the unfused DQ → Conv → Q twin gives the same bytes.

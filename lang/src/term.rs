@@ -3,7 +3,7 @@
 //! Every authored node becomes one e-node whose first child is a [`Op::Tag`] leaf naming it:
 //! two identical nodes with different names therefore stay two e-classes (lifting never merges
 //! what the author kept apart), and extraction can give back each node's name, attributes and
-//! doc string. QuantizeLinear, DequantizeLinear and the float ops of the exactness spec are
+//! doc string. QuantizeLinear, DequantizeLinear and the float ops of the contract (§2.1) are
 //! first-class operators that rules can match; every other op, custom domains included, is
 //! `opaque` and carries its op type and attributes in its tag. Multi-output ops are reached
 //! through `proj`. Tensor data never lives in an e-node: values outside the region are
@@ -22,7 +22,7 @@ pub struct NodeTag(pub u32);
 
 macro_rules! float_ops {
     ($($class:ident: [$($op:ident),* $(,)?]),* $(,)?) => {
-        /// Float ops of the exactness spec's catalog (default ONNX domain only).
+        /// Float ops of the contract's op classes (docs/contract.md §2.1; default ONNX domain only).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum FloatOp { $($($op,)*)* }
 
@@ -33,7 +33,7 @@ macro_rules! float_ops {
             pub fn name(self) -> &'static str {
                 match self { $($(FloatOp::$op => stringify!($op),)*)* }
             }
-            /// The spec's op class, which decides how a rewrite must prove exactness.
+            /// The contract's op class, which decides how a rewrite must prove exactness.
             pub fn class(self) -> OpClass {
                 match self { $($(FloatOp::$op => OpClass::$class,)*)* }
             }
@@ -41,7 +41,7 @@ macro_rules! float_ops {
     };
 }
 
-/// How the exactness spec (§2) treats an op.
+/// How the contract (docs/contract.md §2.1) treats an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OpClass {
     /// One correct rounding per element: deterministic.

@@ -1,7 +1,7 @@
 //! DAG-aware extraction: picks one e-node per needed e-class so that the *shared* cost is least.
 //!
 //! egg's `Extractor` sums tree costs, charging a node once per use, which biases extraction
-//! against shared nodes (anchors §2.3). Here each candidate's cost is the set of e-classes it
+//! against shared nodes. Here each candidate's cost is the set of e-classes it
 //! needs, counted once (extraction-gym's greedy-DAG idea), iterated to a fixpoint. A candidate
 //! whose needs include its own class would close a cycle and is never chosen. Ties go to the
 //! smaller term in `Term`'s order, whose handles are assigned in model order: the choice never

@@ -2,9 +2,10 @@
 //!
 //! A region grows from the Q/DQ structure (TVM FQ2I's unit): a QuantizeLinear joins the node that
 //! produces its input, a DequantizeLinear joins every consumer of its output, and a float op of the
-//! spec's catalog joins its single float-op or Q consumer, so that chains like DQ→Relu→Reshape→Q
-//! land in one region. Regions stop at [`MAX_REGION`] nodes, which keeps each e-graph small however
-//! large the model: a 10 000-node model is a few thousand independent little e-graphs.
+//! contract's op classes (docs/contract.md §2.1) joins its single float-op or Q consumer, so that
+//! chains like DQ→Relu→Reshape→Q land in one region. Regions stop at [`MAX_REGION`] nodes, which
+//! keeps each e-graph small however large the model: a 10 000-node model is a few thousand
+//! independent little e-graphs.
 
 use qdqc_lang::ir;
 use qdqc_lang::onnx::{GraphProto, NodeProto};

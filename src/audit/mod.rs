@@ -1,6 +1,6 @@
 //! `qdqc audit`: for every group ONNX Runtime's optimizer would fuse (per ISA profile), the
 //! engine's verdict — exact, refuted with a counterexample, or unknown — and every hazard of the
-//! exactness spec (§7).
+//! contract (docs/contract.md §7.1).
 
 mod dispatch;
 mod params;

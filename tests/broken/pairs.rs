@@ -15,7 +15,7 @@ pub fn rules() -> Vec<Broken> {
                 over_codes(input, "x = DQ(q); Q → DQ(x) against x", move |x| requantized(x, pair), |x| x)
             },
             twin: Some(|| {
-                // The sound rule removes DQ → Q with bitwise-equal parameters (spec P4).
+                // The sound rule removes DQ → Q with bitwise-equal parameters (contract §4.5).
                 let pair = p(0.3, 128);
                 exhaustive(
                     &[pair.domain("q")],

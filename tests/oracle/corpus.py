@@ -9,7 +9,7 @@ same bytes (given the pinned versions in requirements.txt). Model kinds:
   float     small float models built with onnx.helper (opset 21, ir_version 10)
   qdq       the float models quantized by onnxruntime.quantization.quantize_static (QDQ format)
   pow2      each qdq model with every Q/DQ scale rounded to the nearest power of two (see pow2_variant)
-  seed      models built by the seed scripts in <repo>/../shared/seeds/
+  seed      models built by the seed scripts in tests/oracle/seeds/ (vendored repros of ORT bugs)
   external  a QDQ model whose initializers live in an external data file
 """
 from __future__ import annotations
@@ -29,8 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-SEEDS_DIR = (REPO / ".." / "shared" / "seeds").resolve()
+SEEDS_DIR = HERE / "seeds"
 
 OPSET = 21
 IR_VERSION = 10
@@ -523,7 +522,7 @@ def nearest_pow2(s: float) -> int:
 
 def _pow2_array(arr: np.ndarray, what: str) -> np.ndarray:
     """Every element of ARR (a float scale tensor) rounded to the nearest power of two, in ARR's dtype.
-    Fails when the result is not a normal number of that dtype (spec §7: subnormal scales are a hazard
+    Fails when the result is not a normal number of that dtype (contract §7.1: subnormal scales are a hazard
     of their own, not what these models are for)."""
     info = np.finfo(arr.dtype)
     out = np.empty_like(arr)
@@ -567,7 +566,7 @@ def pow2_variant(qm: onnx.ModelProto, float_model: onnx.ModelProto | None) -> tu
     * a bias is a DequantizeLinear of an INT32 initializer. Its scale is recomputed as
       fl(x_scale'·w_scale') from the rounded scales of the DQs feeding inputs 0 and 1 of its consumer
       (Conv, Gemm, LayerNormalization as quantize_static writes them), so ORT's "bias scale = sx·sw
-      bitwise" condition (spec §3) holds exactly; a product of powers of two is exact. The source
+      bitwise" condition (contract §3.4) holds exactly; a product of powers of two is exact. The source
       model must satisfy that relation (to rounding), else this fails rather than guess.
     * its int32 codes are recomputed as rne(b / bias_scale') + zp from the float bias b when one is
       known: the float initializer named like the codes without quantize_static's `_quantized` suffix,
@@ -789,10 +788,7 @@ def generator_fingerprint() -> str:
     for script, _, _ in SEED_SCRIPTS:
         src = SEEDS_DIR / script
         if not src.is_file():
-            raise FileNotFoundError(
-                f"seed script {src} is missing; the seeds are expected beside the repo clone "
-                f"(<repo>/../shared/seeds/, as in CI)"
-            )
+            raise FileNotFoundError(f"seed script {src} is missing (tests/oracle/seeds/ is part of the repository)")
         h.update(script.encode() + b"\0" + src.read_bytes())
     return h.hexdigest()
 
@@ -816,10 +812,7 @@ def build(outdir: Path) -> dict:
 
     logging.getLogger().setLevel(logging.ERROR)  # quantize_static warns about pre-processing
     if not SEEDS_DIR.is_dir():
-        sys.exit(
-            f"corpus.py: seed directory {SEEDS_DIR} not found. It is expected beside the repo clone "
-            f"(<repo>/../shared/seeds/, as in CI)."
-        )
+        sys.exit(f"corpus.py: seed directory {SEEDS_DIR} not found (tests/oracle/seeds/ is part of the repository)")
     outdir.mkdir(parents=True, exist_ok=True)
     entries = []
 

@@ -1,6 +1,6 @@
 """`qdqc compile --contract real` against an independent exact evaluation.
 
-Under `real` (spec §2) every fused group must give `sat(rne(v / y_scale) + y_zero_point)`, where v is
+Under `real` (docs/contract.md §2.3) every fused group must give `sat(rne(v / y_scale) + y_zero_point)`, where v is
 the exact real value of the group's float op on exactly dequantized inputs. For every qdq and pow2
 corpus model this test compiles under `real`, and for every fired decision whose fused op requantizes
 (QLinearAdd, QLinearMul, QLinearConv, QLinearMatMul, QGemm) it
@@ -36,7 +36,7 @@ from oracle_util import N_INPUTS, describe, manifest, model_path, random_inputs,
 
 KINDS = ("qdq", "pow2")
 
-# Ops on codes (spec §5 "drop DQ→op→Q" rows): codes pass through unchanged, nothing is requantized.
+# Ops on codes (contract §5.2): codes pass through unchanged, nothing is requantized.
 ON_CODES = {
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Slice", "Gather",
     "GatherElements", "DepthToSpace", "SpaceToDepth", "Split", "Concat", "Resize", "Pad", "Identity",
@@ -45,7 +45,7 @@ ON_CODES = {
 
 # Lookup tables (rule `lookup-table`, a Gather) and the QLinear* lookup and pooling kernels: their rules
 # prove them by P1 over every code (every reachable sum for pools) against the `real`-contract
-# reference; this oracle re-derives the Conv/MatMul/Gemm/Add/Mul groups the spec names.
+# reference; this oracle re-derives the Conv/MatMul/Gemm/Add/Mul groups of contract §5.7, §5.8 and §5.10.
 PROVEN_PER_CODE = {
     "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearWhere",
     "QLinearGlobalAveragePool", "QLinearAveragePool",

@@ -38,7 +38,7 @@ PROFILE = {
 }
 TYPES = {"int2": T.INT2, "uint2": T.UINT2, "int4": T.INT4, "uint4": T.UINT4, "int8": T.INT8, "uint8": T.UINT8}
 LEVELS = {"acc0": "0", "acc1": "1", "acc4": "4"}
-SEED_REPRO = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "ort_matmulnbits_if_repro.py"
+SEED_REPRO = Path(__file__).resolve().parent / "seeds" / "ort_matmulnbits_if_repro.py"
 
 
 def code_range(ty):

@@ -1,4 +1,4 @@
-//! The exactness engine (spec §4): reference semantics, proof methods and their results.
+//! The exactness engine (docs/contract.md §4): reference semantics, proof methods and their results.
 //!
 //! A proof compares a *reference* (what the unfused graph computes under the chosen contract)
 //! with a *target* (what a fused kernel computes, from the `qdqc-ort` crate or qdqc's own kernels) for
@@ -17,7 +17,7 @@ use reference::CodeType;
 use serde::Serialize;
 use std::fmt;
 
-/// The contract a proof is checked against (spec §2).
+/// The contract a proof is checked against (contract §2.2, §2.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Contract {

@@ -1,4 +1,4 @@
-//! The data-movement lemma for DequantizeLinear (spec §5, P4), checked on concrete tensors.
+//! The data-movement lemma for DequantizeLinear (contract §4.5, §5.3), checked on concrete tensors.
 //!
 //! DQ is elementwise: output element `i` is `fl(f32(q[i] − zp[p(i)]) · s[p(i)])`, where only the
 //! parameter index `p(i)` depends on the layout (per-tensor, per-axis, blocked; ORT's

@@ -1,4 +1,4 @@
-//! P2: exact representability of a float reduction (spec §4).
+//! P2: exact representability of a float reduction (contract §4.3).
 //!
 //! A float Conv / MatMul / Gemm over dequantized values is evaluated in an unspecified order and
 //! blocking, with or without FMA. Its result is nevertheless unique when every intermediate is

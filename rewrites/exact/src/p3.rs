@@ -1,4 +1,4 @@
-//! P3: the requantization window (spec §4).
+//! P3: the requantization window (contract §4.4).
 //!
 //! A requantizing kernel and its reference both map an integer accumulator `n` to an output code
 //! through a chain of steps that are each monotone in the same direction: int→f32 conversion,
@@ -17,7 +17,7 @@
 //!
 //! Windows wider than [`MAX_ENUMERATION`] are not enumerated. When both functions are affine
 //! roundings `sat(rne((A·n + B)/D) + z)`, [`check_affine`] decides them with floor sums instead
-//! (anchors §3.7); otherwise the answer is "unknown".
+//! (`Σ_{i<n} ⌊(a·i + b)/m⌋` in O(log)); otherwise the answer is "unknown".
 
 use super::num::rne_div;
 use std::time::Instant;

@@ -1,5 +1,5 @@
-//! Reference semantics of QuantizeLinear and DequantizeLinear, bit for bit (spec §1; ORT's CPU
-//! kernels agree for finite values, ort-kernels.md §5.1–5.2).
+//! Reference semantics of QuantizeLinear and DequantizeLinear, bit for bit (contract §1.2, §1.3;
+//! ORT's CPU kernels agree for finite values, §3.3).
 
 use super::num::{Dyadic, rne_quotient};
 use qdqc_lang::onnx::DataType;

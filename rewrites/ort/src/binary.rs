@@ -1,6 +1,6 @@
 //! QLinearAdd / QLinearMul: bit-exact models of ONNX Runtime's kernels per ISA, the unfused
-//! reference `Q(DQ(a) op DQ(b))`, and the P1 proof over every code pair (spec §5, ort-kernels.md
-//! §5.4).
+//! reference `Q(DQ(a) op DQ(b))`, and the P1 proof over every code pair (contract §3.5,
+//! §5.7).
 //!
 //! Sources (ORT `onnxruntime/core/mlas/lib/`): `qladd.cpp` (x86 SSE2 kernel, NEON fixed point and
 //! its raw float fallback), `intrinsics/avx2/qladd_avx2.cpp` (the two-FMA kernel every x86 CPU

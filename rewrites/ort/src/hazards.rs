@@ -1,4 +1,4 @@
-//! Hazards (spec §7): what a runtime would silently reinterpret or break, reported even when qdqc
+//! Hazards (contract §7.1): what a runtime would silently reinterpret or break, reported even when qdqc
 //! changes nothing. Hazards that depend on fusion look at the groups ONNX Runtime 1.31 fuses
 //! ([`crate::selectors`]) on any modelled ISA profile, and name the profiles when not all.
 
@@ -233,7 +233,7 @@ impl<'m> Level<'_, '_, 'm> {
     }
 
     /// Add/Sub on 8-bit integer tensors whose result is cast: the arithmetic wraps modulo 256
-    /// before the widening (the uint8 zero-point bug of seeds/nncf-uint8-zero-point-wraparound.md).
+    /// before the widening (the uint8 zero-point bug NNCF hit, nncf issue #4311; contract §7.1).
     fn integer_wrap(&self, node: &NodeProto, report: &mut impl FnMut(&'static str, String)) {
         let op = node.op_type.as_deref().unwrap_or("");
         if !matches!(op, "Add" | "Sub") || node.input.len() != 2 || node.output.is_empty() {
@@ -307,8 +307,8 @@ impl<'m> Level<'_, '_, 'm> {
     }
 
     /// QLinearConv and QGemm add the int32 bias to the accumulator as is: its DQ scale must be the
-    /// accumulator's (`fl(x_scale·w_scale[c])`, QGemm `fl(fl(alpha·a_scale)·b_scale[c])`, ort-kernels.md
-    /// §5.3) bit for bit, and its zero point 0. 1.31 refuses a Conv off by more than 1%, not a
+    /// accumulator's (`fl(x_scale·w_scale[c])`, QGemm `fl(fl(alpha·a_scale)·b_scale[c])`, contract
+    /// §3.4) bit for bit, and its zero point 0. 1.31 refuses a Conv off by more than 1%, not a
     /// Gemm, and accepts a few ulps.
     fn bias_parameters(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {
         let f = fused.fusion();
@@ -443,7 +443,7 @@ impl<'m> Level<'_, '_, 'm> {
         report("s8-pair-overflow", message);
     }
 
-    /// QLinearSoftmax of ORT 1.25 (ort-kernels.md §5.7) clamps int8 outputs only above 255 and
+    /// QLinearSoftmax of ORT 1.25 (contract §3.8) clamps int8 outputs only above 255 and
     /// then casts, so 128..255 wrap. Fixed by onnxruntime PR #29728 (July 2026): 1.31.1 saturates
     /// to 127 (checked on the wheel by tests/oracle/test_selectors.py), older releases wrap.
     fn softmax_output(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {

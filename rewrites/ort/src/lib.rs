@@ -2,7 +2,7 @@
 //! parameters. Each model is validated against the real runtime by differential tests over full
 //! code domains on the profile of the machine they run on ([`Isa::host`]: `x86-avx512vnni` here,
 //! `x86-avx2` under `tests/emulate-avx2.sh`); models of ISAs the host lacks are pinned by unit
-//! tests written from the source arithmetic (ort-kernels.md §5).
+//! tests written from the source arithmetic (contract §3.3–§3.9).
 //!
 //! Beside the kernel models: [`selectors`], a replay of ORT's graph optimizer on QDQ groups, and
 //! [`hazards`], what ORT's own rewrites would change in a model.

@@ -1,5 +1,5 @@
 //! Lookup-table kernels: QLinearSigmoid, QLinearLeakyRelu, QLinearWhere, QLinearConcat
-//! (ort-kernels.md §5.6).
+//! (contract §3.7).
 //!
 //! Sources (ORT `onnxruntime/contrib_ops/cpu/quantization/`): `qlinear_lookup_table.cc`
 //! (`QlinearBuildLookupTable`: `table[byte] = MlasQuantizeLinear(f(fl(sX·f32(code − zX))))` for
@@ -19,7 +19,7 @@ use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, qua
 use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
 use crate::Isa;
 
-/// The axiom QLinearSigmoid rests on (spec §2, `exact` case 2).
+/// The axiom QLinearSigmoid rests on (contract §2.2 case 2, §4.6).
 pub const SIGMOID_AXIOM: &str = "MlasComputeLogistic: QLinearSigmoid's table and the float Sigmoid use the same routine";
 
 /// A table of output codes for every input code, as ORT builds it.
@@ -86,7 +86,7 @@ impl Requant {
 /// baseline translation unit without FMA). On ARM64 the generic kernel's vector body uses
 /// `vfmaq_f32` while its C++ scalar tail is contracted only by some compilers, so elements at a
 /// chunk's tail may differ from the table: unknown. Sigmoid is a library function, so the `real`
-/// contract keeps it under `exact` (spec §2) and the contract does not enter.
+/// contract keeps it under `exact` (contract §2.3) and the contract does not enter.
 pub fn prove_sigmoid(x: QParam, y: QParam, isa: Isa) -> Verdict {
     if let Err(reason) = check_unary(x, y) {
         return Verdict::Unknown { reason };
@@ -238,7 +238,7 @@ mod tests {
     fn copy_differs_from_the_reference_when_the_round_trip_is_not_the_identity() {
         // Equal parameters with a huge scale: DQ overflows to ±inf for codes away from the zero
         // point and Q(±inf) saturates, while the copy keeps the code. (Q(DQ(q)) = q needs
-        // finite DQ values, spec §4 P4.)
+        // finite DQ values, contract §4.5.)
         let huge = u8p(3.0e38, 128);
         let v = prove_concat(&[huge], huge, Contract::Exact);
         let c = v.counterexample().unwrap_or_else(|| panic!("{v:?}"));

@@ -1,4 +1,4 @@
-//! com.microsoft MatMulNBits as ONNX Runtime 1.31.1 packs and runs it (research §2.3, §5.9): the
+//! com.microsoft MatMulNBits as ONNX Runtime 1.31.1 packs and runs it (contract §3.9, §3.10): the
 //! layout its own DQ→MatMul fusion writes, the check that a packing dequantizes to the authored
 //! weights bit for bit, and the arithmetic of each accuracy level, so a lossy fusion's deviation
 //! can be measured.

@@ -1,4 +1,4 @@
-//! QLinearGlobalAveragePool and QLinearAveragePool (ort-kernels.md §5.5).
+//! QLinearGlobalAveragePool and QLinearAveragePool (contract §3.6).
 //!
 //! Sources (ORT): `contrib_ops/cpu/quantization/qlinear_global_average_pool.cc` and
 //! `core/mlas/lib/qlgavgpool.cpp` (the integer path: `acc = Σx − zX·N` in int32, then

@@ -1,5 +1,5 @@
 //! QLinearConv / QLinearMatMul / QGemm: integer accumulation and requantization, as ONNX Runtime
-//! 1.31's CPU kernels compute them (ort-kernels.md §5.3), and the proof that fusing a
+//! 1.31's CPU kernels compute them (contract §3.4), and the proof that fusing a
 //! `DQ → Conv/MatMul/Gemm → Q` group into one of them is exact.
 //!
 //! Verified against the ORT sources (`core/providers/cpu/quantization/qlinearconv.cc`,
@@ -444,11 +444,11 @@ fn kind_name(kind: GemmKind) -> &'static str {
 /// A precondition of ORT's kernels, named for reports.
 pub type Condition = (&'static str, fn(&GemmGroup) -> Result<(), String>);
 
-/// What ORT's kernels need of a group whatever its scales' values (ort-kernels.md §2.2, §5.3).
+/// What ORT's kernels need of a group whatever its scales' values (contract §3.4, §3.10).
 /// They are the same on every modelled ISA: the kernels are registered for the same types
 /// everywhere, and only their arithmetic differs. Unequal per-channel Conv weight zero points
-/// are not among them: QLinearConv of 1.31.1 honours each channel's zero point (ort-kernels.md
-/// §5.3 describes 1.25, which ORT_ENFORCEs equal ones; docs/ort-1.31-notes.md, measured by
+/// are not among them: QLinearConv of 1.31.1 honours each channel's zero point (1.25
+/// ORT_ENFORCEd equal ones; contract §3.4, docs/ort-1.31-notes.md, measured by
 /// tests/ort_requant.rs).
 pub const KERNEL_CONDITIONS: [Condition; 5] = [
     ("code types", kernel_types),
@@ -1309,7 +1309,7 @@ mod tests {
 
     #[test]
     fn f32_requantization_differs_from_the_exact_ratio() {
-        // Anchors §3.9 E3: found by search, pinned. (acc·sx·sw)/sy = 3.4999998…, but
+        // Found by a random search over (sx, sw, sy), pinned. (acc·sx·sw)/sy = 3.4999998…, but
         // fl(f32(acc)·fl(fl(sx·sw)/sy)) rounds up to 3.5 and then to even, 4.
         let (sx, sw, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3c08_baab), f32::from_bits(0x3d78_611e));
         let g = matmul(sx, vec![vec![1, 127]], vec![sw], sy);

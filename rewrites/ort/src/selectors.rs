@@ -2,7 +2,7 @@
 //! groups its `QDQSelectorActionTransformer` fuses, and which other numerics-relevant transformers
 //! fire, for one ISA profile.
 //!
-//! Sources: ORT `main` at 735e69a (v1.25.0; the tree `ort-kernels.md` was read from), paths below
+//! Sources: ORT `main` at 735e69a (v1.25.0; the tree the kernel models were first read from), paths below
 //! relative to `onnxruntime/core/`, and the newer upstream `qdq_selectors.cc` for the DQ→MatMulNBits
 //! rule. Where onnxruntime 1.31.1 behaves differently from that tree (checked against the wheel by
 //! optimizing small models and reading back the graph), the comment says "1.31:".
@@ -1054,7 +1054,7 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
-    /// normal f32 and no code's product overflows (ort-kernels.md §5.2).
+    /// normal f32 and no code's product overflows (contract §3.3).
     fn round_trip_exact(&self, id: usize) -> bool {
         let Some(s) =
             self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model))

@@ -1,6 +1,6 @@
-//! QLinearSoftmax (ort-kernels.md §5.7): modelled so that a proof can refute the fusion with a
+//! QLinearSoftmax (contract §3.8): modelled so that a proof can refute the fusion with a
 //! concrete row. Never exact: the fused kernel is unrelated to the float Softmax (an opaque
-//! library function, spec §2).
+//! library function, contract §2.1).
 //!
 //! Source (ORT `contrib_ops/cpu/quantization/qlinear_softmax.cc`):
 //! * table: `bit_shift = max(0, log(f32(FLT_MAX / D)) − 5) / sX` and, for `i` in 0..256,

@@ -1,6 +1,6 @@
 //! `DQ(a) + DQ(b) → Q` and `DQ(a) · DQ(b) → Q` into com.microsoft QLinearAdd / QLinearMul.
 //!
-//! Obligation (spec §5): P1 over every pair of 8-bit codes, per ISA model and per broadcast
+//! Obligation (contract §5.7): P1 over every pair of 8-bit codes, per ISA model and per broadcast
 //! layout ORT may run, against the unfused reference under the contract. Broken twin:
 //! `tests/broken` "qlinear_add_avx2_formula_claimed_for_sse2".
 

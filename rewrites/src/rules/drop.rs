@@ -1,5 +1,5 @@
-//! `DQ → op → Q` around data movement and monotone ops becomes the op on the codes (spec §5,
-//! first two rows).
+//! `DQ → op → Q` around data movement and monotone ops becomes the op on the codes (contract
+//! §5.2).
 //!
 //! Obligation: the DQ and the Q have bitwise-equal per-tensor scale and zero point, and
 //! `Q(DQ(q)) = q` for every code (P4, checked by P1 for the concrete parameters); monotone ops

@@ -2,7 +2,7 @@
 //! its value, computed with ORT's DequantizeLinear arithmetic. Off by default: it trades model
 //! size (4 bytes per element instead of the code's width) for a DQ per run.
 //!
-//! Obligation (spec §5, constant folding; exact by construction): every element is the reference
+//! Obligation (contract §5.4; exact by construction): every element is the reference
 //! `fl(f32(q − zp) · s)` of [`qdqc_exact::reference::dequantize`], the formula of ORT's CPU
 //! kernel for every layout (per-tensor, per-axis, blocked; one conversion of an exact integer
 //! difference, one multiply, no FMA). That holds for 4-, 8- and 16-bit codes with f32 scales and

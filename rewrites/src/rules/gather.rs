@@ -1,7 +1,7 @@
 //! `Gather(DQ(W, s, zp), idx)` with a constant table becomes `DQ'(Gather(W, idx), s', zp')`: an
 //! embedding lookup dequantizes the rows it reads instead of the whole float table.
 //!
-//! Obligation (spec §5, data movement; P4, the lemma of [`qdqc_exact::movement`]): at every
+//! Obligation (contract §5.3; P4, the lemma of [`qdqc_exact::movement`]): at every
 //! element of the table and for every index value in `[-n, n)`, the rewritten DQ reads the same
 //! code and the same scale bits and zero point as the original. The parameters follow the layout:
 //! per-tensor ones are kept; per-axis ones on another axis are kept with the axis renumbered

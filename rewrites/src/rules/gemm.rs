@@ -3,12 +3,12 @@
 //! constant (two activations) has its own obligation and conditions: [`matmul_dynamic`]; what
 //! follows is about constant weights.
 //!
-//! Obligation (spec §5, "Conv / MatMul / Gemm with Q output"): [`requant::prove`] on every
+//! Obligation (contract §5.8): [`requant::prove`] on every
 //! selected ISA, under the options' contract. Under `exact`: P2, the float reduction is exact
 //! in every order and blocking (with the actual constant weights, per channel), then P3, ORT's
 //! requantization `sat(rne(fl(f32(acc + b)·M)) + zy)` with `M = fl(fl(sx·sw)/sy)` equals the Q
 //! of that value on every reachable accumulator. Under `real`: P3 against the exact rational.
-//! Hazards checked (§3, §7): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
+//! Hazards checked (contract §3.4, §7.2): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
 //! scale and zero point ORT ignores, `f32(acc)` rounding above
 //! 2^24, int32 wrap of `acc + b`.
 //!

@@ -1,5 +1,5 @@
 //! A chain of elementwise IEEE ops between a DequantizeLinear and a QuantizeLinear over 8-bit
-//! codes becomes a lookup table: `Gather(table, Cast(codes → int32))` (spec §5, "unary chain").
+//! codes becomes a lookup table: `Gather(table, Cast(codes → int32))` (contract §5.5).
 //!
 //! Obligation: by construction — the table holds the reference evaluation of every code (under
 //! `exact` the same correctly rounded f32 operations every conforming runtime performs; under

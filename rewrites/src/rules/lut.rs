@@ -2,7 +2,7 @@
 //! `Concat(DQ(x₀), …) → Q` into com.microsoft QLinearSigmoid, QLinearLeakyRelu, QLinearWhere and
 //! QLinearConcat: ORT's lookup-table kernels (`qdqc_ort::lut`).
 //!
-//! Obligations (spec §5, row "Sigmoid / LeakyRelu / Where / Concat"):
+//! Obligations (contract §5.6):
 //! * **qlinear-sigmoid**: target axiom [`lut::SIGMOID_AXIOM`] on x86 (the table is built by
 //!   `MlasComputeLogistic`, the routine the float Sigmoid runs, on bit-identical DQ values);
 //!   unknown on arm64-neon, whose generic kernel computes a chunk's tail elements with other

@@ -1,7 +1,7 @@
 //! The `qlinear-matmul` rule's reading of a group whose B is not a constant (attention's `QKᵀ`
 //! and `AV`): `Q(MatMul(DQ(a), DQ(b)))` into ONNX QLinearMatMul over two activations.
 //!
-//! Obligation (spec §5, "MatMul with Q output", both operands activations):
+//! Obligation (contract §5.10, both operands activations):
 //! [`matmul_dynamic::prove`] on every selected ISA. Under `exact`: P2 over the value grids of
 //! both reachable code ranges (the float reduction is exact in every order for every A and B),
 //! then P3 over every reachable accumulator `K·[pmin, pmax]`; under `real`: P3 against the exact

@@ -1,4 +1,4 @@
-//! The proof-gated rewrite rules (spec §5), as egg rules over [`Term`].
+//! The proof-gated rewrite rules (docs/contract.md §5), as egg rules over [`Term`].
 //!
 //! Every rule matches a QDQ group and hands its concrete parameters to the exactness engine; it
 //! adds the fused form and unions it with the group's output only when the fusion is proven
@@ -44,7 +44,7 @@ pub struct RuleOptions {
     pub isas: Vec<Isa>,
     /// `--fold-weights`: dequantize constant weights into float initializers.
     pub fold_weights: bool,
-    /// Lossy rewrites the user allowed (spec §2 `lossy`); none by default.
+    /// Lossy rewrites the user allowed (contract §2.4); none by default.
     pub allow: Allow,
     /// Verdicts already proven in this compile, by their exact parameters.
     pub memo: Memo,
@@ -90,7 +90,7 @@ impl fmt::Debug for Activations {
     }
 }
 
-/// What a lossy rewrite reports for an instance it applied (spec §2: listed with its measured
+/// What a lossy rewrite reports for an instance it applied (contract §2.4: listed with its measured
 /// deviation).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Lossy {

@@ -2,7 +2,7 @@
 //! com.microsoft MatMulNBits: weight-only quantized MatMuls run on the packed codes instead of a
 //! dequantized float weight.
 //!
-//! Obligation (spec §5, "DQ(weight)→MatMul/Gemm without Q"): contract `lossy`, registered only
+//! Obligation (contract §5.13): contract `lossy`, registered only
 //! under `--allow matmulnbits[=LEVEL]`. MatMulNBits re-orders the sum at every accuracy level and
 //! quantizes the activations at acc4, so no exactness is claimed for the product. What is proven
 //! is the weight: P1 over every (k, n), the packed B, scales and zero points dequantize to the

@@ -1,7 +1,7 @@
 //! `DQ → GlobalAveragePool → Q` and `DQ → AveragePool → Q` into com.microsoft
 //! QLinearGlobalAveragePool and QLinearAveragePool (`qdqc_ort::pool`), NCHW.
 //!
-//! Obligations (spec §5, row "AveragePool / GlobalAveragePool", "as Conv"):
+//! Obligations (contract §5.11):
 //! * **qlinear-global-average-pool**: under `exact`, P2 (every partial float sum of the window's
 //!   DQ values is exact, so the unfused graph is deterministic whatever order MLAS sums in), then
 //!   P1 over every reachable integer accumulator against the kernel's single rounded multiplier;

@@ -7,7 +7,7 @@
 //! weights outside [−64, 64]: under ORT_DISABLE_ALL, the unfused reference's profile, it does not
 //! run (docs/u8u8-weights.md). Emitting the uint8 weights holds under every level.
 //!
-//! Obligation (spec §5, "Conv / MatMul / Gemm with Q output", the same as the int8-weight form):
+//! Obligation (contract §5.9, the same as the int8-weight form of §5.8):
 //! `requant::prove` of the shifted group on every selected ISA, under the options' contract
 //! (`real`: also the synthesis). The accumulator is unchanged, `(w + 128) − (zw + 128) = w − zw`
 //! for every weight, so every accumulator the int8-weight group reaches is reached by the same
