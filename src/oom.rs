@@ -40,7 +40,7 @@ fn out_of_memory(size: usize) -> ! {
     // Formatted on the stack: the heap just said no.
     let mut line = [0u8; 160];
     let mut cursor = std::io::Cursor::new(&mut line[..]);
-    let _ = write!(cursor, "qdqc: error: out of memory: an allocation of {size} bytes failed (raise the memory limit)\n");
+    let _ = writeln!(cursor, "qdqc: error: out of memory: an allocation of {size} bytes failed (raise the memory limit)");
     let n = cursor.position() as usize;
     let _ = std::io::stderr().write_all(&line[..n]);
     qdqc::remove_pending_unless_busy();

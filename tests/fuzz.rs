@@ -56,7 +56,7 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
 
 /// Every graph of the model, nested ones included.
 fn graphs(m: &mut ModelProto) -> Vec<&mut qdqc_lang::onnx::GraphProto> {
-    fn walk<'a>(g: &'a mut qdqc_lang::onnx::GraphProto, out: &mut Vec<*mut qdqc_lang::onnx::GraphProto>) {
+    fn walk(g: &mut qdqc_lang::onnx::GraphProto, out: &mut Vec<*mut qdqc_lang::onnx::GraphProto>) {
         out.push(g as *mut _);
         for n in &mut g.node {
             for a in &mut n.attribute {

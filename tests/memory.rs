@@ -69,6 +69,7 @@ fn big_model(dir: &Path) -> (std::path::PathBuf, u64) {
 }
 
 /// Exit code, stderr and peak resident bytes of `qdqc args`.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives the rusage
 fn peak_rss(args: &[&str]) -> (i32, String, u64) {
     let child = Command::new(env!("CARGO_BIN_EXE_qdqc")).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id() as libc::pid_t;

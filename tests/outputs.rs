@@ -118,6 +118,8 @@ fn a_full_disk_keeps_the_previous_outputs() {
 
 /// Starts a compile of `input` (`--no-fuse`) and waits until its first
 /// temporary file exists (the write phase); `None` when it finished before one was seen.
+/// The caller kills and reaps the child it gets.
+#[allow(clippy::zombie_processes)]
 fn caught_writing(dir: &Path, input: &Path, out: &Path) -> Option<Child> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qdqc"))
         .args(["compile", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--no-fuse"])

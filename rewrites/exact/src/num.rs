@@ -58,9 +58,6 @@ impl Dyadic {
         Some(Dyadic::new(a.checked_add(b)?, e))
     }
 
-    pub fn neg(self) -> Dyadic {
-        Dyadic { mant: -self.mant, exp: self.exp }
-    }
 
     /// Significant bits of the odd mantissa: the value is exactly an f32 iff this is ≤ 24 and the
     /// exponent is in range.
@@ -161,6 +158,14 @@ pub fn rne_quotient(a: Dyadic, b: Dyadic) -> Option<Rounded> {
         }
         let d = shl(d, -k)?;
         Some(Rounded::Value(rne_div(n, d)))
+    }
+}
+
+impl std::ops::Neg for Dyadic {
+    type Output = Dyadic;
+
+    fn neg(self) -> Dyadic {
+        Dyadic { mant: -self.mant, exp: self.exp }
     }
 }
 

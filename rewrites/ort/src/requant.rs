@@ -496,7 +496,7 @@ pub fn consistent_shapes(g: &GemmGroup) -> Result<(), String> {
         }
     }
     if let GemmKind::Conv { kernel_size, groups } = g.kind
-        && (kernel_size == 0 || k % kernel_size != 0 || groups == 0 || c % groups != 0)
+        && (kernel_size == 0 || !k.is_multiple_of(kernel_size) || groups == 0 || !c.is_multiple_of(groups))
     {
         return Err(format!("inconsistent Conv shape: K {k}, kernel size {kernel_size}, {groups} group(s), {c} channels"));
     }
@@ -645,7 +645,7 @@ impl Numerator {
 
     /// `value / den` as an affine rounding of `acc`.
     fn over(&self, den: Dyadic) -> Option<Affine> {
-        let (a, b, den) = if den.mant < 0 { (-self.a, -self.b, den.neg()) } else { (self.a, self.b, den) };
+        let (a, b, den) = if den.mant < 0 { (-self.a, -self.b, -den) } else { (self.a, self.b, den) };
         affine(a, b, Dyadic::new(1, self.exp), den)
     }
 }
@@ -683,8 +683,8 @@ impl<'a> Channel<'a> {
     /// Number of accumulators checked, or why not exact.
     fn prove(&self) -> Result<u64, Failure> {
         let overflow = self.g.pairs_saturate(self.isa).then(|| avx2_pair_overflow(self.g, self.c)).flatten();
-        if self.contract == Contract::Exact {
-            if let Err(reason) = p2::dot_product(&self.dot_product()) {
+        if self.contract == Contract::Exact
+            && let Err(reason) = p2::dot_product(&self.dot_product()) {
                 // Without P2 the unfused output is unique only where the float path's error
                 // cannot cross a rounding boundary: a saturating pair is refuted on such inputs.
                 let saturated = || {
@@ -693,7 +693,6 @@ impl<'a> Channel<'a> {
                 };
                 return Err(self.single_term_witness().or_else(saturated).unwrap_or(Failure::Unknown(format!("P2: {reason}"))));
             }
-        }
         if let Some(ov) = overflow {
             return Err(self.pair_overflow_witness(ov, |_, acc| Some(self.reference(acc))));
         }
@@ -759,11 +758,10 @@ impl<'a> Channel<'a> {
             witness.is_some()
         };
         let mut report = p3::check((lo, hi), codes, |n| self.kernel(n * self.step), |n| self.reference(n * self.step), &mut accept);
-        if matches!(report.outcome, Outcome::Unknown { .. }) && report.points == 0 && report.window.is_some() {
-            if let Some((k, r)) = self.affine_forms() {
+        if matches!(report.outcome, Outcome::Unknown { .. }) && report.points == 0 && report.window.is_some()
+            && let Some((k, r)) = self.affine_forms() {
                 report = p3::check_affine((lo, hi), (qmin, qmax, self.y().zero_point), k, r, &mut accept);
             }
-        }
         match report.outcome {
             Outcome::Exact => Ok(report.points),
             Outcome::Unknown { reason } => unknown(format!("P3: {reason}")),

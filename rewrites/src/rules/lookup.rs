@@ -70,19 +70,19 @@ impl Step {
     /// dyadic rational (Div, Sqrt) or leaves i128.
     fn apply_exact(self, x: Dyadic) -> Option<Dyadic> {
         use FloatOp::*;
-        let max = |a: Dyadic, b: Dyadic| Some(if a.checked_add(b.neg())?.mant >= 0 { a } else { b });
-        let min = |a: Dyadic, b: Dyadic| Some(if a.checked_add(b.neg())?.mant <= 0 { a } else { b });
+        let max = |a: Dyadic, b: Dyadic| Some(if a.checked_add(-b)?.mant >= 0 { a } else { b });
+        let min = |a: Dyadic, b: Dyadic| Some(if a.checked_add(-b)?.mant <= 0 { a } else { b });
         match self {
             Step::Unary(Relu) => max(x, Dyadic::ZERO),
-            Step::Unary(Neg) => Some(x.neg()),
-            Step::Unary(Abs) => Some(if x.mant < 0 { x.neg() } else { x }),
+            Step::Unary(Neg) => Some(-x),
+            Step::Unary(Abs) => Some(if x.mant < 0 { -x } else { x }),
             Step::Unary(_) => None,
             Step::Scalar { op, c, left } => {
                 let c = Dyadic::from_f32(c)?;
                 let (a, b) = if left { (c, x) } else { (x, c) };
                 match op {
                     Add => a.checked_add(b),
-                    Sub => a.checked_add(b.neg()),
+                    Sub => a.checked_add(-b),
                     Mul => a.checked_mul(b),
                     Max => max(a, b),
                     Min => min(a, b),
