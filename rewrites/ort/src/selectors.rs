@@ -8,7 +8,7 @@
 //! optimizing small models and reading back the graph), the comment says "1.31:".
 //!
 //! ORT transforms a graph in this order (optimizer/graph_transformer_utils.cc, session/inference_session.cc),
-//! and [`Work`] replays the steps that decide or change QDQ groups on a light copy of each graph,
+//! and `Work` replays the steps that decide or change QDQ groups on a light copy of each graph,
 //! in the same order:
 //!
 //! 1. `EnsureUniqueDQForNodeUnit`, once before level 1;

@@ -79,7 +79,7 @@ impl Memo {
         }
     }
 
-    /// [`decide`], proven once per key (with the ISA list and contract of `options`).
+    /// `decide`, proven once per key (with the ISA list and contract of `options`).
     pub fn decide(&self, options: &RuleOptions, key: Key, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
         let mut key = key;
         key.params.push_str(&format!(" under {:?} on {:?}", options.contract, options.isas));
