@@ -46,7 +46,7 @@ pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
                 let args: String = (0..extra).map(|i| format!(" ?i{i}")).collect();
                 let pattern = format!("(q ?tq ({op} ?to (dq ?td ?x ?s ?z){args}) ?s2 ?z2)");
                 let name = format!("on-codes-{}-{extra}", op.to_lowercase());
-                let applier = OnCodes { op, extra, monotone, name: leak(name.clone()), options: options.clone(), log: log.clone() };
+                let applier = OnCodes { op, extra, monotone, name: interned(&name), options: options.clone(), log: log.clone() };
                 rules.push(Rewrite::new(name, pattern.parse::<egg::Pattern<Term>>().expect("valid pattern"), applier).expect("valid rule"));
             }
         }
@@ -54,9 +54,10 @@ pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     rules
 }
 
-/// Rule names live as long as the catalog; there are a few dozen.
-fn leak(s: String) -> &'static str {
-    Box::leak(s.into_boxed_str())
+/// Rule names live as long as the process: egg's global symbol table holds each distinct name
+/// once (a few dozen), however many catalogs a process builds.
+fn interned(name: &str) -> &'static str {
+    Symbol::from(name).as_str()
 }
 
 struct OnCodes {

@@ -141,20 +141,41 @@ impl Log {
     }
 }
 
+/// One family of rules: the file that holds them (its row in `rewrites/README.md`), how they are
+/// built, and when the options register them.
+pub struct Family {
+    pub file: &'static str,
+    build: fn(&RuleOptions, &Log) -> Vec<Rewrite>,
+    enabled: fn(&RuleOptions) -> bool,
+}
+
+fn always(_: &RuleOptions) -> bool {
+    true
+}
+
+/// The catalog as data, in its fixed order. Lossy and opt-in families register only when the
+/// options ask (`--fold-weights`, `--allow matmulnbits`).
+#[rustfmt::skip]
+pub const FAMILIES: [Family; 9] = [
+    Family { file: "binary.rs", build: binary::rules, enabled: always },
+    Family { file: "gemm.rs",   build: gemm::rules,   enabled: always },
+    Family { file: "drop.rs",   build: drop::rules,   enabled: always },
+    Family { file: "gather.rs", build: gather::rules, enabled: always },
+    Family { file: "lookup.rs", build: lookup::rules, enabled: always },
+    Family { file: "lut.rs",    build: lut::rules,    enabled: always },
+    Family { file: "pool.rs",   build: pool::rules,   enabled: always },
+    Family { file: "fold.rs",   build: fold::rules,   enabled: |o| o.fold_weights },
+    Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() },
+];
+
+impl Family {
+    /// The names of this family's rules, built with `options` whether or not they enable it.
+    pub fn rule_names(&self, options: &RuleOptions) -> Vec<String> {
+        (self.build)(options, &Log::default()).iter().map(|r| r.name.to_string()).collect()
+    }
+}
+
 /// The catalog, in a fixed order, sharing `log`; lossy rules only when `options.allow` names them.
 pub fn catalog(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
-    let mut rules = binary::rules(options, log);
-    rules.extend(gemm::rules(options, log));
-    rules.extend(drop::rules(options, log));
-    rules.extend(gather::rules(options, log));
-    rules.extend(lookup::rules(options, log));
-    rules.extend(lut::rules(options, log));
-    rules.extend(pool::rules(options, log));
-    if options.fold_weights {
-        rules.extend(fold::rules(options, log));
-    }
-    if let Some(level) = options.allow.matmulnbits {
-        rules.extend(nbits::rules(options, level, log));
-    }
-    rules
+    FAMILIES.iter().filter(|f| (f.enabled)(options)).flat_map(|f| (f.build)(options, log)).collect()
 }
