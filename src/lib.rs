@@ -1,10 +1,14 @@
 //! qdqc: a compiler for quantized (QDQ) ONNX models whose fusions fire only when proven
 //! rounding-exact. This crate is the facade the CLI and build scripts use; the pipeline lives in
 //! the workspace crates (see ARCHITECTURE.md).
+//!
+//! Features: `cli` (default) builds the `qdqc` binary; `npz` (part of `cli`) adds [`read_inputs`].
+//! A library user takes `default-features = false` and pulls neither clap nor zip.
 
 mod audit;
 mod compile;
 mod inspect;
+#[cfg(feature = "npz")]
 mod npz;
 mod placement;
 mod profile;
@@ -26,6 +30,7 @@ pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_rewrites::rules::{Activations, Allow};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.
+#[cfg(feature = "npz")]
 pub fn read_inputs(path: &std::path::Path) -> Result<Activations> {
     Ok(Activations { source: path.display().to_string(), arrays: std::sync::Arc::new(npz::read(path)?), outcome: Default::default() })
 }
