@@ -86,7 +86,7 @@ pub struct CompileReport {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Timings {
-    /// The whole compile, load to staged outputs.
+    /// The compile in memory: lowering to the compiled model (loading and writing excluded).
     pub total_micros: u64,
     /// The proofs behind every decision's verdicts, summed.
     pub proofs_micros: u64,
@@ -241,37 +241,69 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
 /// external data and the report are renamed into place together, or none is
 /// (`qdqc_lang::outputs`). Output paths are checked before any work: none may be an input file or
 /// another output (bad input), and every folder must take a new file (I/O error).
-pub fn compile_with_report(input: &Path, output: &Path, report: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
+pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
     let model = Model::load(input)?;
     let inputs: Vec<(&str, std::path::PathBuf)> =
         std::iter::once(("the input model", input.to_path_buf())).chain(model.external_files().into_iter().map(|f| ("an external data file of the input", f))).collect();
     let mut writes = vec![("-o", output.to_path_buf()), ("the output's external data file", qdqc_lang::save::data_path(output)?)];
-    writes.extend(report.map(|r| ("--report", r.to_path_buf())));
+    writes.extend(report_path.map(|r| ("--report", r.to_path_buf())));
     qdqc_lang::outputs::check_distinct(&inputs, &writes)?;
     for (_, path) in &writes {
         Outputs::check_writable(path)?;
     }
     let mut outputs = Outputs::default();
-    let result = compile_model(model, input, output, options, &mut outputs)?;
-    if let Some(path) = report {
-        let json = serde_json::to_string_pretty(&result).expect("report serializes");
+    let Compiled { model: compiled, source, mut report } = compile_model(&model, options)?;
+    let saved = qdqc_lang::save::save(compiled, &source, output, &SaveOptions::default(), &mut outputs)?;
+    report.output = output.display().to_string();
+    report.model_bytes = saved.model_bytes;
+    report.model_size.after_bytes = saved.model_bytes + saved.external.as_ref().map_or(0, |(_, bytes)| *bytes);
+    report.external_data = saved.external.map(|(location, bytes)| ExternalJson { location, bytes });
+    if let Some(path) = report_path {
+        let json = serde_json::to_string_pretty(&report).expect("report serializes");
         outputs.stage(path, json.as_bytes())?;
     }
     outputs.commit()?;
-    Ok(result)
+    Ok(report)
 }
 
-fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOptions, outputs: &mut Outputs) -> Result<CompileReport> {
+/// A compile in memory ([`compile_model`]): the compiled model and its report.
+pub struct Compiled<'m> {
+    /// The compiled model. Tensors that stay external still refer to `source`'s external files.
+    pub model: qdqc_lang::onnx::ModelProto,
+    /// The model the compiled form was lowered from (the input, or its re-signed form), which a
+    /// save reads external tensors from.
+    pub source: std::borrow::Cow<'m, Model>,
+    /// The report. Until the model is written (`compile_with_report`), `output` is empty and
+    /// `model_bytes`, `model_size.after_bytes` are the in-memory protobuf's size, with no
+    /// `external_data`.
+    pub report: CompileReport,
+}
+
+/// Compiles a loaded model in memory: the library's entry point; [`compile`] and
+/// [`compile_with_report`] wrap it with loading and writing.
+///
+/// ```
+/// let model = qdqc::Model::load("examples/models/cnn_residual_qdq.onnx".as_ref())?;
+/// let compiled = qdqc::compile_model(&model, &qdqc::CompileOptions::default())?;
+/// // `exact` by default: every fused group is proven on every ISA profile selected.
+/// for d in compiled.report.decisions.iter().filter(|d| d.fired) {
+///     println!("{} → {}", d.output, d.fused_op);
+/// }
+/// assert_eq!(compiled.report.contract, qdqc::Contract::Exact);
+/// # Ok::<(), qdqc::Error>(())
+/// ```
+pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<Compiled<'m>> {
     let start = std::time::Instant::now();
     let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone(), memo: Default::default() });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
-    let lowering = lower(&model)?;
+    let lowering = lower(model)?;
     let mut resign_costs = None;
+    let model = std::borrow::Cow::Borrowed(model);
     let (model, lowering, resigned) = if options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86()) {
         // Re-signing speeds up the integer kernels but can cost elementwise fusions (QLinearAdd
         // rounds raw codes against a precomputed offset, so its proof depends on the code type):
         // both forms are lowered and the cheaper kept, ties to uint8.
-        let mut resigned_model = Model::load(input)?;
+        let mut resigned_model: Model = (*model).clone();
         let resigned = qdqc_lower::resign::resign(&mut resigned_model)?;
         if resigned.is_empty() {
             (model, lowering, resigned)
@@ -279,7 +311,7 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
             let resigned_lowering = lower(&resigned_model)?;
             let costs = (cost(&model, &lowering.graph), cost(&resigned_model, &resigned_lowering.graph));
             resign_costs = Some(ResignCosts { int8: costs.0, uint8: costs.1, chosen: if costs.1 <= costs.0 { "uint8" } else { "int8" } });
-            if costs.1 <= costs.0 { (resigned_model, resigned_lowering, resigned) } else { (model, lowering, Vec::new()) }
+            if costs.1 <= costs.0 { (std::borrow::Cow::Owned(resigned_model), resigned_lowering, resigned) } else { (model, lowering, Vec::new()) }
         }
     } else {
         (model, lowering, Vec::new())
@@ -296,11 +328,12 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
     }
     let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
     let float_tables = crate::weights::float_tables(&model, &compiled, gathers);
-    let saved = qdqc_lang::save::save(compiled, &model, output, &SaveOptions::default(), outputs)?;
+    let input = &model.path;
     let input_bytes = std::fs::metadata(input).map_err(|e| qdqc_lang::Error::bad_input(input, format!("cannot read: {e}")))?.len();
+    let compiled_bytes = prost::Message::encoded_len(&compiled) as u64;
     let model_size = ModelSize {
         before_bytes: input_bytes + model.external_bytes(),
-        after_bytes: saved.model_bytes + saved.external.as_ref().map_or(0, |(_, bytes)| *bytes),
+        after_bytes: compiled_bytes,
     };
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
@@ -308,9 +341,9 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         .filter(|g| !decisions.iter().any(|d| d.nodes.contains(&g.node) || g.outputs.iter().any(|o| d.output == o.tensor)))
         .collect();
     let s = lowering.stats;
-    Ok(CompileReport {
+    let report = CompileReport {
         input: input.display().to_string(),
-        output: output.display().to_string(),
+        output: String::new(),
         contract: options.contract,
         fuse: options.fuse,
         profiles: options.isas.clone(),
@@ -328,8 +361,8 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
             stop_reasons: s.stop_reasons,
             proof_memo: rules.as_ref().map(|r| r.memo.counts()).unwrap_or_default(),
         },
-        model_bytes: saved.model_bytes,
-        external_data: saved.external.map(|(location, bytes)| ExternalJson { location, bytes }),
+        model_bytes: compiled_bytes,
+        external_data: None,
         resigned: resigned.iter().map(resigned_json).collect(),
         resign_costs,
         model_size,
@@ -339,7 +372,8 @@ fn compile_model(model: Model, input: &Path, output: &Path, options: &CompileOpt
         hazards: crate::audit::hazards_json(&model),
         warnings: warnings(&model).into_iter().chain(unused_inputs(&model, &options.allow.inputs)).collect(),
         timings: options.timings.then(|| Timings { total_micros: start.elapsed().as_micros() as u64, proofs_micros: proof_micros(&lowering.decisions) }),
-    })
+    };
+    Ok(Compiled { model: compiled, source: model, report })
 }
 
 /// Keys of the output model's `metadata_props` that say what its guarantee is: the contract, the

@@ -16,7 +16,7 @@ mod verdicts;
 mod weights;
 
 pub use audit::{Audit, audit};
-pub use compile::{CompileOptions, CompileReport, DecisionJson, Timings, compile, compile_with_report};
+pub use compile::{CompileOptions, CompileReport, Compiled, DecisionJson, Timings, compile, compile_model, compile_with_report};
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;

@@ -12,6 +12,10 @@ use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
 /// A loaded, validated model. External data files stay mapped for the model's lifetime.
+///
+/// Cloning is cheap where the data is large: tensor bytes (embedded `raw_data` and mapped
+/// external files) are shared, reference-counted.
+#[derive(Clone)]
 pub struct Model {
     pub path: PathBuf,
     pub proto: ModelProto,
