@@ -77,6 +77,11 @@ pub fn rule_names(options: &RuleOptions) -> Vec<String> {
     qdqc_rewrites::catalog(options, &Log::default()).iter().map(|r| r.name.to_string()).collect()
 }
 
+/// An authored node kept as written.
+fn authored(node: &qdqc_lang::onnx::NodeProto, pos: usize) -> lowered::LoweredNode {
+    lowered::LoweredNode { computation: lowered::Computation::Authored { node: pos }, inputs: node.input.clone(), outputs: node.output.clone() }
+}
+
 /// `outer`: the constants created in enclosing graphs, which this graph sees.
 fn lower_graph(
     model: &Model,
@@ -93,6 +98,14 @@ fn lower_graph(
     let mut nodes = Vec::with_capacity(proto.node.len());
     let mut constants = Vec::new();
     for region in region::regions(graph, proto) {
+        if rules.is_empty() {
+            // `--no-fuse`: with no rule to run, extraction gives back every authored node as it
+            // was lifted (tags keep them apart), so the e-graph is skipped.
+            stats.regions += 1;
+            stats.largest_region = stats.largest_region.max(region.nodes.len());
+            nodes.extend(region.nodes.iter().map(|&pos| authored(&proto.node[pos], pos)));
+            continue;
+        }
         let lifted = lift::lift(model, graph, scopes, &region);
         let runner = egg::Runner::default()
             .with_iter_limit(options.limits.iterations)
