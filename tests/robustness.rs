@@ -126,3 +126,21 @@ fn structural_edits_never_panic() {
         }
     }
 }
+
+/// Fuzz seed 520162 (the one-hour run): a node with two graph attributes of the same name. Bodies
+/// are found again by the attribute's position, as the IR was built, not by its name.
+#[test]
+fn two_graph_attributes_with_one_name_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = qdq_conv();
+    let main = m.graph.clone().unwrap();
+    let small = graph("small", vec![node("Identity", "I", &["dq_x"], &["o"])], vec![], vec![value("o", F32, &[1, 2, 4, 4])], vec![]);
+    let conv = &mut m.graph.as_mut().unwrap().node[3];
+    *conv = with_graph(with_graph(conv.clone(), "body", small), "body", main);
+    let bytes = m.encode_to_vec();
+    let path = dir.path().join("in.onnx");
+    std::fs::write(&path, &bytes).unwrap();
+    let _ = qdqc::inspect(&path);
+    let _ = qdqc::audit(&path, &[qdqc::Isa::X86Avx2], &[qdqc::Contract::Exact]);
+    check(&bytes, dir.path(), "two graph attributes named body");
+}

@@ -21,7 +21,7 @@ pub fn to_model(model: &Model, lowered: &LoweredGraph) -> Result<ModelProto> {
 fn rebuild(graph: &mut GraphProto, lowered: &LoweredGraph) -> Result<(), String> {
     let mut authored = std::mem::take(&mut graph.node);
     for sub in &lowered.subgraphs {
-        let body = qdqc_lang::ir::subgraph_proto_mut(&mut authored, sub.node, &sub.attr, sub.index)
+        let body = qdqc_lang::ir::subgraph_proto_mut(&mut authored, sub.node, sub.attr_pos, sub.index)
             .ok_or_else(|| format!("subgraph {}[{}] of node #{} vanished", sub.attr, sub.index, sub.node))?;
         rebuild(body, &sub.graph)?;
     }

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::load::Model;
-use crate::onnx::{GraphProto, NodeProto, attribute_proto::AttributeType};
+use crate::onnx::{AttributeProto, GraphProto, NodeProto, attribute_proto::AttributeType};
 use crate::{opset, tensor};
 use petgraph::Direction;
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -61,6 +61,8 @@ pub struct Graph {
 pub struct Subgraph {
     pub node: usize,
     pub attr: String,
+    /// Position of the attribute in the node's attribute list (names may repeat in a bad model).
+    pub attr_pos: usize,
     /// Index within a `graphs` list attribute; 0 for a single `g`.
     pub index: usize,
     pub graph: Graph,
@@ -69,21 +71,34 @@ pub struct Subgraph {
 impl Subgraph {
     /// This subgraph's protobuf inside `parent`, the protobuf of the graph holding its node.
     pub fn proto<'p>(&self, parent: &'p GraphProto) -> Option<&'p GraphProto> {
-        subgraph_proto(parent, self.node, &self.attr, self.index)
+        subgraph_proto(parent, self.node, self.attr_pos, self.index)
     }
 }
 
-/// The graph `index` of node `node`'s attribute `attr` in `parent`: the attribute's `g` (a single
-/// graph, `index` 0) or entry `index` of its `graphs` list. The one lookup of a body by position.
-pub fn subgraph_proto<'p>(parent: &'p GraphProto, node: usize, attr: &str, index: usize) -> Option<&'p GraphProto> {
-    let a = parent.node.get(node)?.attribute.iter().find(|a| a.name.as_deref() == Some(attr))?;
-    a.g.as_ref().filter(|_| index == 0 && a.graphs.is_empty()).or_else(|| a.graphs.get(index))
+/// The graphs an attribute holds, as its declared type says: `g` for GRAPH, `graphs` for GRAPHS
+/// (a mismatched field is not read, by the IR nor by anything that finds a body again).
+pub fn attribute_graphs(a: &AttributeProto) -> &[GraphProto] {
+    match a.r#type.and_then(|t| AttributeType::try_from(t).ok()) {
+        Some(AttributeType::Graph) => a.g.as_slice(),
+        Some(AttributeType::Graphs) => &a.graphs,
+        _ => &[],
+    }
+}
+
+/// The graph `index` of attribute `attr_pos` of node `node` in `parent`: the one lookup of a body
+/// by position, the same reading [`Graph`] was built with.
+pub fn subgraph_proto(parent: &GraphProto, node: usize, attr_pos: usize, index: usize) -> Option<&GraphProto> {
+    attribute_graphs(parent.node.get(node)?.attribute.get(attr_pos)?).get(index)
 }
 
 /// [`subgraph_proto`], for editing the body in place.
-pub fn subgraph_proto_mut<'p>(parent: &'p mut [crate::onnx::NodeProto], node: usize, attr: &str, index: usize) -> Option<&'p mut GraphProto> {
-    let a = parent.get_mut(node)?.attribute.iter_mut().find(|a| a.name.as_deref() == Some(attr))?;
-    if index == 0 && a.graphs.is_empty() { a.g.as_mut() } else { a.graphs.get_mut(index) }
+pub fn subgraph_proto_mut(nodes: &mut [crate::onnx::NodeProto], node: usize, attr_pos: usize, index: usize) -> Option<&mut GraphProto> {
+    let a = nodes.get_mut(node)?.attribute.get_mut(attr_pos)?;
+    match a.r#type.and_then(|t| AttributeType::try_from(t).ok()) {
+        Some(AttributeType::Graph) => a.g.as_mut().filter(|_| index == 0),
+        Some(AttributeType::Graphs) => a.graphs.get_mut(index),
+        _ => None,
+    }
 }
 
 /// Names visible from enclosing graphs, with the dims of their initializers.
@@ -261,21 +276,22 @@ impl Builder<'_> {
 
     fn build_subgraphs(&self, g: &mut Graph, node: &NodeProto, pos: usize, inner: &Scope, outer: &Scope) -> Result<()> {
         let owner = format!("{} '{}'", node.op_type.as_deref().unwrap_or("?"), node.name.as_deref().unwrap_or(""));
-        for attr in &node.attribute {
+        for (attr_pos, attr) in node.attribute.iter().enumerate() {
             let attr_name = attr.name.as_deref().unwrap_or("");
-            let graphs: Vec<&GraphProto> = match attr.r#type.and_then(|t| AttributeType::try_from(t).ok()) {
-                Some(AttributeType::Graph) => attr.g.iter().collect(),
-                Some(AttributeType::Graphs) => attr.graphs.iter().collect(),
-                _ => continue,
-            };
-            for (index, sub) in graphs.into_iter().enumerate() {
-                let location = format!(" in {owner}.{attr_name}{}", g.location);
+            // A location names one body: a repeated attribute name gets its position, a GRAPHS
+            // list entry its index.
+            let repeated = node.attribute[..attr_pos].iter().any(|a| a.name == attr.name);
+            let graphs = attribute_graphs(attr);
+            for (index, sub) in graphs.iter().enumerate() {
+                let at = if repeated { format!(" (attribute #{attr_pos})") } else { String::new() };
+                let entry = if attr.r#type == Some(AttributeType::Graphs as i32) { format!("[{index}]") } else { String::new() };
+                let location = format!(" in {owner}.{attr_name}{entry}{at}{}", g.location);
                 let built = self.build(sub, inner, location)?;
                 for name in &built.outer_refs {
                     let v = self.resolve(g, name, outer)?;
                     g.flow.add_edge(v, g.ops[pos], Edge { slot: usize::MAX, implicit: true });
                 }
-                g.subgraphs.push(Subgraph { node: pos, attr: attr_name.to_string(), index, graph: built });
+                g.subgraphs.push(Subgraph { node: pos, attr: attr_name.to_string(), attr_pos, index, graph: built });
             }
         }
         Ok(())

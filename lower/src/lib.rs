@@ -144,7 +144,7 @@ fn lower_graph(
     for sub in &graph.subgraphs {
         let sub_proto = sub.proto(proto).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
         let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), &visible, options, rules, stats)?;
-        subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), index: sub.index, graph: lowered });
+        subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), attr_pos: sub.attr_pos, index: sub.index, graph: lowered });
     }
     Ok(LoweredGraph { nodes, constants, subgraphs })
 }

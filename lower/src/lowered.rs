@@ -59,6 +59,8 @@ pub struct LoweredSubgraph {
     /// Position of the owning node in the *authored* graph.
     pub node: usize,
     pub attr: String,
+    /// Position of the attribute in the owning node's list.
+    pub attr_pos: usize,
     pub index: usize,
     pub graph: LoweredGraph,
 }
