@@ -1272,6 +1272,33 @@ mod tests {
     }
 
     #[test]
+    fn a_float_bias_ort_made_into_codes_is_judged_against_the_float() {
+        use crate::ort::weight_bias::quantized_bias;
+        // QGemm, K = 2, one column: x·2^-4 (zero point 128), w·2^-3, y·2^-2; ORT's bias scale is 2^-7.
+        let g = GemmGroup::new(GemmKind::Gemm { alpha: 1.0 }, u8q(0.0625, 128), I8, vec![vec![3, -5]], vec![0.125], vec![0], u8q(0.25, 128));
+        let on_grid = g.clone().with_bias(quantized_bias(&[37.0 * 2f32.powi(-7)], 0.0625, &[0.125]).unwrap());
+        assert_eq!(on_grid.bias.as_ref().unwrap().codes, vec![37]);
+        // 0.1245 becomes code 16 (0.125): at x[0] = 160 the float path gives 0.8745/0.25 → 3, the
+        // kernel (96 + 16)·2^-5 = 3.5 → 4.
+        let off_grid = g.with_bias(quantized_bias(&[0.1245], 0.0625, &[0.125]).unwrap());
+        assert_eq!(off_grid.bias.as_ref().unwrap().codes, vec![16]);
+        for isa in Isa::ALL {
+            for contract in [Contract::Exact, Contract::Real] {
+                let v = prove(&on_grid, isa, contract);
+                assert!(v.is_exact(), "{isa} {contract:?}: {v:?}");
+                let v = prove(&off_grid, isa, contract);
+                let c = refuted(&v);
+                let x = input(c, 2);
+                let acc = (x[0] - 128) * 3 + (x[1] - 128) * -5;
+                assert_eq!(c.fused, requantize(acc as i32 + 16, 2f32.powi(-5), 128, U8, isa), "{isa} {contract:?}: {c}");
+                let exact = (acc as f64 * 2f64.powi(-7) + f64::from(0.1245f32)) / 0.25;
+                assert_eq!(c.unfused, 128 + exact.round_ties_even() as i64, "{isa} {contract:?}: {c}");
+                assert_ne!(c.unfused, c.fused);
+            }
+        }
+    }
+
+    #[test]
     fn synthesis_keeps_the_bias_codes_and_proves_them_against_their_own_scale() {
         let (sx, sw, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3c08_baab), f32::from_bits(0x3d78_611e));
         let g = GemmGroup { kind: GemmKind::Conv { kernel_size: 1, groups: 1 }, ..matmul(sx, vec![vec![1, 127]], vec![sw], sy) };
