@@ -209,7 +209,10 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
     }
     match float_bias(ctx, target)? {
         // The selector fused a bias DQ it did not find in the model: WeightBiasQuantization's.
-        Some(b) => Ok(group.clone().with_bias(weight_bias::quantized_bias(&b, group.x.scale, &group.w_scales)?)),
+        Some(b) => {
+            let bias = weight_bias::quantized_bias(&b, group.x.scale, &group.w_scales)?;
+            Ok(group.with_bias(bias))
+        }
         None => Ok(group),
     }
 }
