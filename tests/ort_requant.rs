@@ -125,7 +125,7 @@ impl Case {
         match &self.bias {
             Some(b) => {
                 let scales = (0..c).map(|ch| qdqc_ort::requant::accumulator_scale(kind, self.x_scale, g.w_scale(ch))).collect();
-                g.with_bias(Bias { codes: b.clone(), scales, zero_points: vec![0] })
+                g.with_bias(Bias { codes: b.clone(), scales, zero_points: vec![0], float: None })
             }
             None => g,
         }

@@ -9,6 +9,7 @@ use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::matmul_dynamic::{self, DynamicMatMul};
 use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
 use qdqc_ort::selectors::{Fusion, Rewrite};
+use qdqc_ort::weight_bias::{self, FloatPath};
 use qdqc_ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
 
@@ -200,10 +201,38 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
     let target = f.target;
     let x_pos = dq_for_input(ctx, f, 0).ok_or("the activation is not DequantizeLinear'd by the model")?;
     let w_pos = dq_for_input(ctx, f, 1).ok_or("the weight was quantized by ORT itself (WeightBiasQuantization)")?;
+    let y = ctx.qparam(f.q_outputs[0])?;
+    let group = weights_group(ctx, target, op, x_pos, w_pos, y)?;
+    if let Some(b_pos) = dq_for_input(ctx, f, 2) {
+        let ChannelParams { scales, zero_points, .. } = ctx.channel_params(b_pos)?;
+        return Ok(group.with_bias(Bias { codes: ctx.constant_codes(b_pos)?.1, scales, zero_points, float: None }));
+    }
+    match float_bias(ctx, target)? {
+        // The selector fused a bias DQ it did not find in the model: WeightBiasQuantization's.
+        Some(b) => {
+            let bias = weight_bias::quantized_bias(&b, group.x.scale, &group.w_scales)?;
+            Ok(group.with_bias(bias))
+        }
+        None => Ok(group),
+    }
+}
+
+/// The float bias initializer of a Conv/Gemm, `None` without a bias input; an error when the
+/// bias is neither an authored int32 DQ nor a 1-D float32 constant.
+fn float_bias(ctx: &Ctx, target: usize) -> Result<Option<Vec<f32>>, String> {
+    let Some(name) = ctx.node(target).input.get(2).filter(|b| !b.is_empty()) else { return Ok(None) };
+    match ctx.scopes.f32_tensor(ctx.model, name) {
+        Some((dims, values)) if dims.len() == 1 => Ok(Some(values)),
+        _ => Err(format!("the bias '{name}' is neither an authored int32 DequantizeLinear nor a 1-D float32 constant")),
+    }
+}
+
+/// The Conv/MatMul/Gemm at `target` with its activation and weight DQs at `x_pos`, `w_pos`,
+/// output parameters `y`, no bias.
+fn weights_group(ctx: &Ctx, target: usize, op: &str, x_pos: usize, w_pos: usize, y: QParam) -> Result<GemmGroup, String> {
     let x = ctx.qparam(x_pos)?;
     let w = ctx.channel_params(w_pos)?;
     let (dims, codes) = ctx.constant_codes(w_pos)?;
-    let y = ctx.qparam(f.q_outputs[0])?;
     // The axis of the weight that holds the output channels, which per-axis parameters must follow.
     let (kind, weights, channel_axis) = match op {
         "Conv" => {
@@ -215,7 +244,7 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
             let [k, n] = dims[..] else { return Err(format!("MatMul weight of rank {} (only 2-D B is modelled)", dims.len())) };
             (GemmKind::MatMul, column_channels(&codes, k as usize, n as usize), 1)
         }
-        _ => {
+        "Gemm" => {
             let [a, b] = dims[..] else { return Err("Gemm weight is not 2-D".into()) };
             if ctx.int_attr(target, "transA").unwrap_or(0) != 0 {
                 return Err("Gemm with transA".into());
@@ -225,20 +254,66 @@ fn gemm_group(ctx: &Ctx, f: &Fusion, op: &str) -> Result<GemmGroup, String> {
             let weights = if trans_b { row_channels(&codes, a as usize) } else { column_channels(&codes, a as usize, b as usize) };
             (GemmKind::Gemm { alpha }, weights, i64::from(!trans_b))
         }
+        other => return Err(format!("{other} is not modelled as an integer kernel")),
     };
     if let Some(axis) = w.axis.map(|a| if a < 0 { a + dims.len() as i64 } else { a })
         && axis != channel_axis
     {
         return Err(format!("weight parameters per-axis along axis {axis}, but the output channels are axis {channel_axis}"));
     }
-    let mut group = GemmGroup::new(kind, x, w.code, weights, w.scales, w.zero_points, y);
-    if let Some(b_pos) = dq_for_input(ctx, f, 2) {
-        let ChannelParams { scales, zero_points, .. } = ctx.channel_params(b_pos)?;
-        group = group.with_bias(Bias { codes: ctx.constant_codes(b_pos)?.1, scales, zero_points });
-    } else if ctx.node(target).input.get(2).is_some_and(|b| !b.is_empty()) {
-        return Err("the bias is not an authored int32 DequantizeLinear".into());
+    Ok(GemmGroup::new(kind, x, w.code, weights, w.scales, w.zero_points, y))
+}
+
+/// The verdict on a WeightBiasQuantization of a float bias whose node stays float: the rewrite
+/// lists the node, then its Relu/Clip steps and its Q (`selectors::Work::list_float_weight_bias_paths`).
+/// `None` for the other WeightBiasQuantization rewrites (the fused group decides those).
+pub fn weight_bias_verdict(ctx: &Ctx, r: &Rewrite, contract: Contract) -> Option<Verdict> {
+    let (&target, path) = r.nodes.split_first()?;
+    let (&q, steps) = path.split_last()?;
+    (r.transformer == "WeightBiasQuantization" && ctx.node(q).op_type.as_deref() == Some("QuantizeLinear")).then_some(())?;
+    Some(float_path(ctx, target, steps, q).map_or_else(|reason| Verdict::Unknown { reason }, |p| weight_bias::prove(&p, contract)))
+}
+
+fn float_path(ctx: &Ctx, target: usize, steps: &[usize], q: usize) -> Result<FloatPath, String> {
+    let node = ctx.node(target);
+    let op = node.op_type.as_deref().unwrap_or("");
+    let dq = |i: usize| {
+        let pos = node.input.get(i).and_then(|v| ctx.graph.producer(v)).filter(|&p| ctx.node(p).op_type.as_deref() == Some("DequantizeLinear"));
+        pos.ok_or_else(|| format!("input {i} of {} is not an authored DequantizeLinear", ctx.name(target)))
+    };
+    if op == "Gemm" && ctx.float_attr(target, "beta").unwrap_or(1.0) != 1.0 {
+        return Err("Gemm with beta ≠ 1: the float path scales the bias".into());
     }
-    Ok(group)
+    let out = ctx.channel_params(q)?;
+    let channel_axis = if op == "Gemm" { -1 } else { 1 };
+    let rank = ctx.dims(&node.output[0]).map(|d| d.len() as i64);
+    let axis = out.axis.map(|a| if a < 0 { rank.map(|r| a + r) } else { Some(a) });
+    if let Some(axis) = axis
+        && axis != Some(if channel_axis < 0 { rank.unwrap_or(0) - 1 } else { channel_axis })
+    {
+        return Err(format!("{}: per-axis output parameters not along the output channels", ctx.name(q)));
+    }
+    let outputs = out.scales.iter().zip(&out.zero_points).map(|(&s, &z)| QParam::new(s, z, out.code)).collect::<Vec<_>>();
+    let group = weights_group(ctx, target, op, dq(0)?, dq(1)?, outputs[0])?;
+    let bias = float_bias(ctx, target)?.ok_or("no bias")?;
+    let clamps = steps.iter().map(|&s| clamp(ctx, s)).collect::<Result<Vec<_>, _>>()?;
+    Ok(FloatPath { group, bias, clamps, outputs })
+}
+
+/// A Relu, or a Clip with constant (or absent) bounds, as `(lo, hi)`.
+fn clamp(ctx: &Ctx, pos: usize) -> Result<weight_bias::Clamp, String> {
+    let node = ctx.node(pos);
+    match node.op_type.as_deref() {
+        Some("Relu") => Ok((0.0, f32::INFINITY)),
+        Some("Clip") => {
+            let bound = |i: usize, attr: &str, default: f32| match node.input.get(i).filter(|v| !v.is_empty()) {
+                Some(v) => ctx.scopes.f32_tensor(ctx.model, v).and_then(|(_, x)| x.first().copied()).ok_or_else(|| format!("{}: bound '{v}' is not a constant", ctx.name(pos))),
+                None => Ok(ctx.float_attr(pos, attr).unwrap_or(default)),
+            };
+            Ok((bound(1, "min", f32::NEG_INFINITY)?, bound(2, "max", f32::INFINITY)?))
+        }
+        other => Err(format!("{:?} between the node and its Q", other)),
+    }
 }
 
 /// The pool's geometry, with the indices of its spatial dims that are symbolic (their size in

@@ -123,11 +123,13 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
         }
         for rewrite in &outcome.rewrites {
             let ctx = contexts.iter().find(|c| c.graph.location == rewrite.location).expect("every graph has a context");
-            let slot = record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, dispatch::rewrite_verdict(rewrite));
-            if second.is_some() {
-                // Removing or merging Q/DQ changes codes, not a reduction: one verdict for both contracts.
+            // A float bias rounded in a node that stays float is decided per contract; the other
+            // rewrites remove or merge Q/DQ (codes, not a reduction): one verdict for both.
+            let verdict = |contract| dispatch::weight_bias_verdict(ctx, rewrite, contract).unwrap_or_else(|| dispatch::rewrite_verdict(rewrite));
+            let slot = record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, verdict(primary));
+            if let Some(contract) = second {
                 let r = groups[slot].real.get_or_insert_with(ContractVerdicts::default);
-                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }.insert(isa, dispatch::rewrite_verdict(rewrite));
+                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }.insert(isa, verdict(contract));
             }
         }
     }

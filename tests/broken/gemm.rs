@@ -1,6 +1,7 @@
 //! Broken requantization of integer accumulators (Conv/MatMul/Gemm epilogues), checked against
-//! the exact rational value of the float computation, and a broken bound on the accumulators of
-//! a MatMul of two activations, checked by its rule's own proof.
+//! the exact rational value of the float computation, a float bias rounded as ORT's
+//! WeightBiasQuantization rounds it, and a broken bound on the accumulators of a MatMul of two
+//! activations, each checked by its own prover.
 
 use crate::Broken;
 use qdqc_exact::num::Dyadic;
@@ -10,6 +11,7 @@ use qdqc_exact::{Contract, QParam, Verdict};
 use qdqc_ort::Isa;
 use qdqc_ort::matmul_dynamic::{DynamicMatMul, prove};
 use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, requantize};
+use qdqc_ort::weight_bias::{self, FloatPath};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -38,6 +40,12 @@ pub fn rules() -> Vec<Broken> {
             twin: Some(|| u8_weights(128)),
         },
         Broken {
+            name: "float_bias_rounded_to_the_accumulator_grid",
+            claim: "a float Conv bias can be replaced by rne(b/fl(sx·sw))·fl(sx·sw), as ORT's WeightBiasQuantization does, without changing the Q after the Conv",
+            broken: || float_bias(0.1245),
+            twin: Some(|| float_bias(37.0 * 2f32.powi(-7))),
+        },
+        Broken {
             name: "activation_matmul_bounded_by_one_product",
             claim: "a MatMul of two activations is proven over the accumulators of one product (K = 1), as if the other K − 1 terms of A·B stayed at zero; the K = 1 proof of this instance holds, the K = 16 one does not",
             broken: || attention(f32::from_bits(0x3df8_cc03)),
@@ -54,6 +62,16 @@ fn attention(sy: f32) -> Verdict {
     let g = |k| DynamicMatMul::new(QParam::new(s, 122, CodeType::U8), QParam::new(s, 122, CodeType::U8), k, QParam::new(sy, 136, CodeType::U8));
     assert!(prove(&g(1), Isa::X86Avx512Vnni, Contract::Exact).is_exact(), "the broken rule's own proof");
     prove(&g(16), Isa::X86Avx512Vnni, Contract::Exact)
+}
+
+/// A 1×1 Conv over one channel (u8 activations·2^-4, zero point 128; int8 weight 3·2^-3) that
+/// stays float, with float bias `b`, Q at 1/4: WeightBiasQuantization's rounded bias against `b`,
+/// on every input with one nonzero product (`weight_bias::prove`, `exact`).
+fn float_bias(b: f32) -> Verdict {
+    let x = QParam::new(0.0625, 128, CodeType::U8);
+    let y = QParam::new(0.25, 128, CodeType::U8);
+    let group = GemmGroup::new(GemmKind::Conv { kernel_size: 1, groups: 1 }, x, CodeType::I8, vec![vec![3]], vec![0.125], vec![0], y);
+    weight_bias::prove(&FloatPath { group, bias: vec![b], clamps: vec![], outputs: vec![y] }, Contract::Exact)
 }
 
 fn dy(x: f32) -> Dyadic {

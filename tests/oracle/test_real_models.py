@@ -177,14 +177,7 @@ def explained(row: dict) -> bool:
 
 
 # Origins the audit does not account for yet (issue #9 stays open for them): pinned so that a change
-# in either direction fails here and the table is updated on purpose.
-KNOWN_GAPS = {
-    # ORT's WeightBiasQuantization quantizes NNCF's float Conv bias to int32 (the Conv itself stays
-    # float), changing the Q after it: that rewrite is not replayed as a group.
-    "ocr_det_nncf": {"q_output_batch_norm_67.tmp_2_1": "WeightBiasQuantization of a float bias, not replayed"},
-    # Int8-activation QGemm in the SmoothQuant model: both contracts unknown (see the audit's reason).
-    "minilm_nncf_transformer": {
-        "q_output__v_304_1": "QGemm over NNCF SmoothQuant activations: unknown under both contracts",
-        "q_output__v_320_1": "QGemm over NNCF SmoothQuant activations: unknown under both contracts",
-    },
-}
+# in either direction fails here and the table is updated on purpose. None left: the last three
+# (ocr_det_nncf's float Conv and minilm_nncf_transformer's two QGemms) were ORT's
+# WeightBiasQuantization of a float bias, now replayed (docs/audit-origins.md).
+KNOWN_GAPS: dict[str, dict[str, str]] = {}

@@ -37,8 +37,18 @@ pub struct DotProduct<'a> {
     pub weights: &'a [i64],
     /// Gemm's alpha, applied to partial sums of products; 1 for Conv and MatMul.
     pub alpha: f32,
-    /// The int32 bias code and its DQ scale (zero point 0).
-    pub bias: Option<(i64, f32)>,
+    /// The bias the unfused graph adds.
+    pub bias: Option<BiasTerm>,
+}
+
+/// What a Conv/Gemm adds to its products: the DQ of an int32 code, or a float initializer (ORT's
+/// WeightBiasQuantization makes codes from one; the unfused graph still adds the float).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BiasTerm {
+    /// The int32 code and its DQ scale (zero point 0): `fl(f32(code)·scale)`.
+    Dequantized(i64, f32),
+    /// A float added as it is.
+    Float(f32),
 }
 
 impl DotProduct<'_> {
@@ -67,7 +77,8 @@ pub fn dot_product(d: &DotProduct) -> Result<Certificate, String> {
         }
     }
     let bias = match d.bias {
-        Some((b, sb)) => bias_term(b, finite(sb, "bias scale")?)?,
+        Some(BiasTerm::Dequantized(b, sb)) => bias_term(b, finite(sb, "bias scale")?)?,
+        Some(BiasTerm::Float(b)) => finite(b, "float bias").and_then(|v| if normal_f32(v) { Ok(v) } else { Err(format!("float bias {b:e} is subnormal")) })?,
         None => Dyadic::ZERO,
     };
     // Products (x − zx)(w − zw)·(alpha·sx·sw): integers times 2^ep, largest |integer| each.
@@ -186,6 +197,7 @@ mod tests {
     use super::*;
 
     fn dot<'a>(sx: f32, sw: f32, weights: &'a [i64], bias: Option<(i64, f32)>) -> DotProduct<'a> {
+        let bias = bias.map(|(b, sb)| BiasTerm::Dequantized(b, sb));
         DotProduct { x_scale: sx, x_zero_point: 128, x_codes: (0, 255), w_scale: sw, w_zero_point: 0, weights, alpha: 1.0, bias }
     }
 
@@ -225,6 +237,16 @@ mod tests {
         // A bias on a much finer grid than the products makes the partial sums too long.
         let err = dot_product(&dot(1.0, 1.0, &[100, 100], Some((1, 2f32.powi(-20))))).unwrap_err();
         assert!(err.contains("> 2^24"), "{err}");
+    }
+
+    #[test]
+    fn a_float_bias_counts_on_its_own_grid() {
+        // 0.75 = 3·2^-2 on the products' grid 2^-3: exact; 0.1 needs 24 bits far below it.
+        let w = [1i64, -2, 3];
+        let on_grid = DotProduct { bias: Some(BiasTerm::Float(0.75)), ..dot(0.5, 0.25, &w, None) };
+        dot_product(&on_grid).unwrap();
+        let off_grid = DotProduct { bias: Some(BiasTerm::Float(0.1)), ..dot(0.5, 0.25, &w, None) };
+        assert!(dot_product(&off_grid).unwrap_err().contains("> 2^24"));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod requant;
 pub mod selectors;
 pub mod softmax;
+pub mod weight_bias;
 
 use serde::Serialize;
 use std::fmt;

@@ -26,7 +26,7 @@
 //!   `pmaddubsw` u8×s8 kernel too; the `x86-sse2` profile models the GCC/Clang builds.
 
 use qdqc_exact::num::Dyadic;
-use qdqc_exact::p2::{self, DotProduct};
+use qdqc_exact::p2::{self, BiasTerm, DotProduct};
 use qdqc_exact::p3::{self, Affine, Codes, Direction, Outcome, Report};
 use qdqc_exact::reference::{CodeType, dequantize, quantize, quantize_real};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
@@ -54,6 +54,10 @@ pub struct Bias {
     /// One per channel, or one for all.
     pub scales: Vec<f32>,
     pub zero_points: Vec<i64>,
+    /// The float bias the unfused graph adds instead of `DQ(code)`, one per channel, when ORT
+    /// made the codes from it (`weight_bias::quantized_bias`); `None` for an authored int32 DQ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float: Option<Vec<f32>>,
 }
 
 /// A quantized Conv / MatMul / Gemm group with its constant weights.
@@ -107,8 +111,12 @@ impl GemmGroup {
         self.bias.as_ref().map_or(0, |b| b.codes[c])
     }
 
-    fn bias_scale(&self, c: usize) -> Option<f32> {
-        self.bias.as_ref().map(|b| per_channel(&b.scales, c))
+    /// What the unfused graph adds to channel `c`.
+    fn bias_term(&self, c: usize) -> Option<BiasTerm> {
+        self.bias.as_ref().map(|b| match &b.float {
+            Some(values) => BiasTerm::Float(values[c]),
+            None => BiasTerm::Dequantized(b.codes[c], per_channel(&b.scales, c)),
+        })
     }
 
     fn alpha(&self) -> f32 {
@@ -669,8 +677,9 @@ impl<'a> Channel<'a> {
         }
         let exact = |s: f32| Dyadic::from_f32(s).ok_or(Failure::Unknown(format!("non-finite scale {s}")));
         let unit = exact(g.x.scale)?.checked_mul(exact(g.w_scale(c))?).and_then(|u| u.checked_mul(Dyadic::from_f32(g.alpha())?));
-        let bias_value = match g.bias_scale(c) {
-            Some(sb) => Dyadic::int(bias).checked_mul(exact(sb)?),
+        let bias_value = match g.bias_term(c) {
+            Some(BiasTerm::Dequantized(code, sb)) => Dyadic::int(code).checked_mul(exact(sb)?),
+            Some(BiasTerm::Float(b)) => Some(exact(b)?),
             None => Some(Dyadic::ZERO),
         };
         let (Some(unit), Some(bias_value)) = (unit, bias_value) else { return unknown("exact scale products overflow") };
@@ -708,7 +717,7 @@ impl<'a> Channel<'a> {
             w_zero_point: self.g.w_zero_point(self.c),
             weights: &self.g.weights[self.c],
             alpha: self.g.alpha(),
-            bias: self.g.bias_scale(self.c).map(|sb| (self.bias, sb)),
+            bias: self.g.bias_term(self.c),
         }
     }
 
@@ -801,8 +810,9 @@ impl<'a> Channel<'a> {
     }
 
     /// When P2 fails the unfused reduction has no unique value in general, but an input with a
-    /// single nonzero product does: `fl(DQ(x)·DQ(w))`, plus the bias when that product is exact
-    /// (then an FMA and a separate add round alike). Searches those inputs for a difference.
+    /// single nonzero product has a unique code where its two evaluations, `fl(DQ(x)·DQ(w) + b)`
+    /// (an FMA) and `fl(fl(DQ(x)·DQ(w)) + b)`, quantize alike (the zero terms add exactly).
+    /// Searches those inputs for a difference.
     /// Every candidate is a few float operations: the dequantized activations are tabulated once,
     /// and the kernel's accumulator of a one-hot input needs no input vector.
     fn single_term_witness(&self) -> Option<Failure> {
@@ -811,7 +821,11 @@ impl<'a> Channel<'a> {
             return None; // the other terms cannot be made zero, or alpha adds a rounding
         }
         let (sw, zx, zw) = (g.w_scale(self.c), g.x.zero_point, g.w_zero_point(self.c));
-        let bias_f = g.bias_scale(self.c).map_or(0.0, |sb| dequantize(self.bias, sb, 0));
+        let bias_f = match g.bias_term(self.c) {
+            Some(BiasTerm::Dequantized(code, sb)) => dequantize(code, sb, 0),
+            Some(BiasTerm::Float(b)) => b,
+            None => 0.0,
+        };
         let activations: Vec<(i64, f32)> = (g.x_codes.0..=g.x_codes.1).map(|x| (x, dequantize(x, g.x.scale, zx))).collect();
         let one_hot = g.pairs_saturate(self.isa).then(|| OneHotPairs::new(g, self.c));
         let fused = |k: usize, xk: i64| match &one_hot {
@@ -824,12 +838,10 @@ impl<'a> Channel<'a> {
         for (k, &dk) in self.d.iter().enumerate().filter(|&(_, &dk)| dk != 0 && seen.insert(dk)) {
             let b = dequantize(g.weights[self.c][k], sw, zw);
             for &(xk, a) in &activations {
-                let p = a * b;
-                // f64 holds the product of two f32 exactly: equal iff `fl(a·b)` did not round.
-                if bias_f != 0.0 && f64::from(a) * f64::from(b) != f64::from(p) {
-                    continue;
+                let unfused = quantize(a * b + bias_f, y.scale, y.zero_point, y.code);
+                if quantize(a.mul_add(b, bias_f), y.scale, y.zero_point, y.code) != unfused {
+                    continue; // an FMA gives another code: no unique unfused result
                 }
-                let unfused = quantize(p + bias_f, y.scale, y.zero_point, y.code);
                 let fused = fused(k, xk);
                 if unfused != fused {
                     differing += 1;
@@ -843,7 +855,7 @@ impl<'a> Channel<'a> {
         let (_, acc, k, unfused, fused) = best?;
         let mut x = vec![zx; self.d.len()];
         x[k] = zx + acc / self.d[k];
-        let detail = format!("P2 fails; an input with one nonzero product has a unique float value: channel {}", self.c);
+        let detail = format!("P2 fails; an input with one nonzero product has a unique code: channel {}", self.c);
         let proof = Certificate { method: Method::P2Representable, domain: differing, micros: 0, detail };
         Some(Failure::Refuted(Box::new((self.counterexample(acc, &x, (unfused, fused), differing), proof))))
     }
@@ -1239,7 +1251,7 @@ mod tests {
         let c = weights.len();
         let sx = 2f32.powi(-7);
         let sw: Vec<f32> = (0..c).map(|i| 2f32.powi(-6 - i as i32)).collect();
-        let bias = Bias { codes: (0..c as i64).map(|i| 1000 * i - 2000).collect(), scales: sw.iter().map(|s| sx * s).collect(), zero_points: vec![0] };
+        let bias = Bias { codes: (0..c as i64).map(|i| 1000 * i - 2000).collect(), scales: sw.iter().map(|s| sx * s).collect(), zero_points: vec![0], float: None };
         GemmGroup::new(GemmKind::Conv { kernel_size: 9, groups: 1 }, u8q(sx, 128), I8, weights, sw, vec![0], u8q(2f32.powi(-3), 128)).with_bias(bias)
     }
 
@@ -1330,10 +1342,37 @@ mod tests {
     }
 
     #[test]
+    fn a_float_bias_ort_made_into_codes_is_judged_against_the_float() {
+        use crate::weight_bias::quantized_bias;
+        // QGemm, K = 2, one column: x·2^-4 (zero point 128), w·2^-3, y·2^-2; ORT's bias scale is 2^-7.
+        let g = GemmGroup::new(GemmKind::Gemm { alpha: 1.0 }, u8q(0.0625, 128), I8, vec![vec![3, -5]], vec![0.125], vec![0], u8q(0.25, 128));
+        let on_grid = g.clone().with_bias(quantized_bias(&[37.0 * 2f32.powi(-7)], 0.0625, &[0.125]).unwrap());
+        assert_eq!(on_grid.bias.as_ref().unwrap().codes, vec![37]);
+        // 0.1245 becomes code 16 (0.125): at x[0] = 160 the float path gives 0.8745/0.25 → 3, the
+        // kernel (96 + 16)·2^-5 = 3.5 → 4.
+        let off_grid = g.with_bias(quantized_bias(&[0.1245], 0.0625, &[0.125]).unwrap());
+        assert_eq!(off_grid.bias.as_ref().unwrap().codes, vec![16]);
+        for isa in Isa::ALL {
+            for contract in [Contract::Exact, Contract::Real] {
+                let v = prove(&on_grid, isa, contract);
+                assert!(v.is_exact(), "{isa} {contract:?}: {v:?}");
+                let v = prove(&off_grid, isa, contract);
+                let c = refuted(&v);
+                let x = input(c, 2);
+                let acc = (x[0] - 128) * 3 + (x[1] - 128) * -5;
+                assert_eq!(c.fused, requantize(acc as i32 + 16, 2f32.powi(-5), 128, U8, isa), "{isa} {contract:?}: {c}");
+                let exact = (acc as f64 * 2f64.powi(-7) + f64::from(0.1245f32)) / 0.25;
+                assert_eq!(c.unfused, 128 + exact.round_ties_even() as i64, "{isa} {contract:?}: {c}");
+                assert_ne!(c.unfused, c.fused);
+            }
+        }
+    }
+
+    #[test]
     fn synthesis_keeps_the_bias_codes_and_proves_them_against_their_own_scale() {
         let (sx, sw, sy) = (f32::from_bits(0x3b42_4765), f32::from_bits(0x3c08_baab), f32::from_bits(0x3d78_611e));
         let g = GemmGroup { kind: GemmKind::Conv { kernel_size: 1, groups: 1 }, ..matmul(sx, vec![vec![1, 127]], vec![sw], sy) };
-        let bias = |scale: f32| Bias { codes: vec![-3000], scales: vec![scale], zero_points: vec![0] };
+        let bias = |scale: f32| Bias { codes: vec![-3000], scales: vec![scale], zero_points: vec![0], float: None };
         // fl(sx·sw) is not sx·sw: the bias value b·fl(sx·sw) is not on the kernel's grid, but
         // the difference is far below a rounding boundary here.
         let on_grid = g.clone().with_bias(bias(sx * sw));

@@ -171,6 +171,7 @@ pub(crate) fn optimize_graph<'m>(
     }
     w.select_and_fuse();
     w.final_cleanup();
+    w.list_float_weight_bias_paths();
     w.out
 }
 
@@ -480,6 +481,9 @@ struct Work<'m, 's, 'p> {
     producer: HashMap<String, usize>,
     /// Constants ORT creates while optimizing (new zero points, quantized biases).
     created: HashMap<String, Const<'m>>,
+    /// Per WeightBiasQuantization of a float bias alone: its rewrite's index, the node, and the
+    /// Relu/Clip/Q path to its Q ([`Work::list_float_weight_bias_paths`]).
+    float_bias_paths: Vec<(usize, usize, Vec<usize>)>,
     out: Outcome,
 }
 
@@ -494,6 +498,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
             uses: HashMap::new(),
             producer: HashMap::new(),
             created: HashMap::new(),
+            float_bias_paths: Vec::new(),
             out: Outcome::default(),
         };
         for (pos, n) in proto.node.iter().enumerate() {
@@ -1162,20 +1167,42 @@ impl<'m> Work<'m, '_, '_> {
 
     /// `IsNoBranchPathToQuantizeLinear`: single consumers all the way, through Relu/Clip only.
     fn no_branch_path_to_q(&self, id: usize) -> bool {
-        let mut cur = id;
+        self.path_to_q(id).is_some()
+    }
+
+    /// The Relu/Clip nodes and the Q of [`Self::no_branch_path_to_q`], in order.
+    fn path_to_q(&self, id: usize) -> Option<Vec<usize>> {
+        let (mut cur, mut path) = (id, Vec::new());
         loop {
             let n = &self.nodes[cur];
             if n.outputs.len() != 1 {
-                return false;
+                return None;
             }
             let mut consumers: Vec<usize> = self.uses_of(&n.outputs[0]).iter().map(|u| u.node).collect();
             consumers.dedup();
-            let [next] = consumers[..] else { return false };
+            let [next] = consumers[..] else { return None };
+            path.push(next);
             match self.nodes[next].op.as_str() {
-                "QuantizeLinear" => return true,
+                "QuantizeLinear" => return Some(path),
                 "Relu" | "Clip" => cur = next,
-                _ => return false,
+                _ => return None,
             }
+        }
+    }
+
+    /// A float bias rounded by WeightBiasQuantization changes the Q after the node when no
+    /// selector fuses the node (the float path adds the rounded bias; a fused group's own verdict
+    /// covers its bias codes): such a rewrite lists its Relu/Clip/Q path, when every node of it
+    /// is authored and still there, so the audit names the Q output it changes and decides it.
+    fn list_float_weight_bias_paths(&mut self) {
+        for (index, id, path) in std::mem::take(&mut self.float_bias_paths) {
+            let origin = self.nodes[id].origin;
+            let fused = self.out.fusions.iter().any(|f| f.target == origin);
+            if fused || !self.nodes[id].alive || path.iter().any(|&p| !self.nodes[p].alive || !self.nodes[p].authored) {
+                continue;
+            }
+            let nodes = path.iter().map(|&p| self.nodes[p].origin);
+            self.out.rewrites[index].nodes.extend(nodes);
         }
     }
 
@@ -1231,6 +1258,12 @@ impl<'m> Work<'m, '_, '_> {
             self.nodes[id].origin,
             changed.join(", ")
         );
+        if plan.dq1.is_some()
+            && plan.bias.is_some()
+            && let Some(path) = self.path_to_q(id)
+        {
+            self.float_bias_paths.push((self.out.rewrites.len(), id, path));
+        }
         self.report("WeightBiasQuantization", vec![id], false, detail);
     }
 

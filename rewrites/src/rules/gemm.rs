@@ -179,7 +179,7 @@ fn int32_bias(eg: &QdqEGraph, s: &Subst, outputs: usize, broadcast: bool) -> Res
     if scales.len() > 1 && (if axis < 0 { axis + rank } else { axis }) != rank - 1 {
         return Err(format!("bias parameters: per-axis along axis {axis}, not the channels"));
     }
-    Ok(Bias { codes, scales, zero_points })
+    Ok(Bias { codes, scales, zero_points, float: None })
 }
 
 /// Condition (Gemm): QGemm keeps `alpha`, `transA` and `transB` and drops `beta`, so a bias needs
