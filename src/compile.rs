@@ -1,13 +1,13 @@
 //! `qdqc compile`: load, lower (with the proof-gated rules), emit ONNX, report.
 
-use crate::inspect::{GroupJson, group_json};
+use crate::inspect::{QdqGroup, group_json};
 use crate::profile::SessionProfile;
 use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
 use crate::verdicts::Maps;
-use crate::weights::{FloatTableJson, ModelSize};
+use crate::weights::{FloatTable, ModelSize};
 use qdqc_exact::{Certificate, Contract, Counterexample};
 use qdqc_ort::Isa;
 use qdqc_rewrites::rules::{Allow, Lossy};
@@ -55,25 +55,25 @@ pub struct CompileReport {
     pub nodes_before: usize,
     pub nodes_after: usize,
     pub fused: usize,
-    pub stats: StatsJson,
+    pub stats: LoweringStats,
     pub model_bytes: u64,
-    pub external_data: Option<ExternalJson>,
+    pub external_data: Option<ExternalData>,
     /// int8 activations stored as uint8 (zero point + 128) before fusion, with their proofs.
-    pub resigned: Vec<ResignedJson>,
+    pub resigned: Vec<ResignedTensor>,
     /// When re-signing was possible: the cost of both forms and the one kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resign_costs: Option<ResignCosts>,
     pub model_size: ModelSize,
     /// Per embedding lookup rewritten by `gather-before-dequantize`: its float table, gone or
     /// still materialised for other readers.
-    pub float_tables: Vec<FloatTableJson>,
+    pub float_tables: Vec<FloatTable>,
     /// Every rule decision: the groups fused and the groups refused, with proofs.
-    pub decisions: Vec<DecisionJson>,
+    pub decisions: Vec<GroupDecision>,
     /// Every QDQ group of the input that no rule decided.
-    pub undecided: Vec<GroupJson>,
+    pub undecided: Vec<QdqGroup>,
     /// What a runtime would silently reinterpret or break (contract §7.1), reported even when qdqc
     /// changes nothing.
-    pub hazards: Vec<crate::audit::HazardJson>,
+    pub hazards: Vec<crate::audit::ReportedHazard>,
     /// What qdqc accepted although the model is not strictly valid ONNX, as ONNX Runtime does
     /// (a domain used without an opset import), each kept as authored; and every `--inputs`
     /// array no deviation was measured on, with the reason.
@@ -93,7 +93,7 @@ pub struct Timings {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct StatsJson {
+pub struct LoweringStats {
     pub graphs: usize,
     pub regions: usize,
     pub largest_region: usize,
@@ -138,7 +138,7 @@ fn cost(model: &Model, g: &qdqc_lower::lowered::LoweredGraph) -> usize {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ResignedJson {
+pub struct ResignedTensor {
     pub tensor: String,
     pub quantize: String,
     pub dequantize: Vec<String>,
@@ -148,8 +148,8 @@ pub struct ResignedJson {
     pub proof: Option<Certificate>,
 }
 
-fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedJson {
-    ResignedJson {
+fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedTensor {
+    ResignedTensor {
         tensor: r.tensor.clone(),
         quantize: r.quantize.clone(),
         dequantize: r.dequantize.clone(),
@@ -164,13 +164,13 @@ fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedJson {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ExternalJson {
+pub struct ExternalData {
     pub location: String,
     pub bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct DecisionJson {
+pub struct GroupDecision {
     pub rule: String,
     pub fused_op: String,
     pub nodes: Vec<String>,
@@ -210,8 +210,8 @@ fn authored_outputs(g: &qdqc_lower::lowered::LoweredGraph, out: &mut std::collec
     }
 }
 
-fn decision_json(d: &Decision) -> DecisionJson {
-    let mut out = DecisionJson {
+fn decision_json(d: &Decision) -> GroupDecision {
+    let mut out = GroupDecision {
         rule: d.rule.to_string(),
         fused_op: d.fused_op.clone(),
         nodes: d.nodes.clone(),
@@ -257,7 +257,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Pat
     report.output = output.display().to_string();
     report.model_bytes = saved.model_bytes;
     report.model_size.after_bytes = saved.model_bytes + saved.external.as_ref().map_or(0, |(_, bytes)| *bytes);
-    report.external_data = saved.external.map(|(location, bytes)| ExternalJson { location, bytes });
+    report.external_data = saved.external.map(|(location, bytes)| ExternalData { location, bytes });
     if let Some(path) = report_path {
         let json = serde_json::to_string_pretty(&report).expect("report serializes");
         outputs.stage(path, json.as_bytes())?;
@@ -316,7 +316,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
     } else {
         (model, lowering, Vec::new())
     };
-    let mut decisions: Vec<DecisionJson> = lowering.decisions.iter().map(decision_json).collect();
+    let mut decisions: Vec<GroupDecision> = lowering.decisions.iter().map(decision_json).collect();
     let mut kept = std::collections::BTreeSet::new();
     authored_outputs(&lowering.graph, &mut kept);
     for d in decisions.iter_mut().filter(|d| d.fired) {
@@ -352,7 +352,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
         nodes_after: count_lowered(&lowering.graph),
         fused: decisions.iter().filter(|d| d.fired && !d.kept_unfused).count(),
-        stats: StatsJson {
+        stats: LoweringStats {
             graphs: s.graphs,
             regions: s.regions,
             largest_region: s.largest_region,

@@ -15,7 +15,7 @@ pub struct Inspection {
     pub counts: Counts,
     /// Nodes per op type (`domain.Op` outside the default domain), over all graphs.
     pub ops: BTreeMap<String, usize>,
-    pub groups: Vec<GroupJson>,
+    pub groups: Vec<QdqGroup>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -30,16 +30,16 @@ pub struct Counts {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct GroupJson {
+pub struct QdqGroup {
     pub op: String,
     pub node: String,
     pub location: String,
-    pub inputs: Vec<EndJson>,
-    pub outputs: Vec<EndJson>,
+    pub inputs: Vec<GroupEnd>,
+    pub outputs: Vec<GroupEnd>,
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct EndJson {
+pub struct GroupEnd {
     pub node: String,
     pub tensor: String,
     pub code_type: Option<String>,
@@ -63,8 +63,8 @@ fn first<T: Clone>(v: &[T]) -> Vec<T> {
     v[..v.len().min(LISTED)].to_vec()
 }
 
-pub(crate) fn group_json(g: &Group) -> GroupJson {
-    let end = |e: &End| EndJson {
+pub(crate) fn group_json(g: &Group) -> QdqGroup {
+    let end = |e: &End| GroupEnd {
         node: e.node.clone(),
         tensor: e.tensor.clone(),
         code_type: e.params.code_type.clone(),
@@ -75,7 +75,7 @@ pub(crate) fn group_json(g: &Group) -> GroupJson {
         axis: e.params.axis,
         block_size: e.params.block_size,
     };
-    GroupJson {
+    QdqGroup {
         op: g.op.clone(),
         node: g.node.clone(),
         location: g.location.trim().to_string(),
@@ -91,7 +91,7 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
     if let Some(g) = &model.proto.graph {
         count(g, &mut counts, &mut ops);
     }
-    let groups: Vec<GroupJson> = find(&model).iter().map(group_json).collect();
+    let groups: Vec<QdqGroup> = find(&model).iter().map(group_json).collect();
     counts.groups = groups.len();
     let opsets = model
         .proto
@@ -164,7 +164,7 @@ impl Inspection {
     }
 }
 
-fn params_text(e: &EndJson) -> String {
+fn params_text(e: &GroupEnd) -> String {
     let list = |v: &[String]| if v.len() <= 3 { v.join(",") } else { format!("{},… ({} values)", v[..3].join(","), v.len()) };
     let scale = e.scale.as_ref().map(|s| list(&s.iter().map(|x| format!("{x:e}")).collect::<Vec<_>>())).unwrap_or("?".into());
     let zp = e.zero_point.as_ref().map(|z| list(&z.iter().map(i64::to_string).collect::<Vec<_>>())).unwrap_or("?".into());

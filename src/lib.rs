@@ -16,11 +16,11 @@ mod verdicts;
 mod weights;
 
 pub use audit::{Audit, audit};
-pub use compile::{CompileOptions, CompileReport, Compiled, DecisionJson, Timings, compile, compile_model, compile_with_report};
+pub use compile::{CompileOptions, CompileReport, Compiled, GroupDecision, Timings, compile, compile_model, compile_with_report};
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
-pub use weights::{FloatTableJson, ModelSize};
+pub use weights::{FloatTable, ModelSize};
 pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};

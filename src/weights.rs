@@ -14,7 +14,7 @@ pub struct ModelSize {
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct FloatTableJson {
+pub struct FloatTable {
     /// The Gather output the rewrite now dequantizes row by row.
     pub gather_output: String,
     /// The DequantizeLinear output that was the float table, and its quantized input.
@@ -31,7 +31,7 @@ pub struct FloatTableJson {
 
 /// For each fired `gather-before-dequantize` decision (by the Gather output it names), the fate
 /// of the float table in `compiled`.
-pub fn float_tables<'a>(input: &Model, compiled: &ModelProto, fired_gathers: impl Iterator<Item = &'a str>) -> Vec<FloatTableJson> {
+pub fn float_tables<'a>(input: &Model, compiled: &ModelProto, fired_gathers: impl Iterator<Item = &'a str>) -> Vec<FloatTable> {
     let before = graphs(input.proto.graph.as_ref());
     let after = graphs(compiled.graph.as_ref());
     let mut tables = Vec::new();
@@ -46,7 +46,7 @@ pub fn float_tables<'a>(input: &Model, compiled: &ModelProto, fired_gathers: imp
         // Produced by a node, or folded into an initializer by `--fold-weights`.
         let materialised = after.iter().flat_map(|g| &g.node).any(|n| n.output.contains(&table))
             || after.iter().flat_map(|g| &g.initializer).any(|t| t.name.as_deref() == Some(table.as_str()));
-        tables.push(FloatTableJson { gather_output: gather_output.to_string(), table, codes, elements, float_bytes: 4 * elements, materialised, readers });
+        tables.push(FloatTable { gather_output: gather_output.to_string(), table, codes, elements, float_bytes: 4 * elements, materialised, readers });
     }
     tables
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use qdqc::{CompileOptions, CompileReport, DecisionJson};
+use qdqc::{CompileOptions, CompileReport, GroupDecision};
 use qdqc_lang::onnx::{ModelProto, NodeProto, TensorProto};
 use qdqc_lang::{Model, onnx::GraphProto};
 
@@ -51,7 +51,7 @@ fn compile(m: &ModelProto, options: &CompileOptions) -> (CompileReport, GraphPro
     (report, graph)
 }
 
-fn gather_decision(r: &CompileReport) -> &DecisionJson {
+fn gather_decision(r: &CompileReport) -> &GroupDecision {
     let mut ds = r.decisions.iter().filter(|d| d.rule == "gather-before-dequantize");
     let d = ds.next().expect("a gather-before-dequantize decision");
     assert!(ds.next().is_none(), "one decision per lookup");

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use qdqc::{CompileOptions, CompileReport, DecisionJson};
+use qdqc::{CompileOptions, CompileReport, GroupDecision};
 use qdqc_lang::Model;
 use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_exact::num::Dyadic;
@@ -144,7 +144,7 @@ fn compile(m: &ModelProto, contract: Contract) -> (CompileReport, Model) {
 }
 
 /// The one decision of a single-group model.
-fn decision(r: &CompileReport) -> &DecisionJson {
+fn decision(r: &CompileReport) -> &GroupDecision {
     let [d] = &r.decisions[..] else { panic!("expected one decision, got {:#?}", r.decisions) };
     d
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 /// Parameters of one end of a group, as stored.
 #[derive(Clone, Debug, Serialize)]
-pub struct ParamJson {
+pub struct QdqParams {
     pub tensor: String,
     #[serde(rename = "type")]
     pub code: String,
@@ -27,15 +27,15 @@ pub struct ParamJson {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ParamsJson {
+pub struct GroupParams {
     /// One per DQ input, in target input order.
-    pub inputs: Vec<Option<ParamJson>>,
-    pub outputs: Vec<Option<ParamJson>>,
+    pub inputs: Vec<Option<QdqParams>>,
+    pub outputs: Vec<Option<QdqParams>>,
 }
 
-fn param_json(ctx: &Ctx, pos: usize, tensor: &str) -> Option<ParamJson> {
+fn param_json(ctx: &Ctx, pos: usize, tensor: &str) -> Option<QdqParams> {
     let p = ctx.channel_params(pos).ok()?;
-    Some(ParamJson {
+    Some(QdqParams {
         tensor: tensor.to_string(),
         code: p.code.name().to_string(),
         scale_bits: p.scales.iter().map(|s| format!("0x{:08x}", s.to_bits())).collect(),
@@ -45,10 +45,10 @@ fn param_json(ctx: &Ctx, pos: usize, tensor: &str) -> Option<ParamJson> {
     })
 }
 
-pub fn params_json(ctx: &Ctx, f: &Fusion) -> Option<ParamsJson> {
+pub fn params_json(ctx: &Ctx, f: &Fusion) -> Option<GroupParams> {
     let inputs = f.dq_inputs.iter().map(|&p| param_json(ctx, p, &ctx.node(p).input[0])).collect();
     let outputs = f.q_outputs.iter().map(|&p| param_json(ctx, p, ctx.node(p).output.first().map(String::as_str).unwrap_or(""))).collect();
-    Some(ParamsJson { inputs, outputs })
+    Some(GroupParams { inputs, outputs })
 }
 
 pub fn prove(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Verdict {

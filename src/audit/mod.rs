@@ -29,7 +29,7 @@ pub struct Audit {
     pub contracts: Vec<Contract>,
     pub profiles: Vec<Isa>,
     pub groups: Vec<Group>,
-    pub hazards: Vec<HazardJson>,
+    pub hazards: Vec<ReportedHazard>,
     /// What was accepted as ONNX Runtime accepts it (`compile`'s report has the same list).
     pub warnings: Vec<String>,
 }
@@ -72,7 +72,7 @@ pub struct Group {
     pub near_boundary: Option<NearBoundary>,
     /// The quantization parameters the proof used, when the group has per-tensor ones.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub params: Option<dispatch::ParamsJson>,
+    pub params: Option<dispatch::GroupParams>,
 }
 
 /// One contract's verdicts per profile, spread as in [`Group`].
@@ -88,7 +88,7 @@ pub struct ContractVerdicts {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct HazardJson {
+pub struct ReportedHazard {
     pub kind: String,
     pub node: String,
     pub message: String,
@@ -137,8 +137,8 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
     Ok(Audit { file: path.display().to_string(), contract: primary, contracts: contracts.to_vec(), profiles: profiles.to_vec(), groups, hazards, warnings: crate::compile::warnings(&model) })
 }
 
-pub(crate) fn hazards_json(model: &Model) -> Vec<HazardJson> {
-    hazards(model).into_iter().map(|h| HazardJson { kind: h.kind.to_string(), node: h.node, message: h.message }).collect()
+pub(crate) fn hazards_json(model: &Model) -> Vec<ReportedHazard> {
+    hazards(model).into_iter().map(|h| ReportedHazard { kind: h.kind.to_string(), node: h.node, message: h.message }).collect()
 }
 
 fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scopes<'m>, out: &mut Vec<Ctx<'m>>) {
