@@ -66,7 +66,7 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
     Ok(match (f.rule, op) {
         ("2DQ", "Add" | "Mul") => {
             let bop = if op == "Add" { BinaryOp::Add } else { BinaryOp::Mul };
-            prove_binary(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
+            binary::prove_layouts(bop, &BinaryParams { a: x(0)?, b: x(1)?, c: y()? }, &layouts(ctx, f), isa, contract)
         }
         ("MatMul", _) if !f.q_outputs.is_empty() && !b_is_2d_constant(ctx, f) => match dynamic_matmul(ctx, f)? {
             (g, Some(_)) => matmul_dynamic::prove(&g, isa, contract),
@@ -143,34 +143,14 @@ fn dq_for_input(ctx: &Ctx, f: &Fusion, i: usize) -> Option<usize> {
     f.dq_inputs.iter().copied().find(|&p| ctx.node(p).output.first() == Some(name))
 }
 
-/// Which broadcast layouts ORT may run: one when the shapes are known, all three otherwise.
+/// Which broadcast layouts ORT may run for the target's inputs ([`binary::layouts`], as the rule asks).
 fn layouts(ctx: &Ctx, f: &Fusion) -> Vec<Broadcast> {
     let target = ctx.node(f.target);
     let shape = |i: usize| {
         let dq = dq_for_input(ctx, f, i)?;
         ctx.shape(&ctx.node(dq).input[0]).or_else(|| ctx.shape(&target.input[i]))
     };
-    match (shape(0), shape(1)) {
-        (Some(a), _) if a.iter().product::<i64>() == 1 => vec![Broadcast::AScalar],
-        (_, Some(b)) if b.iter().product::<i64>() == 1 => vec![Broadcast::BScalar],
-        (Some(a), Some(b)) if a == b => vec![Broadcast::None],
-        _ => vec![Broadcast::None, Broadcast::BScalar, Broadcast::AScalar],
-    }
-}
-
-/// Exact only if exact for every layout ORT may run; the first refuted layout speaks.
-fn prove_binary(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa, contract: Contract) -> Verdict {
-    let mut last = None;
-    for &layout in layouts {
-        match binary::prove(op, p, layout, isa, contract) {
-            Verdict::Exact { proof } => last = Some(proof),
-            other => return other,
-        }
-    }
-    let mut proof = last.expect("at least one layout");
-    let names: Vec<&str> = layouts.iter().map(|l| l.name()).collect();
-    proof.detail = format!("{} (layouts: {})", proof.detail, names.join(", "));
-    Verdict::Exact { proof }
+    binary::layouts(shape(0), shape(1))
 }
 
 /// Whether B is DequantizeLinear'd from a 2-D constant (weights); otherwise (an activation, a

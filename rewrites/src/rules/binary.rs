@@ -7,9 +7,8 @@
 use super::group::{Group, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
 use qdqc_exact::reference::CodeType;
-use qdqc_exact::{Contract, Verdict};
-use qdqc_ort::Isa;
-use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
+use qdqc_exact::Verdict;
+use qdqc_ort::binary::{BinaryOp, BinaryParams, layouts, prove_layouts};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::term::Term;
@@ -23,33 +22,6 @@ pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
                 .expect("valid rule")
         })
         .collect()
-}
-
-/// The broadcast layouts ORT may run for inputs of these shapes: one when both are known, all
-/// three otherwise (a proof must then cover each).
-pub fn layouts(a: Option<Vec<i64>>, b: Option<Vec<i64>>) -> Vec<Broadcast> {
-    let one = |s: &Option<Vec<i64>>| s.as_ref().is_some_and(|s| s.iter().product::<i64>() == 1);
-    match (&a, &b) {
-        _ if one(&a) => vec![Broadcast::AScalar],
-        _ if one(&b) => vec![Broadcast::BScalar],
-        (Some(x), Some(y)) if x == y => vec![Broadcast::None],
-        _ => vec![Broadcast::None, Broadcast::AScalar, Broadcast::BScalar],
-    }
-}
-
-/// Exact only if exact in every layout; the first layout that is not speaks for all.
-pub fn prove_layouts(op: BinaryOp, p: &BinaryParams, layouts: &[Broadcast], isa: Isa, contract: Contract) -> Verdict {
-    let mut last = None;
-    for &layout in layouts {
-        match binary::prove(op, p, layout, isa, contract) {
-            Verdict::Exact { proof } => last = Some(proof),
-            other => return other,
-        }
-    }
-    let Some(mut proof) = last else { return Verdict::Unknown { reason: "no broadcast layout".into() } };
-    let names: Vec<&str> = layouts.iter().map(|l| l.name()).collect();
-    proof.detail = format!("{} (layouts: {})", proof.detail, names.join(", "));
-    Verdict::Exact { proof }
 }
 
 struct Fusion {
