@@ -2,13 +2,13 @@
 
 use crate::inspect::{QdqGroup, group_json};
 use crate::profile::SessionProfile;
+use crate::verdicts::Maps;
+use crate::weights::{FloatTable, ModelSize};
+use qdqc_exact::{Certificate, Contract, Counterexample};
 use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
-use crate::verdicts::Maps;
-use crate::weights::{FloatTable, ModelSize};
-use qdqc_exact::{Certificate, Contract, Counterexample};
 use qdqc_ort::Isa;
 use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, RuleOptions};
@@ -37,7 +37,16 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { fuse: true, contract: Contract::Exact, isas: Isa::ALL.to_vec(), limits: Limits::default(), resign: true, fold_weights: false, allow: Allow::default(), timings: false }
+        CompileOptions {
+            fuse: true,
+            contract: Contract::Exact,
+            isas: Isa::ALL.to_vec(),
+            limits: Limits::default(),
+            resign: true,
+            fold_weights: false,
+            allow: Allow::default(),
+            timings: false,
+        }
     }
 }
 
@@ -120,12 +129,10 @@ const INT8_KERNEL_PENALTY: usize = 3;
 fn cost(model: &Model, g: &qdqc_lower::lowered::LoweredGraph) -> usize {
     use qdqc_lower::lowered::Computation;
     let int8 = |name: &str| {
-        g.constants.iter().find(|c| c.name == name).map(|c| c.dtype)
-            .or_else(|| {
-                let init = model.proto.graph.as_ref()?.initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
-                qdqc_lang::tensor::data_type(init).ok()
-            })
-            == Some(qdqc_lang::onnx::DataType::Int8)
+        g.constants.iter().find(|c| c.name == name).map(|c| c.dtype).or_else(|| {
+            let init = model.proto.graph.as_ref()?.initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
+            qdqc_lang::tensor::data_type(init).ok()
+        }) == Some(qdqc_lang::onnx::DataType::Int8)
     };
     let penalty: usize = g
         .nodes
@@ -243,8 +250,9 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
 /// another output (bad input), and every folder must take a new file (I/O error).
 pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
     let model = Model::load(input)?;
-    let inputs: Vec<(&str, std::path::PathBuf)> =
-        std::iter::once(("the input model", input.to_path_buf())).chain(model.external_files().into_iter().map(|f| ("an external data file of the input", f))).collect();
+    let inputs: Vec<(&str, std::path::PathBuf)> = std::iter::once(("the input model", input.to_path_buf()))
+        .chain(model.external_files().into_iter().map(|f| ("an external data file of the input", f)))
+        .collect();
     let mut writes = vec![("-o", output.to_path_buf()), ("the output's external data file", qdqc_lang::save::data_path(output)?)];
     writes.extend(report_path.map(|r| ("--report", r.to_path_buf())));
     qdqc_lang::outputs::check_distinct(&inputs, &writes)?;
@@ -294,7 +302,13 @@ pub struct Compiled<'m> {
 /// ```
 pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<Compiled<'m>> {
     let start = std::time::Instant::now();
-    let rules = options.fuse.then(|| RuleOptions { contract: options.contract, isas: options.isas.clone(), fold_weights: options.fold_weights, allow: options.allow.clone(), memo: Default::default() });
+    let rules = options.fuse.then(|| RuleOptions {
+        contract: options.contract,
+        isas: options.isas.clone(),
+        fold_weights: options.fold_weights,
+        allow: options.allow.clone(),
+        memo: Default::default(),
+    });
     let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
     let lowering = lower(model)?;
     let mut resign_costs = None;
@@ -331,10 +345,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
     let input = &model.path;
     let input_bytes = std::fs::metadata(input).map_err(|e| qdqc_lang::Error::bad_input(input, format!("cannot read: {e}")))?.len();
     let compiled_bytes = prost::Message::encoded_len(&compiled) as u64;
-    let model_size = ModelSize {
-        before_bytes: input_bytes + model.external_bytes(),
-        after_bytes: compiled_bytes,
-    };
+    let model_size = ModelSize { before_bytes: input_bytes + model.external_bytes(), after_bytes: compiled_bytes };
     let undecided = qdqc_lower::groups::find(&model)
         .iter()
         .map(group_json)
@@ -471,11 +482,21 @@ impl CompileReport {
         }
         for r in &self.resigned {
             let proof = r.proof.as_ref().map_or(String::new(), |p| format!(" ({})", p.detail));
-            writeln!(out, "RESIGNED {} int8 zero point {} → uint8 {} [{} → {}]{proof}", r.tensor, r.zero_point_int8, r.zero_point_uint8, r.quantize, r.dequantize.join(", ")).unwrap();
+            writeln!(
+                out,
+                "RESIGNED {} int8 zero point {} → uint8 {} [{} → {}]{proof}",
+                r.tensor,
+                r.zero_point_int8,
+                r.zero_point_uint8,
+                r.quantize,
+                r.dequantize.join(", ")
+            )
+            .unwrap();
         }
         for d in &self.decisions {
             if let Some(l) = &d.lossy {
-                writeln!(out, "LOSSY   {} → {} [{}] (allowed by --allow; weights exact: {})", d.output, d.fused_op, d.nodes.join(", "), l.weights.detail).unwrap();
+                writeln!(out, "LOSSY   {} → {} [{}] (allowed by --allow; weights exact: {})", d.output, d.fused_op, d.nodes.join(", "), l.weights.detail)
+                    .unwrap();
                 writeln!(out, "    contract lossy: accuracy_level {}, {}-bit weights, block {}", l.accuracy_level.name(), l.bits, l.block_size).unwrap();
                 for dev in &l.deviation {
                     writeln!(out, "    deviation on {} ({} rows): max abs {:.3e}, max rel {:.3e}", dev.inputs, dev.rows, dev.max_abs, dev.max_rel).unwrap();
@@ -501,7 +522,12 @@ impl CompileReport {
         }
         for t in &self.float_tables {
             let fate = if t.materialised { format!("still materialised for {}", t.readers.join(", ")) } else { "gone".to_string() };
-            writeln!(out, "TABLE   {} = DQ({}): {} elements, {} bytes of f32, read row by row by {}; {fate}", t.table, t.codes, t.elements, t.float_bytes, t.gather_output).unwrap();
+            writeln!(
+                out,
+                "TABLE   {} = DQ({}): {} elements, {} bytes of f32, read row by row by {}; {fate}",
+                t.table, t.codes, t.elements, t.float_bytes, t.gather_output
+            )
+            .unwrap();
         }
         for g in &self.undecided {
             writeln!(out, "KEPT    {} {} (no rule in the catalog)", g.op, g.node).unwrap();

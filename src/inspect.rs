@@ -93,20 +93,9 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
     }
     let groups: Vec<QdqGroup> = find(&model).iter().map(group_json).collect();
     counts.groups = groups.len();
-    let opsets = model
-        .proto
-        .opset_import
-        .iter()
-        .map(|o| (o.domain.clone().filter(|d| !d.is_empty()).unwrap_or("ai.onnx".into()), o.version.unwrap_or(0)))
-        .collect();
-    Ok(Inspection {
-        file: path.display().to_string(),
-        ir_version: model.proto.ir_version.unwrap_or(0),
-        opsets,
-        counts,
-        ops,
-        groups,
-    })
+    let opsets =
+        model.proto.opset_import.iter().map(|o| (o.domain.clone().filter(|d| !d.is_empty()).unwrap_or("ai.onnx".into()), o.version.unwrap_or(0))).collect();
+    Ok(Inspection { file: path.display().to_string(), ir_version: model.proto.ir_version.unwrap_or(0), opsets, counts, ops, groups })
 }
 
 fn count(g: &qdqc_lang::onnx::GraphProto, counts: &mut Counts, ops: &mut BTreeMap<String, usize>) {

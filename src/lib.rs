@@ -20,14 +20,14 @@ pub use compile::{CompileOptions, CompileReport, Compiled, GroupDecision, Timing
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
-pub use weights::{FloatTable, ModelSize};
+pub use qdqc_exact::Contract;
 pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
-pub use qdqc_exact::Contract;
 pub use qdqc_ort::Isa;
 pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_rewrites::rules::{Activations, Allow};
+pub use weights::{FloatTable, ModelSize};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.
 #[cfg(feature = "npz")]

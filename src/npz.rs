@@ -17,8 +17,7 @@ pub const MAX_BYTES: u64 = 1 << 30;
 
 pub fn read(path: &Path) -> Result<BTreeMap<String, Vec<f32>>> {
     let file = File::open(path).map_err(|e| Error::bad_input(path, format!("cannot read the inputs archive: {e}")))?;
-    let mut zip = zip::ZipArchive::new(BufReader::new(file))
-        .map_err(|e| Error::bad_input(path, format!("not an .npz archive (zip: {e})")))?;
+    let mut zip = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| Error::bad_input(path, format!("not an .npz archive (zip: {e})")))?;
     arrays(&mut zip).map_err(|p| Error::bad_input(path, p))
 }
 

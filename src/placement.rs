@@ -66,7 +66,12 @@ fn graph_edges(g: &GraphProto, location: &str, out: &mut Vec<Edge>) {
     for node in &g.node {
         for (i, input) in node.input.iter().enumerate() {
             let Some(dq) = producer.get(input.as_str()).filter(|p| is(p, "DequantizeLinear")) else { continue };
-            out.push(Edge { location: location.to_string(), consumer: key(node), input: i, pattern: format!("{} → {}", origin(&producer, dq, g), node.op_type.as_deref().unwrap_or("?")) });
+            out.push(Edge {
+                location: location.to_string(),
+                consumer: key(node),
+                input: i,
+                pattern: format!("{} → {}", origin(&producer, dq, g), node.op_type.as_deref().unwrap_or("?")),
+            });
         }
         for attr in &node.attribute {
             for sub in attr.g.iter().chain(&attr.graphs) {

@@ -42,7 +42,13 @@ pub fn float_tables<'a>(input: &Model, compiled: &ModelProto, fired_gathers: imp
         let dims = before.iter().flat_map(|g| &g.initializer).find(|t| t.name.as_deref() == Some(codes.as_str())).map(|t| t.dims.clone());
         let elements = dims.map_or(0, |d| d.iter().product::<i64>().max(0) as u64);
         let mut readers: Vec<String> = after.iter().flat_map(|g| &g.node).filter(|n| n.input.contains(&table)).map(describe).collect();
-        readers.extend(after.iter().flat_map(|g| &g.output).filter(|o| o.name.as_deref() == Some(table.as_str())).map(|o| format!("output {}", o.name.as_deref().unwrap_or(""))));
+        readers.extend(
+            after
+                .iter()
+                .flat_map(|g| &g.output)
+                .filter(|o| o.name.as_deref() == Some(table.as_str()))
+                .map(|o| format!("output {}", o.name.as_deref().unwrap_or(""))),
+        );
         // Produced by a node, or folded into an initializer by `--fold-weights`.
         let materialised = after.iter().flat_map(|g| &g.node).any(|n| n.output.contains(&table))
             || after.iter().flat_map(|g| &g.initializer).any(|t| t.name.as_deref() == Some(table.as_str()));

@@ -41,7 +41,12 @@ fn decisions(r: &CompileReport) -> String {
         writeln!(s, "KEPT {} {} (no rule)", g.op, g.node).unwrap();
     }
     for t in &r.float_tables {
-        writeln!(s, "TABLE {} = DQ({}) [{} elements] gathered by {}: materialised {} for {:?}", t.table, t.codes, t.elements, t.gather_output, t.materialised, t.readers).unwrap();
+        writeln!(
+            s,
+            "TABLE {} = DQ({}) [{} elements] gathered by {}: materialised {} for {:?}",
+            t.table, t.codes, t.elements, t.gather_output, t.materialised, t.readers
+        )
+        .unwrap();
     }
     s
 }

@@ -11,9 +11,7 @@ mod common;
 
 use common::*;
 use prost::Message;
-use qdqc_lang::onnx::{
-    AttributeProto, ModelProto, StringStringEntryProto, TensorProto, attribute_proto::AttributeType, tensor_proto::DataLocation,
-};
+use qdqc_lang::onnx::{AttributeProto, ModelProto, StringStringEntryProto, TensorProto, attribute_proto::AttributeType, tensor_proto::DataLocation};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -140,7 +138,12 @@ fn edit(m: &mut ModelProto, rng: &mut Rng) -> String {
             // Nest: the node gains a graph attribute holding a copy of this graph.
             let copy = g.clone();
             let n = rng.below(nodes);
-            g.node[n].attribute.push(AttributeProto { name: Some("body".into()), r#type: Some(AttributeType::Graph as i32), g: Some(copy), ..Default::default() });
+            g.node[n].attribute.push(AttributeProto {
+                name: Some("body".into()),
+                r#type: Some(AttributeType::Graph as i32),
+                g: Some(copy),
+                ..Default::default()
+            });
             format!("graph {gi}: node {n} gained a nested copy of its graph")
         }
         6 if !g.initializer.is_empty() => {

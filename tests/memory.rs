@@ -97,13 +97,7 @@ fn every_command_stays_within_the_model_size_plus_a_constant() {
         let start = std::time::Instant::now();
         let (code, stderr, rss) = peak_rss(&args);
         assert_eq!(code, 0, "{name}: {stderr}");
-        assert!(
-            rss <= model_bytes + OVERHEAD,
-            "{name}: peak RSS {} MiB over the model's {} MiB + {} MiB",
-            rss / MIB,
-            model_bytes / MIB,
-            OVERHEAD / MIB
-        );
+        assert!(rss <= model_bytes + OVERHEAD, "{name}: peak RSS {} MiB over the model's {} MiB + {} MiB", rss / MIB, model_bytes / MIB, OVERHEAD / MIB);
         eprintln!("{name}: peak RSS {} MiB for a {} MiB model, {:.1} s", rss / MIB, model_bytes / MIB, start.elapsed().as_secs_f64());
     }
     // The compiled model carries the weight over byte for byte.

@@ -13,8 +13,8 @@ use common::{Rng, codes, dtype, oracle_python};
 
 use qdqc_exact::reference::{CodeType, dequantize, quantize};
 use qdqc_exact::{Contract, Counterexample, QParam, Verdict};
-use qdqc_ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Broadcast, Contractions, Fused};
 use qdqc_ort::Isa;
+use qdqc_ort::binary::{self, BinaryKernel, BinaryOp, BinaryParams, Broadcast, Contractions, Fused};
 use qdqc_ort::lut::{self, Lut, Requant};
 use qdqc_ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolGeometry, PoolParams};
 use qdqc_ort::softmax::{self, SoftmaxKernel};
@@ -239,9 +239,15 @@ fn binary_inputs(oracle: &mut Oracle, t: CodeType, layout: &str) -> Vec<Value> {
             oracle.input(&format!("vv_b_{d}"), d, &[65536], || to_bytes((0..65536).map(cols))),
         ],
         // A [256, 1] against B [1, 256]: each output row sees one scalar A.
-        "as" => vec![oracle.input(&format!("col_{d}"), d, &[256, 1], || to_bytes(all.clone())), oracle.input(&format!("row_{d}"), d, &[1, 256], || to_bytes(all.clone()))],
+        "as" => vec![
+            oracle.input(&format!("col_{d}"), d, &[256, 1], || to_bytes(all.clone())),
+            oracle.input(&format!("row_{d}"), d, &[1, 256], || to_bytes(all.clone())),
+        ],
         // A [1, 256] against B [256, 1]: each output row sees one scalar B.
-        _ => vec![oracle.input(&format!("row_{d}"), d, &[1, 256], || to_bytes(all.clone())), oracle.input(&format!("col_{d}"), d, &[256, 1], || to_bytes(all.clone()))],
+        _ => vec![
+            oracle.input(&format!("row_{d}"), d, &[1, 256], || to_bytes(all.clone())),
+            oracle.input(&format!("col_{d}"), d, &[256, 1], || to_bytes(all.clone())),
+        ],
     }
 }
 
@@ -498,14 +504,22 @@ fn qlinear_where_and_concat_match_copy_or_table_per_input() {
         let t = case.out.code;
         let all = codes(t);
         // Where: the first half takes x (condition true), the second y; Concat: one row per input.
-        let model: Vec<i64> = case.inputs.iter().flat_map(|&p| {
-            let r = Requant::new(p, case.out);
-            all.iter().map(move |&q| r.eval(q)).collect::<Vec<_>>()
-        }).collect();
-        let reference: Vec<i64> = case.inputs.iter().flat_map(|&p| {
-            let r = Lut::build(p, case.out, |v| v);
-            all.iter().map(move |&q| r.get(q)).collect::<Vec<_>>()
-        }).collect();
+        let model: Vec<i64> = case
+            .inputs
+            .iter()
+            .flat_map(|&p| {
+                let r = Requant::new(p, case.out);
+                all.iter().map(move |&q| r.eval(q)).collect::<Vec<_>>()
+            })
+            .collect();
+        let reference: Vec<i64> = case
+            .inputs
+            .iter()
+            .flat_map(|&p| {
+                let r = Lut::build(p, case.out, |v| v);
+                all.iter().map(move |&q| r.get(q)).collect::<Vec<_>>()
+            })
+            .collect();
         let at = |i: usize| format!("input {} code {}", i / 256, all[i % 256]);
         let what = format!("{} {:?} → {:?}", case.id, case.inputs, case.out);
         bad.check(&what, &run.codes(&case.id, "fused", t), &model, at);
@@ -563,7 +577,15 @@ fn pool_params(rng: &mut Rng, t: CodeType, n: u64) -> PoolParams {
 fn random_geometry(rng: &mut Rng) -> PoolGeometry {
     let rank = [1, 2, 2, 2, 3][rng.int(0, 4) as usize];
     let global = rng.chance(0.15);
-    let mut g = PoolGeometry { input: vec![], kernel: vec![], strides: vec![], pads: vec![0; 2 * rank], dilations: vec![1; rank], ceil_mode: rng.chance(0.3), count_include_pad: rng.chance(0.5) };
+    let mut g = PoolGeometry {
+        input: vec![],
+        kernel: vec![],
+        strides: vec![],
+        pads: vec![0; 2 * rank],
+        dilations: vec![1; rank],
+        ceil_mode: rng.chance(0.3),
+        count_include_pad: rng.chance(0.5),
+    };
     for d in 0..rank {
         let n = rng.int(if rank == 3 { 2 } else { 3 }, if rank == 3 { 5 } else { 9 }) as u64;
         let k = if global { n } else { rng.int(1, 4.min(n as i64 + 1)) as u64 };
@@ -578,7 +600,6 @@ fn random_geometry(rng: &mut Rng) -> PoolGeometry {
     }
     g
 }
-
 
 /// Parameter sets whose proofs refute the fusion, each counterexample run as one more channel:
 /// global pools (P2 holds, and P2 fails with an order-independent window) and the float
@@ -605,7 +626,15 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
         case.refutation = Some((last, c));
         cases.push(case);
     }
-    let geom = PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false };
+    let geom = PoolGeometry {
+        input: vec![5, 5],
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![1; 4],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+    };
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
     let c = pool::prove_average_pool(&params, &geom, common::host_isa(), Contract::Exact).counterexample().cloned().expect("a refutation");
     let codes = qdqc_ort::pool::counterexample_window(&c);

@@ -133,7 +133,15 @@ fn random_case(rng: &mut Rng, i: usize, pow2: bool) -> Case {
     let q = |s: f32, t: CodeType, rng: &mut Rng| QParam::new(s, rng.codes(t, 1)[0], t);
     let g = DynamicMatMul::new(q(sa, at, rng), q(sb, bt, rng), k, q(sy, at, rng));
     let (na, nb) = (a_shape.iter().product(), b_shape.iter().product());
-    Case { name: format!("{} {i} {}×{} {a_shape:?}×{b_shape:?}", if pow2 { "pow2" } else { "random" }, type_name(at), type_name(bt)), g, a: rng.codes(at, na), b: rng.codes(bt, nb), a_shape, b_shape, unfused: false }
+    Case {
+        name: format!("{} {i} {}×{} {a_shape:?}×{b_shape:?}", if pow2 { "pow2" } else { "random" }, type_name(at), type_name(bt)),
+        g,
+        a: rng.codes(at, na),
+        b: rng.codes(bt, nb),
+        a_shape,
+        b_shape,
+        unfused: false,
+    }
 }
 
 #[test]
@@ -167,7 +175,10 @@ fn qlinear_matmul_of_two_activations_matches_onnxruntime_byte_for_byte() {
         let unfused = results[n + j].as_ref().unwrap_or_else(|e| panic!("{}: {e}", cases[n + j].name));
         assert_eq!(unfused, results[i].as_ref().unwrap(), "{}: proven, but fused and unfused differ in ORT", cases[i].name);
     }
-    println!("{n} cases, {outputs} output bytes equal the model ({saturated} changed by int16 pair saturation); {} proven cases equal their unfused twins", twins.len());
+    println!(
+        "{n} cases, {outputs} output bytes equal the model ({saturated} changed by int16 pair saturation); {} proven cases equal their unfused twins",
+        twins.len()
+    );
 }
 
 /// A refuted group's counterexample, run as one row of A times one column of B, gives the

@@ -20,7 +20,6 @@ use qdqc_ort::requant::{Bias, GemmGroup, GemmKind, accumulate, prove, requantize
 use serde_json::{Value, json};
 use std::time::Instant;
 
-
 impl Rng {
     /// Uniform in `[lo, hi]`.
     fn int(&mut self, lo: i64, hi: i64) -> i64 {
@@ -420,7 +419,8 @@ fn discriminating_scales(rng: &mut Rng, t: CodeType) -> (f32, f32, f32) {
             continue;
         }
         let start = window_start(m, 0, t) - 64;
-        let shows = |o: f32| (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, common::host_isa()) != requantize(v as i32, o, 0, t, common::host_isa()));
+        let shows =
+            |o: f32| (start..start + 256 * 64).any(|v| requantize(v as i32, m, 0, t, common::host_isa()) != requantize(v as i32, o, 0, t, common::host_isa()));
         if others.iter().all(|&o| shows(o)) {
             return (sx, sw, sy);
         }
@@ -463,7 +463,16 @@ fn check(cases: &[Case], results: &[Result<Vec<i64>, String>]) -> (usize, usize)
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             let diffs = (0..got.len()).filter(|&i| got[i] != want[i]).count();
             let params = (case.x_scale.to_bits(), &case.w_scale, case.y_scale.to_bits(), case.x_zp, &case.w_zp, case.y_zp);
-            panic!("{}: output {i}: ORT {} vs model {} ({diffs} of {} differ); {:?} {:?}×{:?} scales/zps {params:?}", case.name, got[i], want[i], got.len(), case.op, case.x_type, case.w_type);
+            panic!(
+                "{}: output {i}: ORT {} vs model {} ({diffs} of {} differ); {:?} {:?}×{:?} scales/zps {params:?}",
+                case.name,
+                got[i],
+                want[i],
+                got.len(),
+                case.op,
+                case.x_type,
+                case.w_type
+            );
         }
         outputs += got.len();
     }
@@ -520,7 +529,10 @@ fn qlinear_kernels_match_onnxruntime_byte_for_byte() {
     } else {
         assert_eq!(saturated, 0, "pair saturation modelled on {}", common::host_isa());
     }
-    println!("{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal ({saturated} changed by int16 pair saturation); {:.1} s", start.elapsed().as_secs_f64());
+    println!(
+        "{n} cases ({sweeps} sweeps: {swept} requantized values), {outputs} output bytes equal ({saturated} changed by int16 pair saturation); {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
 }
 
 #[test]
@@ -579,11 +591,20 @@ fn exact_contract_verdicts_hold_in_onnxruntime() {
     let small: Vec<Vec<i64>> = (0..12).map(|_| (0..40).map(|_| rng.int(-64, 64)).collect()).collect();
     let q = |s: f32, z: i64| QParam::new(s, z, U8);
     // Power-of-two scales: P2 holds and M is exact. sy = 0.3: P2 holds but fl(v/sy) ≠ fl(f32(v)·M).
-    let proven = GemmGroup::new(GemmKind::MatMul, q(2f32.powi(-6), 131), I8, small, (0..12).map(|c| 2f32.powi(-5 - c % 3)).collect(), vec![0], q(2f32.powi(-2), 120));
+    let proven =
+        GemmGroup::new(GemmKind::MatMul, q(2f32.powi(-6), 131), I8, small, (0..12).map(|c| 2f32.powi(-5 - c % 3)).collect(), vec![0], q(2f32.powi(-2), 120));
     let pairs = GemmGroup { weights: full, ..proven.clone() };
     let refuted = GemmGroup { y: q(0.3, 120), ..proven.clone() };
     // Generic scales: P2 fails; a single-product input still has a unique float value.
-    let generic = GemmGroup::new(GemmKind::MatMul, q(f32::from_bits(0x3b04_b3a2), 128), I8, vec![vec![1, 127, -33]], vec![f32::from_bits(0x3c23_1245)], vec![0], q(f32::from_bits(0x3a7d_6521), 128));
+    let generic = GemmGroup::new(
+        GemmKind::MatMul,
+        q(f32::from_bits(0x3b04_b3a2), 128),
+        I8,
+        vec![vec![1, 127, -33]],
+        vec![f32::from_bits(0x3c23_1245)],
+        vec![0],
+        q(f32::from_bits(0x3a7d_6521), 128),
+    );
 
     let saturates = common::host_isa() == Isa::X86Avx2;
     let mut groups = vec![("proven", &proven, true), ("full-range weights", &pairs, !saturates), ("sy 0.3", &refuted, false), ("generic", &generic, false)];
@@ -621,7 +642,12 @@ fn exact_contract_verdicts_hold_in_onnxruntime() {
         assert_eq!((unfused[ch], fused[ch]), (c.unfused, c.fused), "{name}: ORT disagrees with the counterexample {c}");
         assert_eq!(fused, &cases[*i].expected(), "{name}: fused output vs the model");
     }
-    println!("on {}: {} groups proven and equal to their unfused twins in ORT, {} refutations reproduced", common::host_isa(), proven_cases / 2, refutations.len());
+    println!(
+        "on {}: {} groups proven and equal to their unfused twins in ORT, {} refutations reproduced",
+        common::host_isa(),
+        proven_cases / 2,
+        refutations.len()
+    );
 }
 
 /// QLinearConv with unequal per-channel weight zero points. The 1.25 sources ORT_ENFORCE equal

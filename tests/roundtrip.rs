@@ -40,10 +40,7 @@ fn shipped_models_round_trip_byte_for_byte_and_idempotently() {
 /// DQ(w: u8[64,64]) → MatMul: a 4 KiB weight, large enough to spill to external data.
 fn weight_only_matmul() -> qdqc_lang::onnx::ModelProto {
     let w: Vec<u8> = (0..64 * 64).map(|i| (i * 31 % 251) as u8).collect();
-    let nodes = vec![
-        node("DequantizeLinear", "DQ_w", &["w", "s_w", "z_w"], &["dq_w"]),
-        node("MatMul", "MatMul", &["x", "dq_w"], &["y"]),
-    ];
+    let nodes = vec![node("DequantizeLinear", "DQ_w", &["w", "s_w", "z_w"], &["dq_w"]), node("MatMul", "MatMul", &["x", "dq_w"], &["y"])];
     let inits = vec![u8s("w", &[64, 64], &w), f32s("s_w", &[], &[0.01]), u8s("z_w", &[], &[7])];
     model(graph("mm", nodes, vec![value("x", F32, &[1, 64])], vec![value("y", F32, &[1, 64])], inits), 21)
 }

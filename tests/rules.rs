@@ -19,14 +19,13 @@ mod common;
 use common::*;
 use prost::Message;
 use qdqc::{CompileOptions, CompileReport, Contract, Isa};
-use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Counterexample, QParam};
+use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_ort::pool::PoolGeometry;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
 
 fn u8p(scale: f32, zero_point: i64) -> QParam {
     QParam::new(scale, zero_point, CodeType::U8)
@@ -53,12 +52,8 @@ fn to_codes(bytes: &[u8], t: CodeType) -> Vec<i64> {
 
 /// The initializers `s_<name>` (f32 scalar) and `z_<name>` (a scalar of the code type).
 fn qparams(name: &str, q: QParam) -> [TensorProto; 2] {
-    let z = TensorProto {
-        name: Some(format!("z_{name}")),
-        data_type: Some(elem(q.code)),
-        raw_data: Some(vec![q.zero_point as u8].into()),
-        ..Default::default()
-    };
+    let z =
+        TensorProto { name: Some(format!("z_{name}")), data_type: Some(elem(q.code)), raw_data: Some(vec![q.zero_point as u8].into()), ..Default::default() };
     [f32s(&format!("s_{name}"), &[], &[q.scale]), z]
 }
 
@@ -476,7 +471,13 @@ fn qlinear_global_average_pool_over_every_accumulator() {
     // kernel's multiplier sX/(sY·4) = 1 exact; sY = 0.075 rounds it next to a tie.
     let accepted = [u8p(0.0625, 128), u8p(0.015625, 128)];
     let refused = [u8p(0.0625, 128), u8p(0.075, 128)];
-    let bench = Bench { rule: "qlinear-global-average-pool", kernel: "QLinearGlobalAveragePool", model: global_pool_model, feeds: global_pool_feeds, at: global_pool_at };
+    let bench = Bench {
+        rule: "qlinear-global-average-pool",
+        kernel: "QLinearGlobalAveragePool",
+        model: global_pool_model,
+        feeds: global_pool_feeds,
+        at: global_pool_at,
+    };
     let d = CompileOptions::default();
     both_outcomes(&bench, (&accepted, &d), (&refused, &d));
 }
@@ -501,21 +502,29 @@ fn global_average_pool_without_a_static_shape_is_unknown() {
 
 /// 3×3 windows, stride 1, pad 1, padding excluded, over 5×5 images: windows of 4, 6 and 9.
 fn geometry() -> PoolGeometry {
-    PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false }
+    PoolGeometry {
+        input: vec![5, 5],
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![1; 4],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+    }
 }
 
 /// Random channels, the three constant ones, and one channel for a counterexample.
 const POOL_CHANNELS: i64 = 36;
 
 fn average_pool_model(p: &[QParam]) -> ModelProto {
-    let ints = |name: &str, v: &[i64]| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() };
+    let ints =
+        |name: &str, v: &[i64]| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() };
     let op = [ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1]), ints("strides", &[1, 1])]
         .into_iter()
         .fold(node("AveragePool", "AveragePool", &["dq_x"], &["r"]), with_attr);
     let dims = [1, POOL_CHANNELS, 5, 5];
     qdq_model(&[("x", p[0], dims.to_vec())], &[], op, p[1], &dims)
 }
-
 
 /// The first output whose window has the counterexample's size, and that window's inputs.
 fn counterexample_window(c: &Counterexample) -> (usize, Vec<usize>) {

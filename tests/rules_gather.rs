@@ -219,11 +219,18 @@ fn int4_table_above_the_facts_bound_is_widened_from_its_payload() {
 fn tied_int4_table_is_gathered_only_when_the_lm_head_is_fused() {
     const INT4: i32 = 22;
     let (h, v) = (64i64, 32i64);
-    let nibbles = |n: usize, f: &dyn Fn(usize) -> i64| -> Vec<u8> { (0..n.div_ceil(2)).map(|b| ((f(2 * b) & 0xf) | ((f(2 * b + 1) & 0xf) << 4)) as u8).collect() };
+    let nibbles =
+        |n: usize, f: &dyn Fn(usize) -> i64| -> Vec<u8> { (0..n.div_ceil(2)).map(|b| ((f(2 * b) & 0xf) | ((f(2 * b + 1) & 0xf) << 4)) as u8).collect() };
     let w = nibbles((h * v) as usize, &|i| (i as i64 * 5) % 16 - 8);
     let z = nibbles((2 * v) as usize, &|i| i as i64 % 3 - 1);
     let scales: Vec<f32> = (0..2 * v).map(|i| 0.01 + i as f32 * 1e-3).collect();
-    let int4 = |name: &str, dims: &[i64], raw: Vec<u8>| TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(INT4), raw_data: Some(raw.into()), ..Default::default() };
+    let int4 = |name: &str, dims: &[i64], raw: Vec<u8>| TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(INT4),
+        raw_data: Some(raw.into()),
+        ..Default::default()
+    };
     let mut dq = node("DequantizeLinear", "DQ_W", &["W", "s", "z"], &["W_f"]);
     dq.attribute.push(qdqc_lang::attr::Attribute::int("axis", 0).to_proto());
     dq.attribute.push(qdqc_lang::attr::Attribute::int("block_size", 32).to_proto());
@@ -242,10 +249,7 @@ fn tied_int4_table_is_gathered_only_when_the_lm_head_is_fused() {
     let (report, _) = compile(&m, &CompileOptions::default());
     let d = gather_decision(&report);
     assert!(!d.fired && d.reason.values().all(|r| r.contains("sub-byte codes need an 8-bit copy")), "{d:?}");
-    let lossy = CompileOptions {
-        allow: qdqc::Allow { matmulnbits: Some(qdqc::AccuracyLevel::Acc1), ..Default::default() },
-        ..CompileOptions::default()
-    };
+    let lossy = CompileOptions { allow: qdqc::Allow { matmulnbits: Some(qdqc::AccuracyLevel::Acc1), ..Default::default() }, ..CompileOptions::default() };
     let (report, graph) = compile(&m, &lossy);
     assert!(gather_decision(&report).fired);
     assert!(report.decisions.iter().any(|d| d.fired && d.lossy.is_some()), "the lm_head is fused");

@@ -8,11 +8,11 @@ mod common;
 
 use common::*;
 use qdqc::{CompileOptions, CompileReport, GroupDecision};
-use qdqc_lang::Model;
-use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
+use qdqc_exact::Contract;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::reference::{CodeType, quantize_real};
-use qdqc_exact::Contract;
+use qdqc_lang::Model;
+use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_ort::Isa;
 use qdqc_ort::requant::requantize;
 
@@ -235,7 +235,8 @@ fn conv_with_unequal_per_channel_weight_zero_points_is_fused() {
 #[test]
 fn depthwise_conv_with_unequal_weight_zero_points_is_proven_but_kept_unfused() {
     let s = power_of_two(2);
-    let op = with_attr(with_ints(with_ints(node("Conv", "Conv", &["dx", "dw"], &["out"]), "pads", &[1, 1, 1, 1]), "kernel_shape", &[3, 3]), "group", int_attr(2));
+    let op =
+        with_attr(with_ints(with_ints(node("Conv", "Conv", &["dx", "dw"], &["out"]), "pads", &[1, 1, 1, 1]), "kernel_shape", &[3, 3]), "group", int_attr(2));
     let w = i8s("w", &[2, 1, 3, 3], &weights(18));
     let mut m = group(op, &s, w, 0, None, ("x", U8, &[1, 2, 4, 4]), &[1, 2, 4, 4]);
     let z_w = m.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();

@@ -164,11 +164,12 @@ fn every_width_signedness_layout_and_zero_point_case_fuses_and_round_trips() {
                     let w = case.weight();
                     for kk in 0..k {
                         for n in 0..case.n {
-                            let authored = (w.codes[kk * w.n + n] - w.zero_point(kk, n)) as f32 * w.scales[match layout {
-                                Layout::PerTensor => 0,
-                                Layout::PerChannel => n,
-                                Layout::Blocked(bs) => (kk / bs) * w.n + n,
-                            }];
+                            let authored = (w.codes[kk * w.n + n] - w.zero_point(kk, n)) as f32
+                                * w.scales[match layout {
+                                    Layout::PerTensor => 0,
+                                    Layout::PerChannel => n,
+                                    Layout::Blocked(bs) => (kk / bs) * w.n + n,
+                                }];
                             assert_eq!(p.dequantized(kk, n).to_bits(), authored.to_bits(), "{what}: W[{kk}, {n}]");
                         }
                     }
@@ -190,7 +191,8 @@ fn every_width_signedness_layout_and_zero_point_case_fuses_and_round_trips() {
 fn gemm_with_bias_fuses_with_the_bias_as_input_5() {
     let dir = tempfile::tempdir().unwrap();
     let case = Case { dt: DataType::Int4, layout: Layout::Blocked(16), zp: false, k: 32, n: 8 };
-    let (report, out) = compile(dir.path(), "g", &case.model("Gemm", Some(&[8]), vec![float("alpha", 1.0), float("beta", 1.0)], &[3, 32]), &allow(AccuracyLevel::Acc4));
+    let (report, out) =
+        compile(dir.path(), "g", &case.model("Gemm", Some(&[8]), vec![float("alpha", 1.0), float("beta", 1.0)], &[3, 32]), &allow(AccuracyLevel::Acc4));
     assert!(report.decisions[0].fired, "{:?}", report.decisions);
     let (node, _) = packed(&out);
     assert_eq!(node.input, ["a", "w/qdqc_nbits_B_32x8_bs16", "s/qdqc_nbits_scales_32x8_bs16", "", "", "bias"]);
@@ -224,12 +226,16 @@ fn each_condition_refuses_with_its_reason() {
         ("beta", int4.model("Gemm", Some(&[8]), vec![float("beta", 2.0)], &[3, 32]), "beta = 2"),
         ("bias_shape", int4.model("Gemm", Some(&[3, 8]), vec![], &[3, 32]), "Gemm bias: shape Some([3, 8])"),
         ("uint16", sixteen.model("MatMul", None, vec![], &[3, 32]), "UINT16 codes"),
-        ("output_dtype", {
-            let mut m = int4.model("MatMul", None, vec![], &[3, 32]);
-            let dq = m.graph.as_mut().unwrap().node.remove(0);
-            m.graph.as_mut().unwrap().node.insert(0, attr(dq, Attribute::int("output_dtype", DataType::Float16 as i64)));
-            m
-        }, "output_dtype 10 differs"),
+        (
+            "output_dtype",
+            {
+                let mut m = int4.model("MatMul", None, vec![], &[3, 32]);
+                let dq = m.graph.as_mut().unwrap().node.remove(0);
+                m.graph.as_mut().unwrap().node.insert(0, attr(dq, Attribute::int("output_dtype", DataType::Float16 as i64)));
+                m
+            },
+            "output_dtype 10 differs",
+        ),
     ];
     for (name, m, reason) in cases {
         let (report, out) = compile(dir.path(), name, &m, &allow(AccuracyLevel::Acc1));
@@ -287,7 +293,11 @@ fn consumers_of_a_shared_weight_share_its_packing() {
     assert_eq!(b.len(), 2);
     assert_eq!(b[0], b[1], "one packed B for both consumers");
     let names: Vec<&str> = g.initializer.iter().map(|t| t.name.as_deref().unwrap()).collect();
-    assert_eq!(names, ["w", "s", "z", "s/qdqc_nbits_scales_16x4_bs32", "w/qdqc_nbits_B_16x4_bs32", "z/qdqc_nbits_zero_points_16x4_bs32"], "W stays once, for the Gather's DQ");
+    assert_eq!(
+        names,
+        ["w", "s", "z", "s/qdqc_nbits_scales_16x4_bs32", "w/qdqc_nbits_B_16x4_bs32", "z/qdqc_nbits_zero_points_16x4_bs32"],
+        "W stays once, for the Gather's DQ"
+    );
 }
 
 #[test]
@@ -331,7 +341,9 @@ fn supplied_inputs_add_a_deviation_and_bad_archives_are_refused() {
     let f64s = dir.path().join("f64.npz");
     std::fs::write(&f64s, npz("a", &[0.0f64; 2])).unwrap();
     let missing = dir.path().join("missing.npz");
-    for (bad, message) in [(f64s.to_str().unwrap(), "array 'a.npy': element type is not float32 ('<f8')"), (missing.to_str().unwrap(), "cannot read the inputs archive")] {
+    for (bad, message) in
+        [(f64s.to_str().unwrap(), "array 'a.npy': element type is not float32 ('<f8')"), (missing.to_str().unwrap(), "cannot read the inputs archive")]
+    {
         let _ = std::fs::remove_file(&out);
         let run = qdqc(&["compile", m, "-o", out_s, "--allow", "matmulnbits", "--inputs", bad]);
         assert_eq!(run.status.code(), Some(2), "{bad}");
@@ -353,7 +365,13 @@ fn f16_dequantize_cast_to_f32_fuses_and_other_casts_are_refused() {
         let g = m.graph.as_mut().unwrap();
         // Scale 0.0625 and 0.125 as f16 bit patterns.
         let halves: Vec<u8> = [0x2c00u16, 0x3000].iter().cycle().take(8).flat_map(|h| h.to_le_bytes()).collect();
-        g.initializer[1] = TensorProto { name: Some("s".into()), dims: vec![2, 4], data_type: Some(DataType::Float16 as i32), raw_data: Some(halves.into()), ..Default::default() };
+        g.initializer[1] = TensorProto {
+            name: Some("s".into()),
+            dims: vec![2, 4],
+            data_type: Some(DataType::Float16 as i32),
+            raw_data: Some(halves.into()),
+            ..Default::default()
+        };
         g.node[0].output[0] = "w16".into();
         g.node.insert(1, attr(node("Cast", "cast", &["w16"], &["wf"]), Attribute::int("to", to as i64)));
         let (report, out) = compile(dir.path(), "cast", &m, &allow(AccuracyLevel::Acc1));
@@ -468,7 +486,18 @@ fn unused_inputs_arrays_are_reported_with_the_reason() {
     for (key, values, why) in [("nowhere", 32, "no tensor of the model has this name"), ("a", 33, "33 values are not rows of K = 32")] {
         let inputs = dir.path().join(format!("{key}.npz"));
         std::fs::write(&inputs, npz(key, &vec![0.5f32; values])).unwrap();
-        let run = qdqc(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--allow", "matmulnbits", "--inputs", inputs.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+        let run = qdqc(&[
+            "compile",
+            m.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--allow",
+            "matmulnbits",
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
         assert!(run.status.success(), "{}", stderr(&run));
         let warning = format!("array '{key}' not used: {why}");
         assert!(stderr(&run).contains(&warning), "{key}: {}", stderr(&run));

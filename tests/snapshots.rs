@@ -41,13 +41,11 @@ fn multi_output_with_dead_output() {
     ];
     let mut split = nodes;
     split[1].attribute.clear();
-    let inits = vec![f32s("s", &[], &[0.5]), u8s("z", &[], &[3]), qdqc_lang::onnx::TensorProto {
-        name: Some("split".into()),
-        dims: vec![2],
-        data_type: Some(7),
-        int64_data: vec![2, 2],
-        ..Default::default()
-    }];
+    let inits = vec![
+        f32s("s", &[], &[0.5]),
+        u8s("z", &[], &[3]),
+        qdqc_lang::onnx::TensorProto { name: Some("split".into()), dims: vec![2], data_type: Some(7), int64_data: vec![2, 2], ..Default::default() },
+    ];
     let m = model(graph("split", split, vec![value("q", U8, &[4])], vec![value("y", U8, &[2])], inits), 21);
     case("split_dead_output", &m);
 }

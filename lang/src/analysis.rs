@@ -220,11 +220,7 @@ impl Analysis<Term> for QdqAnalysis {
             Op::Dequantize | Op::Quantize | Op::Float(_) | Op::Opaque | Op::Kernel => {
                 let Some(tag) = Self::tag_of(egraph, term) else { return Facts::default() };
                 let tag = env.tag(tag);
-                let outputs: Vec<Facts> = tag
-                    .outputs
-                    .iter()
-                    .map(|o| o.map(|v| Facts::of_value(env.value(v))).unwrap_or_default())
-                    .collect();
+                let outputs: Vec<Facts> = tag.outputs.iter().map(|o| o.map(|v| Facts::of_value(env.value(v))).unwrap_or_default()).collect();
                 let quant = match term.op {
                     Op::Dequantize | Op::Quantize => Self::quant_params(egraph, term, tag),
                     _ => None,

@@ -42,8 +42,7 @@ fn graph_text(model: &Model, g: &GraphProto, depth: usize, out: &mut String) {
         let simple: Vec<String> = attrs.iter().filter_map(|a| attr_text(model, a)).collect();
         let attrs_text = if simple.is_empty() { String::new() } else { format!("[{}]", simple.join(", ")) };
         let inputs: Vec<&str> = n.input.iter().map(|s| if s.is_empty() { "_" } else { s.as_str() }).collect();
-        writeln!(out, "{pad}  {} = {name}: {domain}{}{attrs_text}({})", n.output.join(", "), n.op_type.as_deref().unwrap_or("?"), inputs.join(", "))
-            .unwrap();
+        writeln!(out, "{pad}  {} = {name}: {domain}{}{attrs_text}({})", n.output.join(", "), n.op_type.as_deref().unwrap_or("?"), inputs.join(", ")).unwrap();
         for a in attrs {
             for sub in a.g.iter().chain(a.graphs.iter()) {
                 writeln!(out, "{pad}    {}:", a.name.as_deref().unwrap_or("")).unwrap();

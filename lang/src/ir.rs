@@ -29,7 +29,10 @@ pub enum Def {
     Initializer(usize),
     SparseInitializer(usize),
     /// Output `slot` of the node at position `node`.
-    Node { node: usize, slot: usize },
+    Node {
+        node: usize,
+        slot: usize,
+    },
     /// A value of an enclosing graph, read by this subgraph.
     Outer,
 }
@@ -230,10 +233,7 @@ impl Builder<'_> {
             let at = |e: Error| e.at(describe(node, pos, &here));
             let domain = node.domain.as_deref().unwrap_or("");
             if !opset::domain_imported(&self.model.proto, domain) && !opset::implicitly_imported(domain) {
-                return Err(at(self.err(format!(
-                    "domain '{}' is not imported by the model",
-                    node.domain.as_deref().unwrap_or("")
-                ))));
+                return Err(at(self.err(format!("domain '{}' is not imported by the model", node.domain.as_deref().unwrap_or("")))));
             }
             for (slot, input) in node.input.iter().enumerate().filter(|(_, i)| !i.is_empty()) {
                 let v = self.resolve(&mut g, input, outer).map_err(at)?;
@@ -244,8 +244,7 @@ impl Builder<'_> {
         }
         for out in &proto.output {
             let name = out.name.as_deref().unwrap_or("");
-            self.resolve(&mut g, name, outer)
-                .map_err(|e| Error { problem: format!("graph output: {}", e.problem), ..e })?;
+            self.resolve(&mut g, name, outer).map_err(|e| Error { problem: format!("graph output: {}", e.problem), ..e })?;
         }
         if let Err(cycle) = petgraph::algo::toposort(&g.flow, None) {
             let culprit = match g.flow[cycle.node_id()] {
@@ -268,10 +267,7 @@ impl Builder<'_> {
             g.values.insert(name.to_string(), v);
             return Ok(v);
         }
-        Err(self.err(format!(
-            "input '{name}' is not produced by any node, graph input or initializer{}",
-            g.location
-        )))
+        Err(self.err(format!("input '{name}' is not produced by any node, graph input or initializer{}", g.location)))
     }
 
     fn build_subgraphs(&self, g: &mut Graph, node: &NodeProto, pos: usize, inner: &Scope, outer: &Scope) -> Result<()> {
@@ -317,9 +313,9 @@ fn check_qdq_params(node: &NodeProto, init_dims: &BTreeMap<String, Vec<i64>>) ->
     // A scalar and a one-element 1-D tensor are both per-tensor parameters.
     let per_tensor = |d: &Vec<i64>| d.iter().product::<i64>() == 1 && d.len() <= 1;
     match (init_dims.get(scale), init_dims.get(zp)) {
-        (Some(s), Some(z)) if s != z && !(per_tensor(s) && per_tensor(z)) => Err(format!(
-            "scale '{scale}' has shape {s:?} but zero point '{zp}' has shape {z:?}; they must agree"
-        )),
+        (Some(s), Some(z)) if s != z && !(per_tensor(s) && per_tensor(z)) => {
+            Err(format!("scale '{scale}' has shape {s:?} but zero point '{zp}' has shape {z:?}; they must agree"))
+        }
         _ => Ok(()),
     }
 }

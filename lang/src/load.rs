@@ -38,12 +38,12 @@ impl Model {
         if bytes.is_empty() {
             return Err(Error::bad_input(path, "empty file, not an ONNX model"));
         }
-        let mut proto = ModelProto::decode(bytes).map_err(|e| Error::bad_input(path, format!("not an ONNX model (protobuf decoding failed: {})", decode_reason(&e))))?;
+        let mut proto =
+            ModelProto::decode(bytes).map_err(|e| Error::bad_input(path, format!("not an ONNX model (protobuf decoding failed: {})", decode_reason(&e))))?;
         check_header(&proto).map_err(|p| Error::bad_input(path, p))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let external = map_external(&mut proto, &dir).map_err(|p| Error::bad_input(path, p))?;
-        let mut model =
-            Model { path: path.to_path_buf(), proto, graph: ir::Graph::default(), shapes: HashMap::new(), external };
+        let mut model = Model { path: path.to_path_buf(), proto, graph: ir::Graph::default(), shapes: HashMap::new(), external };
         model.check_tensors()?;
         model.graph = ir::Graph::build_main(&model)?;
         // Inference reads the validated graph: payloads checked, producers known, no cycle.
@@ -105,8 +105,7 @@ impl Model {
         let mut result = Ok(());
         walk_tensors(&mut proto, &mut |t| {
             if result.is_ok() {
-                result = tensor::data_type(t)
-                    .and_then(|dt| if dt == onnx::DataType::String { Ok(()) } else { self.check_one(t, dt) });
+                result = tensor::data_type(t).and_then(|dt| if dt == onnx::DataType::String { Ok(()) } else { self.check_one(t, dt) });
             }
         });
         self.proto = proto;
@@ -167,10 +166,7 @@ fn file_kind(kind: std::fs::FileType) -> &'static str {
 fn check_header(proto: &ModelProto) -> Result<(), String> {
     let ir = proto.ir_version.ok_or("model has no ir_version")?;
     if !(1..=onnx::MAX_IR_VERSION).contains(&ir) {
-        return Err(format!(
-            "unsupported IR version {ir} (qdqc's schema knows 1 to {}; newer fields would be lost)",
-            onnx::MAX_IR_VERSION
-        ));
+        return Err(format!("unsupported IR version {ir} (qdqc's schema knows 1 to {}; newer fields would be lost)", onnx::MAX_IR_VERSION));
     }
     if proto.graph.is_none() {
         return Err("model has no graph".into());
@@ -192,9 +188,7 @@ impl ExternalRef {
         let (mut offset, mut length) = (0, None);
         for entry in &t.external_data {
             let value = entry.value.as_deref().unwrap_or("");
-            let number = || {
-                value.parse::<u64>().map_err(|_| format!("tensor '{name}': external data field has bad number {value:?}"))
-            };
+            let number = || value.parse::<u64>().map_err(|_| format!("tensor '{name}': external data field has bad number {value:?}"));
             match entry.key.as_deref().unwrap_or("") {
                 "location" => location = Some(value.to_string()),
                 "offset" => offset = number()?,
@@ -223,8 +217,7 @@ fn map_one(t: &TensorProto, dir: &Path, files: &mut BTreeMap<String, Bytes>) -> 
     let ext = ExternalRef::parse(t)?;
     let name = tensor::name(t);
     if !files.contains_key(&ext.location) {
-        let path = confined(dir, &ext.location)
-            .map_err(|why| format!("tensor '{name}': external data location {:?} {why}", ext.location))?;
+        let path = confined(dir, &ext.location).map_err(|why| format!("tensor '{name}': external data location {:?} {why}", ext.location))?;
         let bytes = map_file(&path, "an external data file").map_err(|e| format!("tensor '{name}': external data: {}", e.problem))?;
         files.insert(ext.location.clone(), bytes);
     }

@@ -4,22 +4,11 @@ use crate::onnx::ModelProto;
 
 /// Highest opset version per standard domain. Custom domains are opaque to qdqc and accepted at any
 /// positive version.
-const KNOWN: &[(&str, i64)] = &[
-    ("", 28),
-    ("ai.onnx", 28),
-    ("ai.onnx.ml", 5),
-    ("ai.onnx.preview", 1),
-    ("ai.onnx.preview.training", 1),
-    ("com.microsoft", 1),
-];
+const KNOWN: &[(&str, i64)] = &[("", 28), ("ai.onnx", 28), ("ai.onnx.ml", 5), ("ai.onnx.preview", 1), ("ai.onnx.preview.training", 1), ("com.microsoft", 1)];
 
 /// Version of the default ONNX domain the model imports.
 pub fn default_domain_version(model: &ModelProto) -> Option<i64> {
-    model
-        .opset_import
-        .iter()
-        .find(|o| matches!(o.domain.as_deref().unwrap_or(""), "" | "ai.onnx"))
-        .and_then(|o| o.version)
+    model.opset_import.iter().find(|o| matches!(o.domain.as_deref().unwrap_or(""), "" | "ai.onnx")).and_then(|o| o.version)
 }
 
 /// Refuses opset imports qdqc cannot interpret: unknown versions of standard domains, and versions
@@ -38,9 +27,7 @@ pub fn check_imports(model: &ModelProto) -> Result<(), String> {
         if let Some(&(_, max)) = KNOWN.iter().find(|(d, _)| *d == domain)
             && version > max
         {
-            return Err(format!(
-                "unknown opset version {version} for domain {shown} (qdqc knows versions 1 to {max})"
-            ));
+            return Err(format!("unknown opset version {version} for domain {shown} (qdqc knows versions 1 to {max})"));
         }
     }
     Ok(())
@@ -49,14 +36,8 @@ pub fn check_imports(model: &ModelProto) -> Result<(), String> {
 /// Domains ONNX Runtime 1.31 registers on CPU and imports at their latest version when a model
 /// uses them without an `opset_import` (`Model::Model` in onnxruntime/core/graph/model.cc fills
 /// every registered domain the model leaves out): NNCF writes such models.
-const ORT_IMPLICIT: &[&str] = &[
-    "ai.onnx.ml",
-    "ai.onnx.preview.training",
-    "com.microsoft",
-    "com.microsoft.experimental",
-    "com.microsoft.nchwc",
-    "com.ms.internal.nhwc",
-];
+const ORT_IMPLICIT: &[&str] =
+    &["ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft", "com.microsoft.experimental", "com.microsoft.nchwc", "com.ms.internal.nhwc"];
 
 /// Whether ONNX Runtime accepts nodes of `domain` although the model does not import it.
 pub fn implicitly_imported(domain: &str) -> bool {

@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::load::{Model, walk_tensors};
-use crate::outputs::{Outputs, folder};
 use crate::onnx::{ModelProto, StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
+use crate::outputs::{Outputs, folder};
 use crate::tensor::Payload;
 use prost::Message;
 use std::path::{Path, PathBuf};
@@ -100,11 +100,7 @@ fn externalize(t: &mut TensorProto, source: &Model, spill: bool, location: &str,
     let offset = data.len;
     data.len += bytes.len() as u64;
     let entry = |k: &str, v: String| StringStringEntryProto { key: Some(k.into()), value: Some(v) };
-    t.external_data = vec![
-        entry("location", location.to_string()),
-        entry("offset", offset.to_string()),
-        entry("length", bytes.len().to_string()),
-    ];
+    t.external_data = vec![entry("location", location.to_string()), entry("offset", offset.to_string()), entry("length", bytes.len().to_string())];
     data.parts.push(bytes);
     t.data_location = Some(DataLocation::External as i32);
     t.raw_data = None;

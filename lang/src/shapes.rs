@@ -14,9 +14,7 @@
 use crate::analysis::{Dim, SMALL_CONSTANT};
 use crate::ir::Vertex;
 use crate::load::Model;
-use crate::onnx::{
-    AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto,
-};
+use crate::onnx::{AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, tensor_shape_proto::dimension, type_proto};
 use crate::{opset, tensor};
 use std::collections::{HashMap, HashSet};
 
@@ -307,12 +305,7 @@ impl<'m> Inference<'m> {
         let x = self.input(node, 0)?;
         // Opset 10 turned the attributes into inputs and added steps.
         let (starts, ends, axes, steps) = if self.opset >= 10 {
-            (
-                self.operand_ints(node, 1)??,
-                self.operand_ints(node, 2)??,
-                self.operand_ints(node, 3)?,
-                self.operand_ints(node, 4)?,
-            )
+            (self.operand_ints(node, 1)??, self.operand_ints(node, 2)??, self.operand_ints(node, 3)?, self.operand_ints(node, 4)?)
         } else {
             let list = |name: &str| attr(node, name).map(|a| a.ints.clone());
             (list("starts")?, list("ends")?, list("axes"), None)
@@ -1027,9 +1020,7 @@ fn resize_to_sizes(x: &[Dim], axes: &[usize], sizes: &[i64], policy: &[u8]) -> O
         return None;
     }
     let mut out = x.to_vec();
-    let ratios = || -> Option<Vec<f64>> {
-        axes.iter().zip(sizes).map(|(&a, &s)| value(&x[a]).filter(|&d| d > 0).map(|d| s as f64 / d as f64)).collect()
-    };
+    let ratios = || -> Option<Vec<f64>> { axes.iter().zip(sizes).map(|(&a, &s)| value(&x[a]).filter(|&d| d > 0).map(|d| s as f64 / d as f64)).collect() };
     let common = match policy {
         b"stretch" => None,
         b"not_larger" => ratios().map(|r| r.into_iter().fold(f64::MAX, f64::min)),
@@ -1104,8 +1095,8 @@ fn shape_of_shape(node: &NodeProto, x: &[Dim]) -> Option<Shape> {
 mod tests {
     use super::*;
     use crate::onnx::{
-        AttributeProto, GraphProto, ModelProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
-        attribute_proto::AttributeType, tensor_shape_proto::Dimension, type_proto,
+        AttributeProto, GraphProto, ModelProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
+        tensor_shape_proto::Dimension, type_proto,
     };
     use prost::Message;
     use std::path::Path;
@@ -1135,10 +1126,7 @@ mod tests {
             })
             .collect();
         TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto { dim }),
-            })),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) })),
             ..Default::default()
         }
     }
@@ -1148,36 +1136,18 @@ mod tests {
     }
 
     fn int64s(name: &str, vals: &[i64]) -> TensorProto {
-        TensorProto {
-            name: Some(name.into()),
-            dims: vec![vals.len() as i64],
-            data_type: Some(7),
-            int64_data: vals.to_vec(),
-            ..Default::default()
-        }
+        TensorProto { name: Some(name.into()), dims: vec![vals.len() as i64], data_type: Some(7), int64_data: vals.to_vec(), ..Default::default() }
     }
 
     fn floats(name: &str, vals: &[f32]) -> TensorProto {
-        TensorProto {
-            name: Some(name.into()),
-            dims: vec![vals.len() as i64],
-            data_type: Some(1),
-            float_data: vals.to_vec(),
-            ..Default::default()
-        }
+        TensorProto { name: Some(name.into()), dims: vec![vals.len() as i64], data_type: Some(1), float_data: vals.to_vec(), ..Default::default() }
     }
 
     /// A float tensor of the given dims, zeros (weights whose values do not matter).
     fn zeros(name: &str, spec: &str) -> TensorProto {
         let d: Vec<i64> = dims(spec).iter().filter_map(value).collect();
         let count = d.iter().product::<i64>() as usize;
-        TensorProto {
-            name: Some(name.into()),
-            dims: d,
-            data_type: Some(1),
-            float_data: vec![0.0; count],
-            ..Default::default()
-        }
+        TensorProto { name: Some(name.into()), dims: d, data_type: Some(1), float_data: vec![0.0; count], ..Default::default() }
     }
 
     fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -1195,55 +1165,32 @@ mod tests {
     }
 
     fn ints(mut n: NodeProto, name: &str, vals: &[i64]) -> NodeProto {
-        let a = AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Ints as i32),
-            ints: vals.to_vec(),
-            ..Default::default()
-        };
+        let a = AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: vals.to_vec(), ..Default::default() };
         n.attribute.push(a);
         n
     }
 
     fn int(mut n: NodeProto, name: &str, v: i64) -> NodeProto {
-        let a = AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(v),
-            ..Default::default()
-        };
+        let a = AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Int as i32), i: Some(v), ..Default::default() };
         n.attribute.push(a);
         n
     }
 
     fn string(mut n: NodeProto, name: &str, v: &str) -> NodeProto {
-        let a = AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::String as i32),
-            s: Some(v.as_bytes().to_vec().into()),
-            ..Default::default()
-        };
+        let a =
+            AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::String as i32), s: Some(v.as_bytes().to_vec().into()), ..Default::default() };
         n.attribute.push(a);
         n
     }
 
     fn constant(output: &str, t: TensorProto) -> NodeProto {
-        let a = AttributeProto {
-            name: Some("value".into()),
-            r#type: Some(AttributeType::Tensor as i32),
-            t: Some(t),
-            ..Default::default()
-        };
+        let a = AttributeProto { name: Some("value".into()), r#type: Some(AttributeType::Tensor as i32), t: Some(t), ..Default::default() };
         NodeProto { attribute: vec![a], ..node("Constant", &[], &[output]) }
     }
 
     /// A Constant holding an empty sparse tensor that claims `dims`.
     fn sparse_constant(output: &str, dims: &[i64]) -> NodeProto {
-        let sparse = crate::onnx::SparseTensorProto {
-            values: Some(floats("", &[])),
-            indices: Some(int64s("", &[])),
-            dims: dims.to_vec(),
-        };
+        let sparse = crate::onnx::SparseTensorProto { values: Some(floats("", &[])), indices: Some(int64s("", &[])), dims: dims.to_vec() };
         let a = AttributeProto {
             name: Some("sparse_value".into()),
             r#type: Some(AttributeType::SparseTensor as i32),
@@ -1263,13 +1210,7 @@ mod tests {
     }
 
     fn case(opset: i64, inputs: &[(&str, &str)]) -> Case {
-        Case {
-            opset,
-            inputs: inputs.iter().map(|(n, s)| info(n, s)).collect(),
-            inits: Vec::new(),
-            nodes: Vec::new(),
-            value_info: Vec::new(),
-        }
+        Case { opset, inputs: inputs.iter().map(|(n, s)| info(n, s)).collect(), inits: Vec::new(), nodes: Vec::new(), value_info: Vec::new() }
     }
 
     impl Case {
@@ -1351,15 +1292,14 @@ mod tests {
 
     #[test]
     fn broadcasting_keeps_symbolic_dims_by_name() {
-        let s =
-            case(17, &[("a", "N,1,8"), ("b", "3,1"), ("c", "N,4"), ("d", "M,4"), ("e", "3"), ("f", "4"), ("g", "N,8")])
-                .node(node("Add", &["a", "b"], &["ab"]))
-                .node(node("Mul", &["c", "c"], &["cc"]))
-                .node(node("Sub", &["c", "d"], &["cd"]))
-                .node(node("Where", &["a", "b", "g"], &["w"]))
-                .node(node("Equal", &["e", "f"], &["bad"]))
-                .node(node("Max", &["a", "b", "e"], &["m"]))
-                .shapes();
+        let s = case(17, &[("a", "N,1,8"), ("b", "3,1"), ("c", "N,4"), ("d", "M,4"), ("e", "3"), ("f", "4"), ("g", "N,8")])
+            .node(node("Add", &["a", "b"], &["ab"]))
+            .node(node("Mul", &["c", "c"], &["cc"]))
+            .node(node("Sub", &["c", "d"], &["cd"]))
+            .node(node("Where", &["a", "b", "g"], &["w"]))
+            .node(node("Equal", &["e", "f"], &["bad"]))
+            .node(node("Max", &["a", "b", "e"], &["m"]))
+            .shapes();
         s.is("ab", "N,3,8");
         s.is("cc", "N,4");
         // N and M differ by name: either could be the broadcast 1, so the dim is anonymous.
@@ -1394,11 +1334,7 @@ mod tests {
         let s = case(17, &[("x", "N,8,10,10"), ("y", "1,8,H,7")])
             .init(zeros("w", "16,4,3,3"))
             .init(zeros("w1", "8,8,3,3"))
-            .node(int(
-                ints(ints(node("Conv", &["x", "w"], &["grouped"]), "pads", &[1, 1, 1, 1]), "strides", &[2, 2]),
-                "group",
-                2,
-            ))
+            .node(int(ints(ints(node("Conv", &["x", "w"], &["grouped"]), "pads", &[1, 1, 1, 1]), "strides", &[2, 2]), "group", 2))
             .node(string(ints(node("Conv", &["x", "w1"], &["valid"]), "dilations", &[2, 2]), "auto_pad", "VALID"))
             .node(string(ints(node("Conv", &["y", "w1"], &["same"]), "strides", &[2, 2]), "auto_pad", "SAME_UPPER"))
             .node(ints(node("Conv", &["x", "w1"], &["asym"]), "pads", &[0, 2, 1, 0]))
@@ -1417,24 +1353,12 @@ mod tests {
         let s = case(17, &[("x", "1,4,5,5")])
             .init(zeros("w", "4,2,3,3"))
             .node(int(
-                ints(
-                    ints(ints(node("ConvTranspose", &["x", "w"], &["y"]), "strides", &[2, 2]), "pads", &[1, 1, 1, 1]),
-                    "output_padding",
-                    &[1, 1],
-                ),
+                ints(ints(ints(node("ConvTranspose", &["x", "w"], &["y"]), "strides", &[2, 2]), "pads", &[1, 1, 1, 1]), "output_padding", &[1, 1]),
                 "group",
                 2,
             ))
-            .node(string(
-                ints(node("ConvTranspose", &["x", "w"], &["same"]), "strides", &[2, 3]),
-                "auto_pad",
-                "SAME_UPPER",
-            ))
-            .node(ints(
-                ints(node("ConvTranspose", &["x", "w"], &["fixed"]), "strides", &[2, 2]),
-                "output_shape",
-                &[11, 12],
-            ))
+            .node(string(ints(node("ConvTranspose", &["x", "w"], &["same"]), "strides", &[2, 3]), "auto_pad", "SAME_UPPER"))
+            .node(ints(ints(node("ConvTranspose", &["x", "w"], &["fixed"]), "strides", &[2, 2]), "output_shape", &[11, 12]))
             .shapes();
         s.is("y", "1,4,10,10");
         s.is("same", "1,2,10,15");
@@ -1443,8 +1367,7 @@ mod tests {
 
     #[test]
     fn pooling_floor_and_ceil_modes() {
-        let pool =
-            |op: &str, out: &str| ints(ints(node(op, &["x"], &[out]), "kernel_shape", &[3, 3]), "strides", &[2, 2]);
+        let pool = |op: &str, out: &str| ints(ints(node(op, &["x"], &[out]), "kernel_shape", &[3, 3]), "strides", &[2, 2]);
         let s = case(19, &[("x", "N,4,8,9"), ("z", "1,2,5")])
             .node(pool("MaxPool", "floor"))
             .node(int(pool("AveragePool", "ceil"), "ceil_mode", 1))
@@ -1454,15 +1377,7 @@ mod tests {
                 n
             })
             // Ceil mode would start a third window in the end padding: PyTorch and ONNX drop it.
-            .node(int(
-                ints(
-                    ints(ints(node("MaxPool", &["z"], &["dropped"]), "kernel_shape", &[2]), "strides", &[2]),
-                    "pads",
-                    &[1, 1],
-                ),
-                "ceil_mode",
-                1,
-            ))
+            .node(int(ints(ints(ints(node("MaxPool", &["z"], &["dropped"]), "kernel_shape", &[2]), "strides", &[2]), "pads", &[1, 1]), "ceil_mode", 1))
             .node(string(pool("AveragePool", "same"), "auto_pad", "SAME_LOWER"))
             .node(node("GlobalAveragePool", &["x"], &["gap"]))
             .node(node("GlobalMaxPool", &["z"], &["gmp"]))
@@ -1597,9 +1512,7 @@ mod tests {
         s.is("pos", "10,5,5,N");
         s.is("empty", "0,20,30,N");
         s.unknown("step0");
-        let old = case(9, &[("x", "10,20")])
-            .node(ints(ints(ints(node("Slice", &["x"], &["y"]), "starts", &[2]), "ends", &[-2]), "axes", &[1]))
-            .shapes();
+        let old = case(9, &[("x", "10,20")]).node(ints(ints(ints(node("Slice", &["x"], &["y"]), "starts", &[2]), "ends", &[-2]), "axes", &[1])).shapes();
         old.is("y", "10,16");
     }
 
@@ -1629,16 +1542,8 @@ mod tests {
             .node(node("Resize", &["x", "", "scales"], &["by_scales"]))
             .node(node("Resize", &["x", "", "empty", "sizes"], &["by_sizes"]))
             .node(ints(node("Resize", &["x", "", "", "hw"], &["stretch"]), "axes", &[2, 3]))
-            .node(string(
-                ints(node("Resize", &["x", "", "", "hw"], &["not_larger"]), "axes", &[2, 3]),
-                "keep_aspect_ratio_policy",
-                "not_larger",
-            ))
-            .node(string(
-                ints(node("Resize", &["x", "", "", "hw"], &["not_smaller"]), "axes", &[2, 3]),
-                "keep_aspect_ratio_policy",
-                "not_smaller",
-            ))
+            .node(string(ints(node("Resize", &["x", "", "", "hw"], &["not_larger"]), "axes", &[2, 3]), "keep_aspect_ratio_policy", "not_larger"))
+            .node(string(ints(node("Resize", &["x", "", "", "hw"], &["not_smaller"]), "axes", &[2, 3]), "keep_aspect_ratio_policy", "not_smaller"))
             .shapes();
         s.is("by_scales", "N,3,7,16");
         s.is("by_sizes", "1,3,7,9");
@@ -1646,10 +1551,7 @@ mod tests {
         // One scale for both axes: min(10/5, 10/8) = 1.25 → round(6.25), 10; max: 2 → 10, 16.
         s.is("not_larger", "N,3,6,10");
         s.is("not_smaller", "N,3,10,16");
-        let old = case(10, &[("x", "1,2,3")])
-            .init(floats("scales", &[1.0, 2.0, 2.0]))
-            .node(node("Resize", &["x", "scales"], &["y"]))
-            .shapes();
+        let old = case(10, &[("x", "1,2,3")]).init(floats("scales", &[1.0, 2.0, 2.0])).node(node("Resize", &["x", "scales"], &["y"])).shapes();
         old.is("y", "1,4,6");
     }
 
@@ -1694,11 +1596,7 @@ mod tests {
             .node(ms(node("QLinearMul", &["b", "s", "s", "a", "s", "s", "s", "s"], &["mul"])))
             .node(node("QLinearConv", &["a", "s", "s", "w", "s", "s", "s", "s"], &["conv"]))
             .node(node("QLinearMatMul", &["m", "s", "s", "k", "s", "s", "s", "s"], &["mm"]))
-            .node(ms(ints(
-                ints(node("QLinearAveragePool", &["a", "s", "s", "s", "s"], &["ap"]), "kernel_shape", &[2, 2]),
-                "strides",
-                &[2, 2],
-            )))
+            .node(ms(ints(ints(node("QLinearAveragePool", &["a", "s", "s", "s", "s"], &["ap"]), "kernel_shape", &[2, 2]), "strides", &[2, 2])))
             .node(ms(node("QLinearGlobalAveragePool", &["a", "s", "s", "s", "s"], &["gap"])))
             .node(ms(int(node("QLinearGlobalAveragePool", &["a", "s", "s", "s", "s"], &["nhwc"]), "channels_last", 1)))
             .node(ms(node("QLinearSigmoid", &["a", "s", "s", "s", "s"], &["sig"])))
@@ -1723,11 +1621,7 @@ mod tests {
     #[test]
     fn constant_nodes_give_shapes_and_shape_operands() {
         let mut value_int = node("Constant", &[], &["one"]);
-        value_int.attribute.push(AttributeProto {
-            name: Some("value_ints".into()),
-            ints: vec![3, 4, 5],
-            ..Default::default()
-        });
+        value_int.attribute.push(AttributeProto { name: Some("value_ints".into()), ints: vec![3, 4, 5], ..Default::default() });
         let s = case(17, &[("x", "12,5")])
             .node(constant("target", int64s("", &[0, 3, -1])))
             .node(value_int)
@@ -1736,10 +1630,7 @@ mod tests {
         s.is("target", "3");
         s.is("one", "3");
         s.unknown("y");
-        let s = case(17, &[("x", "12,5")])
-            .node(constant("target", int64s("", &[3, -1])))
-            .node(node("Reshape", &["x", "target"], &["y"]))
-            .shapes();
+        let s = case(17, &[("x", "12,5")]).node(constant("target", int64s("", &[3, -1]))).node(node("Reshape", &["x", "target"], &["y"])).shapes();
         s.is("y", "3,20");
     }
 
@@ -1766,10 +1657,7 @@ mod tests {
 
     #[test]
     fn nodes_out_of_order_are_walked_by_dependency() {
-        let s = case(17, &[("x", "2,3")])
-            .node(node("Transpose", &["r"], &["t"]))
-            .node(node("Relu", &["x"], &["r"]))
-            .shapes();
+        let s = case(17, &[("x", "2,3")]).node(node("Transpose", &["r"], &["t"])).node(node("Relu", &["x"], &["r"])).shapes();
         s.is("t", "3,2");
     }
 
@@ -1791,9 +1679,7 @@ mod tests {
             .node(sparse_constant("sparse", &[-3]))
             .node(node("Flatten", &["sparse"], &["flat"]))
             .shapes();
-        for name in
-            ["conv", "pool", "unsq", "sq", "cat", "a", "b", "gather", "tr", "mm", "d2s", "custom", "sparse", "flat"]
-        {
+        for name in ["conv", "pool", "unsq", "sq", "cat", "a", "b", "gather", "tr", "mm", "d2s", "custom", "sparse", "flat"] {
             s.unknown(name);
         }
     }

@@ -65,20 +65,14 @@ pub fn check_payload(t: &TensorProto, dt: DataType, payload: &Payload<'_>) -> Re
             if bits_per_element(dt).is_none() {
                 return Err(format!("tensor '{}' of type {} cannot hold raw data", name(t), dt.as_str_name()));
             }
-            let want = packed_bytes(dt, count).ok_or_else(|| {
-                format!("tensor '{}': dims {:?} of {} hold more than 2^64 bits", name(t), t.dims, dt.as_str_name())
-            })?;
+            let want =
+                packed_bytes(dt, count).ok_or_else(|| format!("tensor '{}': dims {:?} of {} hold more than 2^64 bits", name(t), t.dims, dt.as_str_name()))?;
             (bytes.len() as u64, want, "bytes")
         }
         Payload::Typed(t) => (typed_len(t, dt) as u64, typed_slots(dt, count), "values"),
     };
     if have != want {
-        return Err(format!(
-            "tensor '{}' claims dims {:?} ({count} elements of {}) = {want} {unit}, but holds {have}",
-            name(t),
-            t.dims,
-            dt.as_str_name()
-        ));
+        return Err(format!("tensor '{}' claims dims {:?} ({count} elements of {}) = {want} {unit}, but holds {have}", name(t), t.dims, dt.as_str_name()));
     }
     Ok(())
 }

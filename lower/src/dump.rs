@@ -25,11 +25,7 @@ fn graph_text<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out:
     let where_ = if graph.location.is_empty() { "main graph".to_string() } else { graph.location.trim().to_string() };
     for region in regions(graph, proto) {
         let lifted = lift(model, graph, scopes, &region);
-        let names: Vec<String> = region
-            .nodes
-            .iter()
-            .map(|&p| proto.node[p].name.clone().filter(|n| !n.is_empty()).unwrap_or(format!("#{p}")))
-            .collect();
+        let names: Vec<String> = region.nodes.iter().map(|&p| proto.node[p].name.clone().filter(|n| !n.is_empty()).unwrap_or(format!("#{p}"))).collect();
         writeln!(out, "region [{}] ({where_})", names.join(", ")).unwrap();
         out.push_str(&egraph_text(&lifted.egraph, &lifted.roots));
     }
@@ -123,8 +119,7 @@ fn facts_text(f: &Facts) -> String {
     if let Some(q) = &f.quant {
         let scales: Vec<String> = q.scale.iter().take(4).map(|b| format!("0x{b:08x}")).collect();
         let more = if q.scale.len() > 4 { format!(",…{}", q.scale.len()) } else { String::new() };
-        write!(out, " quant {} s[{}{more}] z{:?}", dtype_name(q.code_type), scales.join(","), &q.zero_point[..q.zero_point.len().min(4)])
-            .unwrap();
+        write!(out, " quant {} s[{}{more}] z{:?}", dtype_name(q.code_type), scales.join(","), &q.zero_point[..q.zero_point.len().min(4)]).unwrap();
         if q.scale.len() > 1 {
             write!(out, " axis {}", q.axis).unwrap();
         }

@@ -3,9 +3,9 @@
 
 use crate::extract::Extraction;
 use crate::lowered::{Computation, LoweredConstant, LoweredNode};
-use qdqc_lang::onnx::DataType;
 use egg::Id;
 use qdqc_lang::analysis::QdqEGraph;
+use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{NodeTag, Op};
 use std::collections::BTreeSet;
 

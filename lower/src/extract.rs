@@ -130,13 +130,7 @@ pub fn extract(egraph: &QdqEGraph, roots: &[Id], costs: &dyn CostModel) -> Resul
     Ok(Extraction { chosen })
 }
 
-fn candidate(
-    egraph: &QdqEGraph,
-    id: Id,
-    term: &Term,
-    best: &BTreeMap<Id, Choice>,
-    costs: &dyn CostModel,
-) -> Option<Choice> {
+fn candidate(egraph: &QdqEGraph, id: Id, term: &Term, best: &BTreeMap<Id, Choice>, costs: &dyn CostModel) -> Option<Choice> {
     let mut needs = BTreeMap::new();
     for &child in term.args.iter() {
         let child = egraph.find(child);

@@ -136,7 +136,10 @@ fn lower_graph(
     }
     constants.dedup_by(|a, b| a.name == b.name);
     if let Some(c) = constants.iter().find(|c| outer.iter().any(|o| o.name == c.name && *o != *c)) {
-        return Err(fail(format!("created constant '{}' would shadow a different one of an enclosing graph (a body initializer shadows an outer name)", c.name)));
+        return Err(fail(format!(
+            "created constant '{}' would shadow a different one of an enclosing graph (a body initializer shadows an outer name)",
+            c.name
+        )));
     }
     constants.retain(|c| !outer.iter().any(|o| o.name == c.name));
     let visible: Vec<&lowered::LoweredConstant> = outer.iter().copied().chain(&constants).collect();
@@ -148,4 +151,3 @@ fn lower_graph(
     }
     Ok(LoweredGraph { nodes, constants, subgraphs })
 }
-

@@ -38,9 +38,7 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
     let mut lifter = Lifter {
         model,
         scopes,
-        egraph: QdqEGraph::new(QdqAnalysis {
-            env: Env { opset: qdqc_lang::opset::default_domain_version(&model.proto).unwrap_or(0), ..Env::default() },
-        }),
+        egraph: QdqEGraph::new(QdqAnalysis { env: Env { opset: qdqc_lang::opset::default_domain_version(&model.proto).unwrap_or(0), ..Env::default() } }),
         value_refs: HashMap::new(),
         class_of: HashMap::new(),
     };
@@ -80,9 +78,7 @@ pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) 
 /// already topological, as ONNX requires).
 fn local_order(graph: &ir::Graph, nodes: &[NodeProto], region: &Region) -> Vec<usize> {
     let members: BTreeSet<usize> = region.nodes.iter().copied().collect();
-    let deps = |pos: usize| -> Vec<usize> {
-        nodes[pos].input.iter().filter_map(|i| graph.producer(i)).filter(|p| members.contains(p) && *p != pos).collect()
-    };
+    let deps = |pos: usize| -> Vec<usize> { nodes[pos].input.iter().filter_map(|i| graph.producer(i)).filter(|p| members.contains(p) && *p != pos).collect() };
     let mut done = BTreeSet::new();
     let mut order = Vec::with_capacity(members.len());
     while order.len() < members.len() {

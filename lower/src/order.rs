@@ -23,13 +23,7 @@ pub fn stable_topological(nodes: Vec<LoweredNode>, graph: &ir::Graph) -> Result<
             Computation::Created { .. } => None,
         };
         let implicit = owner.into_iter().flat_map(|p| graph.subgraphs_of(p)).flat_map(|s| s.graph.outer_refs.iter());
-        let mut deps: Vec<usize> = n
-            .inputs
-            .iter()
-            .chain(implicit)
-            .filter_map(|name| producer.get(name.as_str()).copied())
-            .filter(|&p| p != i)
-            .collect();
+        let mut deps: Vec<usize> = n.inputs.iter().chain(implicit).filter_map(|name| producer.get(name.as_str()).copied()).filter(|&p| p != i).collect();
         deps.sort_unstable();
         deps.dedup();
         waiting[i] = deps.len();
@@ -37,8 +31,7 @@ pub fn stable_topological(nodes: Vec<LoweredNode>, graph: &ir::Graph) -> Result<
             dependents[p].push(i);
         }
     }
-    let mut ready: BinaryHeap<Reverse<(usize, usize)>> =
-        (0..nodes.len()).filter(|&i| waiting[i] == 0).map(|i| Reverse((key(&nodes[i]), i))).collect();
+    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = (0..nodes.len()).filter(|&i| waiting[i] == 0).map(|i| Reverse((key(&nodes[i]), i))).collect();
     let mut order = Vec::with_capacity(nodes.len());
     while let Some(Reverse((_, i))) = ready.pop() {
         order.push(i);

@@ -16,10 +16,10 @@
 //! graph (a subgraph's outer read included), non-scalar or non-initializer zero points and
 //! scales, and Q/DQ pairs inside subgraphs.
 
+use crate::region::{NodeKind, kind};
+use qdqc_exact::{Verdict, shift};
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_lang::{Model, Result, tensor};
-use qdqc_exact::{Verdict, shift};
-use crate::region::{NodeKind, kind};
 use std::collections::{BTreeSet, HashMap};
 
 /// One re-signed activation.
@@ -128,9 +128,10 @@ fn plan(model: &Model) -> Vec<Planned> {
         candidates.push((Source::Quantize(pos), node.output[0].clone(), Some((scale, node.input[2].clone()))));
     }
     let feeds_weight = |dq: usize| {
-        graph.node[dq].output.first().is_some_and(|v| {
-            model.graph.consumers(v).iter().any(|&c| WEIGHT_OPS.contains(&graph.node[c].op_type.as_deref().unwrap_or("")))
-        })
+        graph.node[dq]
+            .output
+            .first()
+            .is_some_and(|v| model.graph.consumers(v).iter().any(|&c| WEIGHT_OPS.contains(&graph.node[c].op_type.as_deref().unwrap_or(""))))
     };
     for t in &graph.initializer {
         let name = tensor::name(t);

@@ -287,7 +287,11 @@ fn clamp(ctx: &Ctx, pos: usize) -> Result<weight_bias::Clamp, String> {
         Some("Relu") => Ok((0.0, f32::INFINITY)),
         Some("Clip") => {
             let bound = |i: usize, attr: &str, default: f32| match node.input.get(i).filter(|v| !v.is_empty()) {
-                Some(v) => ctx.scopes.f32_tensor(ctx.model, v).and_then(|(_, x)| x.first().copied()).ok_or_else(|| format!("{}: bound '{v}' is not a constant", ctx.name(pos))),
+                Some(v) => ctx
+                    .scopes
+                    .f32_tensor(ctx.model, v)
+                    .and_then(|(_, x)| x.first().copied())
+                    .ok_or_else(|| format!("{}: bound '{v}' is not a constant", ctx.name(pos))),
                 None => Ok(ctx.float_attr(pos, attr).unwrap_or(default)),
             };
             Ok((bound(1, "min", f32::NEG_INFINITY)?, bound(2, "max", f32::INFINITY)?))
@@ -335,7 +339,13 @@ fn round_trip(x: QParam, y: QParam, rule: &str) -> Verdict {
 fn argmax_on_codes(x: QParam) -> Verdict {
     let dq = |q: i64| dequantize(q, x.scale, x.zero_point);
     let first_max = |a: f32, b: f32| i64::from(b > a);
-    exhaustive(&[x.domain("a"), x.domain("b")], "ArgMax of two elements, on values and on codes", |p| first_max(dq(p[0]), dq(p[1])), |p| i64::from(p[1] > p[0]), |_| None)
+    exhaustive(
+        &[x.domain("a"), x.domain("b")],
+        "ArgMax of two elements, on values and on codes",
+        |p| first_max(dq(p[0]), dq(p[1])),
+        |p| i64::from(p[1] > p[0]),
+        |_| None,
+    )
 }
 
 /// A verdict for one of ORT's other transformers, whose exactness the selector replay decided.
@@ -343,7 +353,10 @@ pub fn rewrite_verdict(r: &Rewrite) -> Verdict {
     if r.exact {
         Verdict::Exact { proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 0, micros: 0, detail: r.transformer.to_string() } }
     } else if let Some(counterexample) = r.witness.clone() {
-        Verdict::Refuted { counterexample, proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 1, micros: 0, detail: r.transformer.to_string() } }
+        Verdict::Refuted {
+            counterexample,
+            proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 1, micros: 0, detail: r.transformer.to_string() },
+        }
     } else {
         Verdict::Unknown { reason: format!("changes numerics: {}", r.detail) }
     }
@@ -356,7 +369,12 @@ pub fn describe_rewrite(ctx: &Ctx, r: &Rewrite) -> super::Group {
         op: r.nodes.first().and_then(|&p| ctx.node(p).op_type.clone()).unwrap_or_default(),
         fused_op: String::new(),
         nodes: r.nodes.iter().map(|&p| ctx.name(p)).collect(),
-        outputs: r.nodes.iter().filter(|&&p| ctx.node(p).op_type.as_deref() == Some("QuantizeLinear")).filter_map(|&p| ctx.node(p).output.first().cloned()).collect(),
+        outputs: r
+            .nodes
+            .iter()
+            .filter(|&&p| ctx.node(p).op_type.as_deref() == Some("QuantizeLinear"))
+            .filter_map(|&p| ctx.node(p).output.first().cloned())
+            .collect(),
         location: r.location.trim().to_string(),
         verdict: Default::default(),
         proof: Default::default(),

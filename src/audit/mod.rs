@@ -8,12 +8,12 @@ mod table;
 
 use crate::verdicts::Maps;
 use params::Ctx;
+use qdqc_exact::{Certificate, Contract, Counterexample, Verdict};
 use qdqc_lang::canon::dtype_name;
 use qdqc_lang::{Model, Result, ir};
 use qdqc_lower::facts::Scopes;
-use qdqc_exact::{Certificate, Contract, Counterexample, Verdict};
-use qdqc_ort::hazards::hazards;
 use qdqc_ort::Isa;
+use qdqc_ort::hazards::hazards;
 use qdqc_ort::requant::NearBoundary;
 use qdqc_ort::selectors::{self, Fusion};
 use serde::Serialize;
@@ -129,12 +129,21 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
             let slot = record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, verdict(primary));
             if let Some(contract) = second {
                 let r = groups[slot].real.get_or_insert_with(ContractVerdicts::default);
-                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }.insert(isa, verdict(contract));
+                Maps { verdict: &mut r.verdict, proof: &mut r.proof, counterexample: &mut r.counterexample, reason: &mut r.reason }
+                    .insert(isa, verdict(contract));
             }
         }
     }
     let hazards = hazards_json(&model);
-    Ok(Audit { file: path.display().to_string(), contract: primary, contracts: contracts.to_vec(), profiles: profiles.to_vec(), groups, hazards, warnings: crate::compile::warnings(&model) })
+    Ok(Audit {
+        file: path.display().to_string(),
+        contract: primary,
+        contracts: contracts.to_vec(),
+        profiles: profiles.to_vec(),
+        groups,
+        hazards,
+        warnings: crate::compile::warnings(&model),
+    })
 }
 
 pub(crate) fn hazards_json(model: &Model) -> Vec<ReportedHazard> {

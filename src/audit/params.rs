@@ -1,11 +1,11 @@
 //! Reading a group's quantization parameters and constant codes from the model, with the
 //! refusal reason when a prover cannot have them (a non-constant scale, a missing weight).
 
+use qdqc_exact::QParam;
+use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, NodeProto};
 use qdqc_lang::{Model, ir};
 use qdqc_lower::facts::Scopes;
-use qdqc_exact::QParam;
-use qdqc_exact::reference::CodeType;
 
 /// The largest weight the audit proves: 2^24 codes (a 4096 x 4096 matrix), 256 MiB once widened
 /// to i64 and split into channels; a larger one is reported unknown, naming this bound.
@@ -48,10 +48,7 @@ impl<'m> Ctx<'m> {
         let name = self.name(pos);
         let scale_name = self.input(node, 1).ok_or_else(|| format!("{name} has no scale"))?;
         let scale = self.scopes.facts(self.model, &scale_name);
-        let bits = scale
-            .constant
-            .and_then(|c| c.f32_bits)
-            .ok_or_else(|| format!("{name}: scale '{scale_name}' is not a constant f32 tensor"))?;
+        let bits = scale.constant.and_then(|c| c.f32_bits).ok_or_else(|| format!("{name}: scale '{scale_name}' is not a constant f32 tensor"))?;
         let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
         let (zero_points, zp_type) = match self.input(node, 2) {
             None => (vec![0; scales.len()], None),

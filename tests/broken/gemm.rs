@@ -141,11 +141,5 @@ fn u8_weights(zw: i64) -> Verdict {
     let s8 = GemmGroup::new(GemmKind::MatMul, x, CodeType::I8, vec![vec![127, 120]], vec![2f32.powi(-6)], vec![0], y);
     let u8 = GemmGroup { w_code: CodeType::U8, weights: vec![vec![255, 248]], w_zero_points: vec![zw], ..s8.clone() };
     let out = |g: &GemmGroup, a: &[i64], isa| requantize(accumulate(g, 0, a, isa), g.multiplier(0), y.zero_point, y.code, isa);
-    exhaustive(
-        &[x.domain("a0"), x.domain("a1")],
-        "K = 2, every activation pair",
-        |a| out(&s8, a, Isa::X86Avx512Vnni),
-        |a| out(&u8, a, Isa::X86Avx2),
-        |_| None,
-    )
+    exhaustive(&[x.domain("a0"), x.domain("a1")], "K = 2, every activation pair", |a| out(&s8, a, Isa::X86Avx512Vnni), |a| out(&u8, a, Isa::X86Avx2), |_| None)
 }

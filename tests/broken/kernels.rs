@@ -76,12 +76,26 @@ fn u8p(scale: f32, zero_point: i64) -> QParam {
 fn avx2_as_sse2(p: BinaryParams) -> Verdict {
     let kernel = |isa| BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, isa, builds(BinaryOp::Add, isa)[0]).expect("an 8-bit QLinearAdd");
     let (sse2, avx2) = (kernel(Isa::X86Sse2), kernel(Isa::X86Avx2));
-    exhaustive(&[p.a.domain("a"), p.b.domain("b")], "QLinearAdd: SSE2 kernel against the AVX2 formula", |x| sse2.eval(x[0], x[1]), |x| avx2.eval(x[0], x[1]), |_| None)
+    exhaustive(
+        &[p.a.domain("a"), p.b.domain("b")],
+        "QLinearAdd: SSE2 kernel against the AVX2 formula",
+        |x| sse2.eval(x[0], x[1]),
+        |x| avx2.eval(x[0], x[1]),
+        |_| None,
+    )
 }
 
 /// 3×3 windows, stride 1, pad 1, padding excluded, over a 5×5 image: windows of 4, 6 and 9.
 fn geometry_5x5() -> PoolGeometry {
-    PoolGeometry { input: vec![5, 5], kernel: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], dilations: vec![1, 1], ceil_mode: false, count_include_pad: false }
+    PoolGeometry {
+        input: vec![5, 5],
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![1; 4],
+        dilations: vec![1, 1],
+        ceil_mode: false,
+        count_include_pad: false,
+    }
 }
 
 /// `MlasLogisticKernel` (`core/mlas/lib/logistic.cpp`): Eigen's rational approximation on the

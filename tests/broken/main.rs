@@ -24,7 +24,10 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules()].into_iter().flatten().collect()
+    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules()]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Shows a counterexample's outputs, compared as f32 bit patterns, as the floats they are.

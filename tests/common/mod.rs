@@ -4,9 +4,8 @@
 
 use prost::Message;
 use qdqc_lang::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
-    type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -146,9 +145,7 @@ impl Rng {
 /// The venv python with the pinned onnxruntime (`$QDQC_PYTHON`, default
 /// `<repo>/target/venv/bin/python`), or a failure that says how to make it.
 pub fn oracle_python() -> PathBuf {
-    let path = std::env::var_os("QDQC_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"));
+    let path = std::env::var_os("QDQC_PYTHON").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python"));
     assert!(path.is_file(), "no oracle python at {}: run `bash tests/oracle/setup.sh` (or set QDQC_PYTHON)", path.display());
     path
 }

@@ -49,7 +49,11 @@ impl ParamLayout {
         let fits = block > 0
             && param.len() == data.len()
             && param.iter().zip(data).enumerate().all(|(i, (&p, &d))| if i == a { p == (d + block - 1) / block } else { p == d });
-        if fits { Ok(ParamLayout::Blocked { axis: a, block }) } else { Err(format!("blocked parameters of dims {param:?} do not fit data {data:?} with block {block} on axis {a}")) }
+        if fits {
+            Ok(ParamLayout::Blocked { axis: a, block })
+        } else {
+            Err(format!("blocked parameters of dims {param:?} do not fit data {data:?} with block {block} on axis {a}"))
+        }
     }
 
     /// Flat index, in the parameter tensor of `param` dims, of the parameter of the element at
@@ -264,7 +268,15 @@ mod tests {
     #[test]
     fn an_axis_that_depends_on_the_index_rank_is_unknown() {
         let original = params(&[6], ParamLayout::PerAxis { axis: 1 });
-        let positive = Rewritten { codes: None, dims: vec![6], scales: original.scales.clone(), zero_points: original.zero_points.clone(), gathered: false, axis: 1, block: 0 };
+        let positive = Rewritten {
+            codes: None,
+            dims: vec![6],
+            scales: original.scales.clone(),
+            zero_points: original.zero_points.clone(),
+            gathered: false,
+            axis: 1,
+            block: 0,
+        };
         assert!(matches!(gather_before_dequantize(&[4, 6], 0, None, &original, &positive), Verdict::Unknown { .. }));
         assert!(gather_before_dequantize(&[4, 6], 0, None, &original, &Rewritten { axis: -1, ..positive }).is_exact());
     }

@@ -58,7 +58,6 @@ impl Dyadic {
         Some(Dyadic::new(a.checked_add(b)?, e))
     }
 
-
     /// Significant bits of the odd mantissa: the value is exactly an f32 iff this is ≤ 24 and the
     /// exponent is in range.
     pub fn sig_bits(self) -> u32 {
@@ -108,7 +107,9 @@ pub fn rne_div(n: i128, d: i128) -> i128 {
 pub enum Rounded {
     Value(i128),
     /// |quotient| beyond 2^100: only the sign matters for saturation.
-    Huge { negative: bool },
+    Huge {
+        negative: bool,
+    },
 }
 
 impl Rounded {

@@ -83,7 +83,13 @@ pub fn dot_product(d: &DotProduct) -> Result<Certificate, String> {
     };
     // Products (x − zx)(w − zw)·(alpha·sx·sw): integers times 2^ep, largest |integer| each.
     let unit = sx.checked_mul(sw).and_then(|u| u.checked_mul(alpha)).ok_or("scale product overflows")?;
-    let products: Vec<u128> = d.weights.iter().map(|&w| (w - d.w_zero_point).unsigned_abs() as u128).filter(|&dw| dw != 0 && ux != 0 && !unit.is_zero()).map(|dw| dw * ux * unit.mant.unsigned_abs()).collect();
+    let products: Vec<u128> = d
+        .weights
+        .iter()
+        .map(|&w| (w - d.w_zero_point).unsigned_abs() as u128)
+        .filter(|&dw| dw != 0 && ux != 0 && !unit.is_zero())
+        .map(|dw| dw * ux * unit.mant.unsigned_abs())
+        .collect();
     let mut exps: Vec<i32> = Vec::new();
     if !products.is_empty() {
         // Partial sums of products exist both before and after the alpha scaling.
@@ -139,7 +145,10 @@ pub fn activation_dot_product(a: Operand, b: Operand, k: usize) -> Result<Certif
         return Ok(Certificate { method: Method::P2Representable, domain, micros: start.elapsed().as_micros() as u64, detail });
     }
     if total > MAX_UNITS {
-        return Err(format!("{k} products of up to {}·{} codes reach {total} units of 2^{} > 2^24: the sum may round, so its order matters", a.max_offset, b.max_offset, unit.exp));
+        return Err(format!(
+            "{k} products of up to {}·{} codes reach {total} units of 2^{} > 2^24: the sum may round, so its order matters",
+            a.max_offset, b.max_offset, unit.exp
+        ));
     }
     if unit.exp < -126 || unit.exp + 24 > 127 {
         return Err(format!("the sum's grid 2^{}..2^{} leaves the normal f32 range", unit.exp, unit.exp + 24));

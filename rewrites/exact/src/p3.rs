@@ -80,13 +80,7 @@ pub struct Codes {
 /// Compares `kernel` and `reference` on every integer of `[lo, hi]` by enumerating the window
 /// where either is unsaturated. `accept(n)` is asked, in order of increasing `|n|`, whether a
 /// differing `n` can be shown concretely; the first accepted one is reported.
-pub fn check(
-    (lo, hi): (i64, i64),
-    codes: Codes,
-    kernel: impl Fn(i64) -> i64,
-    reference: impl Fn(i64) -> i64,
-    accept: impl FnMut(i64) -> bool,
-) -> Report {
+pub fn check((lo, hi): (i64, i64), codes: Codes, kernel: impl Fn(i64) -> i64, reference: impl Fn(i64) -> i64, accept: impl FnMut(i64) -> bool) -> Report {
     let start = Instant::now();
     let mirrored = codes.direction == Direction::NonIncreasing;
     let m = |n: i64| if mirrored { -n } else { n };
@@ -160,13 +154,7 @@ pub fn first_true(lo: i64, hi: i64, pred: impl Fn(i64) -> bool) -> Option<i64> {
 
 /// Compares every point of `[a, b]`, visiting them by increasing `|m(n)|` so the first accepted
 /// mismatch is the one closest to zero in the caller's coordinates.
-fn enumerate(
-    (a, b): (i64, i64),
-    k: &impl Fn(i64) -> i64,
-    r: &impl Fn(i64) -> i64,
-    m: impl Fn(i64) -> i64,
-    mut accept: impl FnMut(i64) -> bool,
-) -> Outcome {
+fn enumerate((a, b): (i64, i64), k: &impl Fn(i64) -> i64, r: &impl Fn(i64) -> i64, m: impl Fn(i64) -> i64, mut accept: impl FnMut(i64) -> bool) -> Outcome {
     let mut differing = 0u64;
     let mut first = None;
     for n in by_magnitude(a, b) {

@@ -88,10 +88,16 @@ pub fn quantize_tensor(values: &[f32], dims: &[i64], axis: Option<usize>, scales
     if channels == 0 || scales.len() != channels || zero_points.len() != channels || inner == 0 && !values.is_empty() {
         return None;
     }
-    Some(values.iter().enumerate().map(|(i, &x)| {
-        let c = (i / inner) % channels;
-        quantize(x, scales[c], zero_points[c], t)
-    }).collect())
+    Some(
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                let c = (i / inner) % channels;
+                quantize(x, scales[c], zero_points[c], t)
+            })
+            .collect(),
+    )
 }
 
 /// `Q(x; s, z, T) = sat_T(rne(fl(x / s)) + z)`: a true division, ties to even, then the zero

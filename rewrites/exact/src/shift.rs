@@ -48,10 +48,7 @@ pub fn int8_to_uint8(scale: f32, zero_point: i64) -> Verdict {
             method: Method::P4Lemma("zero-point shift".into()),
             domain: 256 + (8 * REACH + 1) as u64,
             micros: 0,
-            detail: format!(
-                "sat_i8(r{zero_point:+}) + 128 = sat_u8(r{shifted:+}); DQ checked on all 256 codes, Q on {} points",
-                8 * REACH + 1
-            ),
+            detail: format!("sat_i8(r{zero_point:+}) + 128 = sat_u8(r{shifted:+}); DQ checked on all 256 codes, Q on {} points", 8 * REACH + 1),
         },
     }
 }

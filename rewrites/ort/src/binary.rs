@@ -13,11 +13,11 @@
 //! (GCC does by default, MSVC and clang do not across intrinsics), every plausible build is a
 //! separate [`Contractions`]; [`prove`] must hold for all builds of an ISA.
 
+use crate::Isa;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p1;
 use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
 use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
-use crate::Isa;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -646,7 +646,8 @@ mod tests {
         let f = f32::from_bits;
         let p = BinaryParams { a: u8p(f(0x3d05_8f3b), 128), b: u8p(f(0x3ba5_93a3), 120), c: u8p(f(0x38d4_6f12), 100) };
         let plain = BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contractions::default()).unwrap();
-        let fused = BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contractions { raw: Some(Fused::A), ..Contractions::default() }).unwrap();
+        let fused =
+            BinaryKernel::new(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contractions { raw: Some(Fused::A), ..Contractions::default() }).unwrap();
         assert!(plain.is_neon_fallback());
         assert_eq!((plain.eval(146, 6), fused.eval(146, 6)), (207, 208));
         assert_eq!(prove(BinaryOp::Add, &p, Broadcast::None, Isa::Arm64Neon, Contract::Exact).word(), "refuted");

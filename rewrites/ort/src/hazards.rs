@@ -2,9 +2,9 @@
 //! changes nothing. Hazards that depend on fusion look at the groups ONNX Runtime 1.31 fuses
 //! ([`crate::selectors`]) on any modelled ISA profile, and name the profiles when not all.
 
-use qdqc_exact::reference::CodeType;
 use crate::Isa;
 use crate::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
+use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
 use qdqc_lang::tensor::IntView;
 use qdqc_lang::{Model, ir, tensor};
@@ -134,10 +134,7 @@ impl<'m> Level<'_, '_, 'm> {
         match n.op_type.as_deref().unwrap_or("") {
             "QuantizeLinear" => match self.input(n, 2) {
                 Some(zp) => self.dtype(&zp),
-                None => DataType::try_from(
-                    attr("output_dtype").filter(|&t| t != 0).unwrap_or(DataType::Uint8 as i64) as i32
-                )
-                .ok(),
+                None => DataType::try_from(attr("output_dtype").filter(|&t| t != 0).unwrap_or(DataType::Uint8 as i64) as i32).ok(),
             },
             "Cast" => attr("to").and_then(|t| DataType::try_from(t as i32).ok()),
             _ => self.scope.dtype(name),
@@ -149,8 +146,7 @@ impl<'m> Level<'_, '_, 'm> {
         let mut groups: BTreeMap<usize, Fused> = BTreeMap::new();
         for isa in Isa::ALL {
             for fusion in optimize_graph(self.model, self.graph, self.proto, self.scope, isa).fusions {
-                let variants =
-                    &mut groups.entry(fusion.target).or_insert_with(|| Fused { variants: Vec::new() }).variants;
+                let variants = &mut groups.entry(fusion.target).or_insert_with(|| Fused { variants: Vec::new() }).variants;
                 match variants.iter_mut().find(|(f, _)| *f == fusion) {
                     Some((_, isas)) => isas.push(isa),
                     None => variants.push((fusion, vec![isa])),
@@ -170,16 +166,8 @@ impl<'m> Level<'_, '_, 'm> {
             ("NaN", f32::is_nan, "every Q code becomes the lowest code on x86 and DQ yields NaN"),
             ("infinite", f32::is_infinite, "Q maps every finite value to the zero point and DQ yields ±∞ or NaN"),
             ("zero", |s| s == 0.0, "Q divides by zero (codes saturate, 0/0 gives the lowest code) and DQ yields 0"),
-            (
-                "negative",
-                |s| s < 0.0,
-                "it reverses the order of codes, which ORT's MaxPool/ArgMax drops and Relu removal assume",
-            ),
-            (
-                "subnormal",
-                f32::is_subnormal,
-                "DQ products lose precision and FTZ/DAZ (session.set_denormal_as_zero) flushes them to 0",
-            ),
+            ("negative", |s| s < 0.0, "it reverses the order of codes, which ORT's MaxPool/ArgMax drops and Relu removal assume"),
+            ("subnormal", f32::is_subnormal, "DQ products lose precision and FTZ/DAZ (session.set_denormal_as_zero) flushes them to 0"),
         ];
         for (what, test, effect) in problems {
             let bad: Vec<usize> = (0..values.len()).filter(|&i| test(values[i])).collect();
@@ -203,9 +191,7 @@ impl<'m> Level<'_, '_, 'm> {
         let (Some((lo, hi)), Some(values)) = (tensor::int_range(c.dtype), c.int_values(self.model)) else { return };
         if let Some((i, v)) = values.iter().enumerate().find(|&(_, &v)| v < lo || v > hi) {
             let dt = qdqc_lang::canon::dtype_name(c.dtype);
-            let message = format!(
-                "zero point '{name}'[{i}] = {v} is outside {dt} [{lo}, {hi}]: runtimes wrap or reject it; store it in range"
-            );
+            let message = format!("zero point '{name}'[{i}] = {v} is outside {dt} [{lo}, {hi}]: runtimes wrap or reject it; store it in range");
             report("zero-point-range", message);
         }
     }
@@ -221,8 +207,7 @@ impl<'m> Level<'_, '_, 'm> {
             );
             report("fp16-quantize", message);
         }
-        let output_dtype =
-            node.attribute.iter().find(|a| a.name.as_deref() == Some("output_dtype")).and_then(|a| a.i).unwrap_or(0);
+        let output_dtype = node.attribute.iter().find(|a| a.name.as_deref() == Some("output_dtype")).and_then(|a| a.i).unwrap_or(0);
         if self.input(node, 2).is_none() && output_dtype != 0 && output_dtype != DataType::Uint8 as i64 {
             let dt = DataType::try_from(output_dtype as i32).map(qdqc_lang::canon::dtype_name).unwrap_or("?");
             let message = format!(
@@ -240,16 +225,10 @@ impl<'m> Level<'_, '_, 'm> {
             return;
         }
         let types: Vec<Option<DataType>> = node.input.iter().map(|i| self.dtype(i)).collect();
-        let Some(dt) = types[0].filter(|&t| matches!(t, DataType::Uint8 | DataType::Int8) && types[1] == Some(t))
-        else {
+        let Some(dt) = types[0].filter(|&t| matches!(t, DataType::Uint8 | DataType::Int8) && types[1] == Some(t)) else {
             return;
         };
-        let Some(cast) = self
-            .graph
-            .consumers(&node.output[0])
-            .into_iter()
-            .find(|&c| self.proto.node[c].op_type.as_deref() == Some("Cast"))
-        else {
+        let Some(cast) = self.graph.consumers(&node.output[0]).into_iter().find(|&c| self.proto.node[c].op_type.as_deref() == Some("Cast")) else {
             return;
         };
         let sign = if op == "Add" { "+" } else { "−" };
@@ -269,23 +248,15 @@ impl<'m> Level<'_, '_, 'm> {
         if node.op_type.as_deref() != Some("Resize") {
             return;
         }
-        let mode = node
-            .attribute
-            .iter()
-            .find(|a| a.name.as_deref() == Some("mode"))
-            .and_then(|a| a.s.as_deref())
-            .unwrap_or(b"nearest");
+        let mode = node.attribute.iter().find(|a| a.name.as_deref() == Some("mode")).and_then(|a| a.s.as_deref()).unwrap_or(b"nearest");
         if mode == b"nearest" {
             return;
         }
-        let from_dq = self
-            .input(node, 0)
-            .and_then(|x| self.graph.producer(&x))
-            .is_some_and(|p| self.proto.node[p].op_type.as_deref() == Some("DequantizeLinear"));
+        let from_dq =
+            self.input(node, 0).and_then(|x| self.graph.producer(&x)).is_some_and(|p| self.proto.node[p].op_type.as_deref() == Some("DequantizeLinear"));
         let to_q = node.output.first().is_some_and(|o| {
             let consumers = self.graph.consumers(o);
-            !consumers.is_empty()
-                && consumers.iter().all(|&c| self.proto.node[c].op_type.as_deref() == Some("QuantizeLinear"))
+            !consumers.is_empty() && consumers.iter().all(|&c| self.proto.node[c].op_type.as_deref() == Some("QuantizeLinear"))
         });
         if from_dq && to_q {
             let message = format!(
@@ -331,8 +302,7 @@ impl<'m> Level<'_, '_, 'm> {
             report("bias-scale", message);
             return;
         };
-        let alpha =
-            target.attribute.iter().find(|a| a.name.as_deref() == Some("alpha")).and_then(|a| a.f).unwrap_or(1.0);
+        let alpha = target.attribute.iter().find(|a| a.name.as_deref() == Some("alpha")).and_then(|a| a.f).unwrap_or(1.0);
         let a = if f.rule == "Gemm" { alpha * xs[0] } else { xs[0] };
         let channels = ws.len().max(bs.len());
         let mismatch = (0..channels).find(|&c| bs[c % bs.len()].to_bits() != (a * ws[c % ws.len()]).to_bits());
@@ -351,8 +321,7 @@ impl<'m> Level<'_, '_, 'm> {
             match self.ints(&zp) {
                 Some(v) if v.iter().all(|&z| z == 0) => {}
                 Some(v) => {
-                    let (i, z) =
-                        v.iter().enumerate().find(|&(_, &z)| z != 0).map(|(i, &z)| (i, z)).expect("one is not zero");
+                    let (i, z) = v.iter().enumerate().find(|&(_, &z)| z != 0).map(|(i, &z)| (i, z)).expect("one is not zero");
                     let message = format!(
                         "bias zero point '{zp}'[{i}] = {z}; ORT's {kernel} adds the int32 bias codes without subtracting it ({}); fold the zero point into the bias",
                         self.on(&fused.isas())
@@ -360,10 +329,7 @@ impl<'m> Level<'_, '_, 'm> {
                     report("bias-zero-point", message);
                 }
                 None => {
-                    let message = format!(
-                        "bias zero point '{zp}' is not constant; ORT's {kernel} assumes 0 ({})",
-                        self.on(&fused.isas())
-                    );
+                    let message = format!("bias zero point '{zp}' is not constant; ORT's {kernel} assumes 0 ({})", self.on(&fused.isas()));
                     report("bias-zero-point", message);
                 }
             }
@@ -412,8 +378,7 @@ impl<'m> Level<'_, '_, 'm> {
             return;
         }
         let target = &self.proto.node[f.target];
-        let Some(w_dq) = self.input(target, 1).and_then(|w| self.graph.producer(&w)).map(|p| &self.proto.node[p])
-        else {
+        let Some(w_dq) = self.input(target, 1).and_then(|w| self.graph.producer(&w)).map(|p| &self.proto.node[p]) else {
             return;
         };
         let Some(w_name) = self.input(w_dq, 0) else { return };
@@ -450,9 +415,7 @@ impl<'m> Level<'_, '_, 'm> {
         let int8: Vec<Isa> = fused
             .variants
             .iter()
-            .filter(|(f, _)| {
-                f.fused_op.ends_with("QLinearSoftmax") && f.output_codes.first() == Some(&Some(DataType::Int8))
-            })
+            .filter(|(f, _)| f.fused_op.ends_with("QLinearSoftmax") && f.output_codes.first() == Some(&Some(DataType::Int8)))
             .flat_map(|(_, isas)| isas.iter().copied())
             .collect();
         if !int8.is_empty() {
@@ -508,12 +471,7 @@ impl<'m> Level<'_, '_, 'm> {
         if target.op_type.as_deref() != Some("AveragePool") {
             return;
         }
-        let dilations = target
-            .attribute
-            .iter()
-            .find(|a| a.name.as_deref() == Some("dilations"))
-            .map(|a| a.ints.clone())
-            .unwrap_or_default();
+        let dilations = target.attribute.iter().find(|a| a.name.as_deref() == Some("dilations")).map(|a| a.ints.clone()).unwrap_or_default();
         if dilations.iter().any(|&d| d != 1) {
             let message = format!(
                 "AveragePool with dilations {dilations:?} between DQ and Q: ORT fuses it into QLinearAveragePool, which has no dilations attribute, and session creation fails ({}); run it undilated or outside Q/DQ",
@@ -604,35 +562,19 @@ mod tests {
 
     #[test]
     fn bad_scales_are_reported_by_what_is_wrong() {
-        for (v, what) in [
-            (0.0, "is zero"),
-            (-0.1, "is negative"),
-            (f32::NAN, "is NaN"),
-            (f32::INFINITY, "is infinite"),
-            (1e-40, "is subnormal"),
-        ] {
+        for (v, what) in [(0.0, "is zero"), (-0.1, "is negative"), (f32::NAN, "is NaN"), (f32::INFINITY, "is infinite"), (1e-40, "is subnormal")] {
             let m = messages(pair(scalar("sc", v), ints("zp", Uint8, &[], &[0])), "scale");
             assert_eq!(m.len(), 2, "Q and DQ, {what}");
             assert!(m[0].contains(what) && m[0].starts_with("scale 'sc'[0] = 0x"), "{}", m[0]);
         }
         assert!(kinds(pair(scalar("sc", 0.1), ints("zp", Uint8, &[], &[0]))).is_empty());
-        let per_channel =
-            messages(pair(f32s("sc", &[3], &[0.1, -0.2, -0.3]), ints("zp", Uint8, &[3], &[0, 0, 0])), "scale");
-        assert!(
-            per_channel[0].contains("'sc'[1]") && per_channel[0].contains("(2 of 3 elements)"),
-            "{}",
-            per_channel[0]
-        );
+        let per_channel = messages(pair(f32s("sc", &[3], &[0.1, -0.2, -0.3]), ints("zp", Uint8, &[3], &[0, 0, 0])), "scale");
+        assert!(per_channel[0].contains("'sc'[1]") && per_channel[0].contains("(2 of 3 elements)"), "{}", per_channel[0]);
     }
 
     #[test]
     fn zero_points_outside_their_type_are_reported() {
-        let typed = |v: i32| TensorProto {
-            name: Some("zp".into()),
-            data_type: Some(Uint8 as i32),
-            int32_data: vec![v],
-            ..Default::default()
-        };
+        let typed = |v: i32| TensorProto { name: Some("zp".into()), data_type: Some(Uint8 as i32), int32_data: vec![v], ..Default::default() };
         let m = messages(pair(scalar("sc", 0.1), typed(300)), "zero-point-range");
         assert_eq!(m.len(), 2);
         assert!(m[0].contains("= 300 is outside u8 [0, 255]"), "{}", m[0]);
@@ -666,13 +608,7 @@ mod tests {
         let m = messages(conv(&off, &[0, 0], &[1, 2, 3, 4]), "bias-scale");
         assert_eq!(m.len(), 1);
         let expected = format!("≠ x_scale·w_scale[1] = 0x{:08x}", SB[1].to_bits());
-        assert!(
-            m[0].starts_with(&format!("bias scale 0x{:08x}", off[1].to_bits()))
-                && m[0].contains(&expected)
-                && m[0].contains("on every ISA"),
-            "{}",
-            m[0]
-        );
+        assert!(m[0].starts_with(&format!("bias scale 0x{:08x}", off[1].to_bits())) && m[0].contains(&expected) && m[0].contains("on every ISA"), "{}", m[0]);
     }
 
     #[test]
@@ -683,17 +619,8 @@ mod tests {
 
     /// a → Q/DQ → Gemm(DQ(w int8 [2, 2]), DQ(b, sb, zb)) → Q/DQ → y.
     fn gemm(sb: f32, zb: i64, w: &[i64]) -> G {
-        let g = G::new(21).params().init(ints("w", Int8, &[2, 2], w)).init(scalar("sw", 0.01)).init(ints(
-            "b",
-            Int32,
-            &[2],
-            &[1, 2],
-        ));
-        let g = g
-            .init(scalar("sb", sb))
-            .init(ints("zb", Int32, &[], &[zb]))
-            .typed_input("a", DataType::Float, &[1, 2])
-            .output("y");
+        let g = G::new(21).params().init(ints("w", Int8, &[2, 2], w)).init(scalar("sw", 0.01)).init(ints("b", Int32, &[2], &[1, 2]));
+        let g = g.init(scalar("sb", sb)).init(ints("zb", Int32, &[], &[zb])).typed_input("a", DataType::Float, &[1, 2]).output("y");
         g.qdq("a", "s", "z", "da")
             .op("DequantizeLinear", &["w", "sw", "z8"], &["dw"])
             .op("DequantizeLinear", &["b", "sb", "zb"], &["db"])
@@ -714,10 +641,7 @@ mod tests {
     fn s8_weight_pairs_that_leave_int16_are_reported_for_avx2() {
         let m = messages(gemm(0.1 * 0.01, 0, &[-128, 5, -128, 6]), "s8-pair-overflow");
         // B is [K, N]: column 0 pairs w[0] = -128 with w[2] = -128: 255·(−256) = −65280.
-        assert!(
-            m.len() == 1 && m[0].contains("'w'[0] = -128 and [2] = -128 (output channel 0) reach a pair sum of -65280"),
-            "{m:?}"
-        );
+        assert!(m.len() == 1 && m[0].contains("'w'[0] = -128 and [2] = -128 (output channel 0) reach a pair sum of -65280"), "{m:?}");
         assert!(kinds(gemm(0.1 * 0.01, 0, &[-64, 63, -64, 63])).is_empty(), "255·(−128) fits int16");
         // Conv: the first channel's row is [w0, w1]; 100 + 100 → 51000.
         let m = messages(conv(&SB, &[0, 0], &[100, 100, 1, 1]), "s8-pair-overflow");
@@ -745,15 +669,7 @@ mod tests {
 
     #[test]
     fn int8_softmax_outputs_are_reported_where_they_stay_int8() {
-        let softmax = |z: &str| {
-            G::new(13)
-                .params()
-                .input("x")
-                .output("y")
-                .qdq("x", "s", z, "dx")
-                .op("Softmax", &["dx"], &["c"])
-                .qdq("c", "s", z, "y")
-        };
+        let softmax = |z: &str| G::new(13).params().input("x").output("y").qdq("x", "s", z, "dx").op("Softmax", &["dx"], &["c"]).qdq("c", "s", z, "y");
         let m = messages(softmax("z8"), "softmax-int8");
         // On x86 QDQS8ToU8 makes the pairs uint8 first.
         assert!(m.len() == 1 && m[0].contains("(on arm64-neon)"), "{m:?}");
@@ -763,8 +679,7 @@ mod tests {
     #[test]
     fn linear_resize_between_dq_and_q_is_reported() {
         let resize = |mode: &str| {
-            let g =
-                G::new(19).params().init(f32s("scales", &[1], &[2.0])).input("x").output("y").qdq("x", "s", "z", "dx");
+            let g = G::new(19).params().init(f32s("scales", &[1], &[2.0])).input("x").output("y").qdq("x", "s", "z", "dx");
             g.node(attr_s(node("Resize", &["dx", "", "scales"], &["c"]), "mode", mode)).qdq("c", "s", "z", "y")
         };
         let m = messages(resize("linear"), "resize-linear");
@@ -775,17 +690,10 @@ mod tests {
     #[test]
     fn subtracting_uint8_codes_before_a_cast_is_reported() {
         let g = G::new(21).params().init(ints("zx", Uint8, &[], &[128])).typed_input("codes", Uint8, &[4]).output("y");
-        let m = messages(
-            g.clone().op("Sub", &["codes", "zx"], &["d"]).node(attr_i(node("Cast", &["d"], &["y"]), "to", 1)),
-            "int8-arith-wrap",
-        );
+        let m = messages(g.clone().op("Sub", &["codes", "zx"], &["d"]).node(attr_i(node("Cast", &["d"], &["y"]), "to", 1)), "int8-arith-wrap");
         assert!(m.len() == 1 && m[0].starts_with("Sub computes 'codes' − 'zx' on u8 tensors"), "{m:?}");
         // Casting first is the fix.
-        let g = g.node(attr_i(node("Cast", &["codes"], &["cf"]), "to", 1)).node(attr_i(
-            node("Cast", &["zx"], &["zf"]),
-            "to",
-            1,
-        ));
+        let g = g.node(attr_i(node("Cast", &["codes"], &["cf"]), "to", 1)).node(attr_i(node("Cast", &["zx"], &["zf"]), "to", 1));
         assert!(kinds(g.op("Sub", &["cf", "zf"], &["y"])).is_empty());
     }
 
@@ -793,10 +701,7 @@ mod tests {
     fn quantize_inputs_and_missing_zero_points_are_reported() {
         let g = G::new(21).params().typed_input("h", Float16, &[4]).typed_output("y", Int8);
         assert_eq!(kinds(g.clone().op("QuantizeLinear", &["h", "s", "z8"], &["y"])), vec!["fp16-quantize"]);
-        let m = messages(
-            g.clone().input("x").node(attr_i(node("QuantizeLinear", &["x", "s"], &["y"]), "output_dtype", Int8 as i64)),
-            "q-output-dtype",
-        );
+        let m = messages(g.clone().input("x").node(attr_i(node("QuantizeLinear", &["x", "s"], &["y"]), "output_dtype", Int8 as i64)), "q-output-dtype");
         assert!(m.len() == 1 && m[0].contains("output_dtype i8"), "{m:?}");
         assert!(kinds(g.input("x").op("QuantizeLinear", &["x", "s", "z8"], &["y"])).is_empty());
     }
@@ -804,11 +709,7 @@ mod tests {
     #[test]
     fn a_dilated_average_pool_between_dq_and_q_is_reported() {
         let pool = |dilations: &[i64]| {
-            let n = attr_ints(
-                attr_ints(node("AveragePool", &["dx"], &["c"]), "kernel_shape", &[2]),
-                "dilations",
-                dilations,
-            );
+            let n = attr_ints(attr_ints(node("AveragePool", &["dx"], &["c"]), "kernel_shape", &[2]), "dilations", dilations);
             G::new(19).params().input("x").output("y").qdq("x", "s", "z", "dx").node(n).qdq("c", "s", "z", "y")
         };
         assert_eq!(kinds(pool(&[2])), vec!["avgpool-dilations"]);
@@ -838,9 +739,7 @@ mod tests {
         let body = G::new(21).init(scalar("bad", 0.0)).output("ty").qdq("a", "bad", "z", "ty");
         let other = G::new(21).output("ey").op("Identity", &["a"], &["ey"]);
         let iff = attr_graph(attr_graph(node("If", &["cond"], &["y"]), "then_branch", body.g), "else_branch", other.g);
-        let h = hazards(
-            &G::new(21).params().typed_input("cond", DataType::Bool, &[]).input("a").output("y").node(iff).load().model,
-        );
+        let h = hazards(&G::new(21).params().typed_input("cond", DataType::Bool, &[]).input("a").output("y").node(iff).load().model);
         assert_eq!(h.len(), 2);
         assert_eq!(h[0].node, "node 'q_ty' (QuantizeLinear) in If 'y'.then_branch");
     }

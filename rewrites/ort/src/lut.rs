@@ -13,11 +13,11 @@
 //! finds where the copy shortcut or the `real` contract differ.
 
 use super::binary::all_of;
+use crate::Isa;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p1;
 use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
 use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
-use crate::Isa;
 
 /// The axiom QLinearSigmoid rests on (contract §2.2 case 2, §4.6).
 pub const SIGMOID_AXIOM: &str = "MlasComputeLogistic: QLinearSigmoid's table and the float Sigmoid use the same routine";
@@ -64,11 +64,7 @@ pub enum Requant {
 impl Requant {
     pub fn new(input: QParam, out: QParam) -> Requant {
         // `has_same_scale` compares with `==` (so 0.0 equals −0.0 and NaN equals nothing).
-        if input.scale == out.scale && input.zero_point == out.zero_point {
-            Requant::Copy
-        } else {
-            Requant::Table(Lut::build(input, out, |v| v))
-        }
+        if input.scale == out.scale && input.zero_point == out.zero_point { Requant::Copy } else { Requant::Table(Lut::build(input, out, |v| v)) }
     }
 
     pub fn eval(&self, code: i64) -> i64 {

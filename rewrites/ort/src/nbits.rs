@@ -11,8 +11,8 @@
 //! unsigned one gets explicit zeros (the default would be 2^(bits−1)). Padding past K and past
 //! the last block's zero point holds what ORT 1.31.1 writes there (no kernel reads it).
 
-use qdqc_exact::p1::{Domain, exhaustive};
 use qdqc_exact::Verdict;
+use qdqc_exact::p1::{Domain, exhaustive};
 use serde::Serialize;
 
 /// How the authored DequantizeLinear spreads its scales over `W[K, N]`.

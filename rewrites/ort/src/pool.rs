@@ -19,11 +19,11 @@
 //! copies of one code, the rest at the zero point), and the answer is "unknown" if none differs.
 
 use super::binary::{cvt_rne_x86, ratio_text, truncate_arm, truncate_x86};
+use crate::Isa;
 use qdqc_exact::num::{Dyadic, rne_quotient};
 use qdqc_exact::p1::{self, Domain};
 use qdqc_exact::reference::{CodeType, dequantize, quantize};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
-use crate::Isa;
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -299,7 +299,9 @@ pub fn prove_global_average_pool_any_size(p: &PoolParams, contract: Contract) ->
             Verdict::Unknown { reason } => return Verdict::Unknown { reason: format!("the image size is symbolic; at {n} elements: {reason}") },
         }
     }
-    Verdict::Unknown { reason: format!("the image size is symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked") }
+    Verdict::Unknown {
+        reason: format!("the image size is symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked"),
+    }
 }
 
 /// [`prove_average_pool`] for a geometry whose spatial dims `symbolic` (axis indices into
@@ -323,7 +325,11 @@ pub fn prove_average_pool_any_size(p: &PoolParams, geom: &PoolGeometry, symbolic
             Verdict::Unknown { reason } => return Verdict::Unknown { reason: format!("spatial dims {symbolic:?} are symbolic; at size {n}: {reason}") },
         }
     }
-    Verdict::Unknown { reason: format!("spatial dims {symbolic:?} are symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked") }
+    Verdict::Unknown {
+        reason: format!(
+            "spatial dims {symbolic:?} are symbolic: exact at every size 1..=64 and every power of two up to {IMAGE_SIZE_CAP}, other sizes not checked"
+        ),
+    }
 }
 
 /// Proves or refutes QLinearAveragePool against DQ → AveragePool → Q for a geometry, on `isa`:
@@ -444,7 +450,8 @@ fn prove_over_accumulators(p: &PoolParams, class: Class, contract: Contract, fus
         }),
     };
     let detail = format!("{name} {} window of {} / {} ({contract:?}): every reachable accumulator", p.x.code.name(), class.n, class.divisor);
-    let verdict = p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.output_for_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
+    let verdict =
+        p1::exhaustive(&domain, &detail, |a| reference(a[0]), |a| fused.output_for_sum(a[0], sum(a[0]), class.divisor), |a| exact_text(p, a[0], class.divisor));
     if overflow.get() {
         return Verdict::Unknown { reason: format!("{detail}: an exact value exceeds the exact arithmetic's range") };
     }
@@ -542,9 +549,15 @@ fn search_counterexample(p: &PoolParams, class: Class, contract: Contract, fused
             }
         }
     }
-    let detail = format!("{name} {} window of {} / {} ({contract:?}): inputs of k copies of one code, the rest at the zero point", p.x.code.name(), class.n, class.divisor);
+    let detail = format!(
+        "{name} {} window of {} / {} ({contract:?}): inputs of k copies of one code, the rest at the zero point",
+        p.x.code.name(),
+        class.n,
+        class.divisor
+    );
     let Some((code, k, unfused, fused)) = first else {
-        let why = if contract == Contract::Real { "the kernel's float sum is not provably exact" } else { "the unfused float sum is not provably exact (P2 fails)" };
+        let why =
+            if contract == Contract::Real { "the kernel's float sum is not provably exact" } else { "the unfused float sum is not provably exact (P2 fails)" };
         return Verdict::Unknown { reason: format!("{detail}: {why} and none of {tried} order-independent inputs differs") };
     };
     let acc = (code - zx) * k as i64;

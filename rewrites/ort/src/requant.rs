@@ -25,12 +25,12 @@
 //!   u8×u8 runs a 16-bit-widening kernel (exact). On Windows/MSVC builds SSE4.1 machines take a
 //!   `pmaddubsw` u8×s8 kernel too; the `x86-sse2` profile models the GCC/Clang builds.
 
+use crate::Isa;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p2::{self, BiasTerm, DotProduct};
 use qdqc_exact::p3::{self, Affine, Codes, Direction, Outcome, Report};
 use qdqc_exact::reference::{CodeType, dequantize, quantize, quantize_real};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
-use crate::Isa;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -324,7 +324,9 @@ pub fn prove(g: &GemmGroup, isa: Isa, contract: Contract) -> Verdict {
     let p2 = if contract == Contract::Exact { "P2: the float reduction is exact in every order; " } else { "" };
     let detail = format!(
         "{} on {isa}, {:?} contract: {p2}P3 over {} channel(s), {points} accumulators in unsaturated windows",
-        kind_name(g.kind), contract, g.channels()
+        kind_name(g.kind),
+        contract,
+        g.channels()
     );
     Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: start.elapsed().as_micros() as u64, detail } }
 }
@@ -693,15 +695,16 @@ impl<'a> Channel<'a> {
     fn prove(&self) -> Result<u64, Failure> {
         let overflow = self.g.pairs_saturate(self.isa).then(|| avx2_pair_overflow(self.g, self.c)).flatten();
         if self.contract == Contract::Exact
-            && let Err(reason) = p2::dot_product(&self.dot_product()) {
-                // Without P2 the unfused output is unique only where the float path's error
-                // cannot cross a rounding boundary: a saturating pair is refuted on such inputs.
-                let saturated = || {
-                    let note = "; P2 fails, but the float path's error bound leaves one unfused output for this input in every order";
-                    overflow.and_then(|ov| self.pair_overflow_witness(ov, |x, acc| self.bounded_reference(x, acc)).refuted(note))
-                };
-                return Err(self.single_term_witness().or_else(saturated).unwrap_or(Failure::Unknown(format!("P2: {reason}"))));
-            }
+            && let Err(reason) = p2::dot_product(&self.dot_product())
+        {
+            // Without P2 the unfused output is unique only where the float path's error
+            // cannot cross a rounding boundary: a saturating pair is refuted on such inputs.
+            let saturated = || {
+                let note = "; P2 fails, but the float path's error bound leaves one unfused output for this input in every order";
+                overflow.and_then(|ov| self.pair_overflow_witness(ov, |x, acc| self.bounded_reference(x, acc)).refuted(note))
+            };
+            return Err(self.single_term_witness().or_else(saturated).unwrap_or(Failure::Unknown(format!("P2: {reason}"))));
+        }
         if let Some(ov) = overflow {
             return Err(self.pair_overflow_witness(ov, |_, acc| Some(self.reference(acc))));
         }
@@ -767,10 +770,13 @@ impl<'a> Channel<'a> {
             witness.is_some()
         };
         let mut report = p3::check((lo, hi), codes, |n| self.kernel(n * self.step), |n| self.reference(n * self.step), &mut accept);
-        if matches!(report.outcome, Outcome::Unknown { .. }) && report.points == 0 && report.window.is_some()
-            && let Some((k, r)) = self.affine_forms() {
-                report = p3::check_affine((lo, hi), (qmin, qmax, self.y().zero_point), k, r, &mut accept);
-            }
+        if matches!(report.outcome, Outcome::Unknown { .. })
+            && report.points == 0
+            && report.window.is_some()
+            && let Some((k, r)) = self.affine_forms()
+        {
+            report = p3::check_affine((lo, hi), (qmin, qmax, self.y().zero_point), k, r, &mut accept);
+        }
         match report.outcome {
             Outcome::Exact => Ok(report.points),
             Outcome::Unknown { reason } => unknown(format!("P3: {reason}")),
@@ -955,7 +961,9 @@ impl<'a> Channel<'a> {
     fn multiplier_candidates(&self) -> impl Iterator<Item = f32> {
         let nearest = (self.unit.to_f64_lossy() / self.sy.to_f64_lossy()) as f32;
         let steps = std::iter::once(0).chain((1..=NEIGHBOURS).flat_map(|i| [i, -i]));
-        steps.map(move |i| f32::from_bits(nearest.to_bits().wrapping_add_signed(i))).filter(move |m| m.is_normal() && m.is_sign_negative() == nearest.is_sign_negative())
+        steps
+            .map(move |i| f32::from_bits(nearest.to_bits().wrapping_add_signed(i)))
+            .filter(move |m| m.is_normal() && m.is_sign_negative() == nearest.is_sign_negative())
     }
 
     /// P3 for ORT's kernel with multiplier `m` (the channel's accumulation, bias codes and
@@ -1251,7 +1259,8 @@ mod tests {
         let c = weights.len();
         let sx = 2f32.powi(-7);
         let sw: Vec<f32> = (0..c).map(|i| 2f32.powi(-6 - i as i32)).collect();
-        let bias = Bias { codes: (0..c as i64).map(|i| 1000 * i - 2000).collect(), scales: sw.iter().map(|s| sx * s).collect(), zero_points: vec![0], float: None };
+        let bias =
+            Bias { codes: (0..c as i64).map(|i| 1000 * i - 2000).collect(), scales: sw.iter().map(|s| sx * s).collect(), zero_points: vec![0], float: None };
         GemmGroup::new(GemmKind::Conv { kernel_size: 9, groups: 1 }, u8q(sx, 128), I8, weights, sw, vec![0], u8q(2f32.powi(-3), 128)).with_bias(bias)
     }
 
@@ -1497,7 +1506,15 @@ mod tests {
         }
         let down = Line { slope: -0.25, offset: 3.0, zy: 0, codes: (-128, 127) };
         let (near, _) = down.count_near((-40, 40), 1, 0.1);
-        assert_eq!(near, (-40..=40i64).filter(|&a| { let q = -0.25 * a as f64 + 3.0; (q - q.floor() - 0.5).abs() <= 0.1 }).count() as u64);
+        assert_eq!(
+            near,
+            (-40..=40i64)
+                .filter(|&a| {
+                    let q = -0.25 * a as f64 + 3.0;
+                    (q - q.floor() - 0.5).abs() <= 0.1
+                })
+                .count() as u64
+        );
     }
 
     #[test]

@@ -138,15 +138,8 @@ pub(crate) fn walk_graphs<'m>(
     }
 }
 
-
 /// The optimizer's pipeline on one graph (its subgraphs are replayed separately).
-pub(crate) fn optimize_graph<'m>(
-    model: &'m Model,
-    graph: &ir::Graph,
-    proto: &'m GraphProto,
-    scope: &Scope<'_, 'm>,
-    isa: Isa,
-) -> Outcome {
+pub(crate) fn optimize_graph<'m>(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &Scope<'_, 'm>, isa: Isa) -> Outcome {
     let mut w = Work::new(model, graph, proto, scope, isa);
     // Before level 1, unconditionally (session/inference_session.cc, TransformGraph).
     w.ensure_unique_dq();
@@ -323,13 +316,7 @@ impl<'p, 'm> Scope<'p, 'm> {
         let mut locals = inputs;
         locals.extend(consts.keys().copied());
         locals.extend(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)));
-        let declared = g
-            .input
-            .iter()
-            .chain(&g.output)
-            .chain(&g.value_info)
-            .filter_map(|v| Some((v.name.as_deref()?, v.r#type.as_ref()?)))
-            .collect();
+        let declared = g.input.iter().chain(&g.output).chain(&g.value_info).filter_map(|v| Some((v.name.as_deref()?, v.r#type.as_ref()?))).collect();
         let outputs = g.output.iter().filter_map(|v| v.name.as_deref()).collect();
         Scope { parent, consts, overridable, locals, declared, outputs }
     }
@@ -596,12 +583,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
     /// Output edges of a node, with the output slot they leave from (Node::OutputEdges).
     fn out_edges(&self, id: usize) -> Vec<(usize, Use)> {
         let n = &self.nodes[id];
-        n.outputs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.is_empty())
-            .flat_map(|(slot, name)| self.uses_of(name).into_iter().map(move |u| (slot, u)))
-            .collect()
+        n.outputs.iter().enumerate().filter(|(_, s)| !s.is_empty()).flat_map(|(slot, name)| self.uses_of(name).into_iter().map(move |u| (slot, u))).collect()
     }
 
     fn out_edge_count(&self, id: usize) -> usize {
@@ -650,9 +632,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
 
     /// `NodeArgIsConstant(name) && GetInitializedTensor(name)`: a constant of this very graph.
     fn local_constant(&self, name: &str) -> Option<&Const<'m>> {
-        self.created
-            .get(name)
-            .or_else(|| self.scope.local_initializer(name).filter(|_| self.scope.constant(name, true).is_some()))
+        self.created.get(name).or_else(|| self.scope.local_initializer(name).filter(|_| self.scope.constant(name, true).is_some()))
     }
 
     /// `optimizer_utils::IsScalar` on a value: from a constant's dims, else the declared shape.
@@ -876,9 +856,7 @@ fn double_qdq_witness(code: CodeType, [(s1, z1), (s2, z2)]: [(f32, i64); 2], (s,
 
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
 fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
-    matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16)
-        .then(|| tensor::int_range(dt))
-        .flatten()
+    matches!(dt, DataType::Int8 | DataType::Uint8 | DataType::Int16 | DataType::Uint16).then(|| tensor::int_range(dt)).flatten()
 }
 
 /// `static_cast<int32_t>(rint(x))` as the CPU executes it.
@@ -1017,14 +995,7 @@ impl<'m> Work<'m, '_, '_> {
         let (exact, detail) = match c.params {
             Merged::Kept { identical } => {
                 let exact = identical && self.round_trip_exact(c.q1);
-                (
-                    exact,
-                    format!(
-                        "removes {} → {}: the pairs share parameters, Q(DQ(q)) = q",
-                        self.describe(c.dq1),
-                        self.describe(c.q2)
-                    ),
-                )
+                (exact, format!("removes {} → {}: the pairs share parameters, Q(DQ(q)) = q", self.describe(c.dq1), self.describe(c.q2)))
             }
             Merged::New { scale, zp, old } => {
                 let dt = self.q_zp_type(c.q1).expect("checked");
@@ -1061,9 +1032,7 @@ impl<'m> Work<'m, '_, '_> {
     /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
     /// normal f32 and no code's product overflows (contract §3.3).
     fn round_trip_exact(&self, id: usize) -> bool {
-        let Some(s) =
-            self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model))
-        else {
+        let Some(s) = self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model)) else {
             return false;
         };
         let span = self.q_zp_type(id).and_then(tensor::int_range).map_or(0, |(lo, hi)| hi - lo);
@@ -1075,17 +1044,9 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     fn report_with(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String, witness: Option<Counterexample>) {
-        let mut authored: Vec<usize> =
-            nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
+        let mut authored: Vec<usize> = nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
         authored.dedup();
-        self.out.rewrites.push(Rewrite {
-            transformer,
-            nodes: authored,
-            exact,
-            detail,
-            witness,
-            location: self.location.clone(),
-        });
+        self.out.rewrites.push(Rewrite { transformer, nodes: authored, exact, detail, witness, location: self.location.clone() });
     }
 
     /// `WeightBiasQuantization` (qdq_transformer/weight_bias_quantization.cc): a Conv,
@@ -1151,9 +1112,7 @@ impl<'m> Work<'m, '_, '_> {
         (dims == [bias_size] && d.attr_i("block_size", 0) == 0).then_some(())?;
         let mut axis = d.attr_i("axis", 1);
         if axis < 0 {
-            let rank = d.input(0).and_then(|w| {
-                self.constant(w, true).map(|c| c.dims.len()).or_else(|| self.scope.declared_dims(w).map(|v| v.len()))
-            })?;
+            let rank = d.input(0).and_then(|w| self.constant(w, true).map(|c| c.dims.len()).or_else(|| self.scope.declared_dims(w).map(|v| v.len())))?;
             axis += rank as i64;
         }
         let n = &self.nodes[id];
@@ -1210,28 +1169,21 @@ impl<'m> Work<'m, '_, '_> {
         let op = self.nodes[id].op.clone();
         let mut changed = Vec::new();
         let weight_scale = match plan.dq1 {
-            Some(dq1) => {
-                self.nodes[dq1].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model))
-            }
+            Some(dq1) => self.nodes[dq1].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model)),
             None => {
                 let w = self.scope.local_initializer(&plan.weight).expect("checked by the plan");
                 let (dims, params) = (w.dims.clone(), w.float_values(self.model).map(|v| int8_weight_params(&v)));
                 let codes = self.create_const("weight_int8", Const { dtype: DataType::Int8, dims, data: Data::Opaque });
                 let (scale, zp) = match params {
                     Some((s, z)) => (Const::floats(vec![], vec![s]), Const::ints(DataType::Int8, vec![], vec![z])),
-                    None => (
-                        Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
-                        Const { dtype: DataType::Int8, dims: vec![], data: Data::Opaque },
-                    ),
+                    None => {
+                        (Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque }, Const { dtype: DataType::Int8, dims: vec![], data: Data::Opaque })
+                    }
                 };
                 let [scale, zp] = [self.create_const("weight_scale", scale), self.create_const("weight_zp", zp)];
                 self.insert_dq(id, 1, [codes, scale, zp]);
                 changed.push(match params {
-                    Some((s, z)) => format!(
-                        "float weight '{}' quantized to int8 with scale {} ({s:e}) zero point {z}",
-                        plan.weight,
-                        hex(s)
-                    ),
+                    Some((s, z)) => format!("float weight '{}' quantized to int8 with scale {} ({s:e}) zero point {z}", plan.weight, hex(s)),
                     None => format!("float weight '{}' quantized to int8 per tensor", plan.weight),
                 });
                 params.map(|(s, _)| vec![s])
@@ -1241,10 +1193,7 @@ impl<'m> Work<'m, '_, '_> {
             let dims = self.scope.any_initializer(bias).map(|c| c.dims.clone()).unwrap_or_default();
             let codes = self.create_const("bias_int32", Const { dtype: DataType::Int32, dims, data: Data::Opaque });
             // Mul(x_scale, w_scale), constant-folded: one f32 product per weight channel.
-            let x_scale = self.nodes[plan.dq0]
-                .input(1)
-                .and_then(|s| self.constant(s, true))
-                .and_then(|c| c.first_float(self.model));
+            let x_scale = self.nodes[plan.dq0].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model));
             let scale = match (x_scale, weight_scale) {
                 (Some(x), Some(w)) => Const::floats(vec![w.len() as i64], w.iter().map(|&w| x * w).collect()),
                 _ => Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
@@ -1253,11 +1202,7 @@ impl<'m> Work<'m, '_, '_> {
             self.insert_dq(id, 2, [codes, scale, String::new()]);
             changed.push(format!("float bias '{bias}' rounded to int32 at scale fl(x_scale·w_scale)"));
         }
-        let detail = format!(
-            "{op} #{}: {}; the fused kernel computes with these instead of the float values",
-            self.nodes[id].origin,
-            changed.join(", ")
-        );
+        let detail = format!("{op} #{}: {}; the fused kernel computes with these instead of the float values", self.nodes[id].origin, changed.join(", "));
         if plan.dq1.is_some()
             && plan.bias.is_some()
             && let Some(path) = self.path_to_q(id)
@@ -1303,9 +1248,7 @@ impl<'m> Work<'m, '_, '_> {
             let c = self.constant(&name, false).expect("shareable");
             let values = match c.dtype {
                 DataType::Int32 | DataType::Int64 => c.int_values(self.model).map(|v| format!("{v:?}")),
-                _ => c
-                    .float_values(self.model)
-                    .map(|v| format!("{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())),
+                _ => c.float_values(self.model).map(|v| format!("{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())),
             };
             let Some(values) = values else { continue };
             let key = format!("{:?}/{}/{}/{values}", c.dtype, c.dims.len(), c.len());
@@ -1351,20 +1294,13 @@ impl<'m> Work<'m, '_, '_> {
             if n.op == "EPContext" {
                 continue;
             }
-            let inputs: Vec<String> =
-                n.inputs.iter().map(|i| class_of.get(i).map_or_else(|| format!("value:{i}"), |c| format!("class:{c}"))).collect();
-            let key = if self.cse_supported(id) {
-                format!("{}|{}|{}|{inputs:?}", n.op, n.domain, attrs_key(n.attrs))
-            } else {
-                format!("node:{id}")
-            };
+            let inputs: Vec<String> = n.inputs.iter().map(|i| class_of.get(i).map_or_else(|| format!("value:{i}"), |c| format!("class:{c}"))).collect();
+            let key = if self.cse_supported(id) { format!("{}|{}|{}|{inputs:?}", n.op, n.domain, attrs_key(n.attrs)) } else { format!("node:{id}") };
             for (slot, out) in n.outputs.iter().enumerate().filter(|(_, o)| !o.is_empty()) {
                 let fresh = classes.len();
                 let class = *classes.entry(format!("{key}#{slot}")).or_insert(fresh);
                 match representative.get(&class) {
-                    Some(rep) if !self.scope.outputs.contains(out.as_str()) => {
-                        replace.push((id, out.clone(), rep.clone()))
-                    }
+                    Some(rep) if !self.scope.outputs.contains(out.as_str()) => replace.push((id, out.clone(), rep.clone())),
                     Some(_) => {}
                     None => {
                         representative.insert(class, out.clone());
@@ -1403,8 +1339,7 @@ impl<'m> Work<'m, '_, '_> {
             }
             stack.push((id, true));
             let n = &self.nodes[id];
-            let mut producers: Vec<usize> =
-                n.inputs.iter().chain(&n.implicit).filter_map(|i| self.producer.get(i.as_str()).copied()).collect();
+            let mut producers: Vec<usize> = n.inputs.iter().chain(&n.implicit).filter_map(|i| self.producer.get(i.as_str()).copied()).collect();
             producers.sort_unstable();
             stack.extend(producers.into_iter().filter(|&p| !visited[p]).map(|p| (p, false)));
         }
@@ -1417,8 +1352,7 @@ impl<'m> Work<'m, '_, '_> {
         let n = &self.nodes[id];
         let has_subgraph = n.attrs.iter().any(|a| a.g.is_some() || !a.graphs.is_empty());
         let deterministic = match n.domain.as_str() {
-            "" => !["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Dropout"]
-                .contains(&n.op.as_str()),
+            "" => !["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Dropout"].contains(&n.op.as_str()),
             "com.microsoft" => n.op == "QuantizeLinear" || n.op == "DequantizeLinear",
             _ => false,
         };
@@ -1443,7 +1377,11 @@ impl<'m> Work<'m, '_, '_> {
             let (Some(dtype), Some(dims)) = (self.q_type(q), self.constant(&n.inputs[0], true).map(|c| c.dims.clone())) else { continue };
             let folded = self.create_const("folded_q", Const { dtype, dims, data: Data::Opaque });
             let out = self.nodes[q].outputs[0].clone();
-            let detail = format!("folds {} of the constant '{}' into its codes: the kernel the unfused graph runs, on the same values", self.describe(q), self.nodes[q].inputs[0]);
+            let detail = format!(
+                "folds {} of the constant '{}' into its codes: the kernel the unfused graph runs, on the same values",
+                self.describe(q),
+                self.nodes[q].inputs[0]
+            );
             self.bypass(&out, &folded);
             self.remove(q);
             self.report("ConstantFolding", vec![q], true, detail);
@@ -1614,8 +1552,7 @@ impl<'m> Work<'m, '_, '_> {
             (None, p2) if is_dq(p2) => (1, p2?),
             _ => return None,
         };
-        let value =
-            self.scope.local_initializer(n.input(slot)?).filter(|c| c.dims.is_empty() && c.dtype == DataType::Float)?;
+        let value = self.scope.local_initializer(n.input(slot)?).filter(|c| c.dims.is_empty() && c.dtype == DataType::Float)?;
         let d = &self.nodes[dq];
         // The DQ's scale and zero point must be initializers of this graph, the zero point 8/16-bit.
         self.scope.local_initializer(d.input(1)?)?;
@@ -1866,12 +1803,7 @@ impl<'m> Work<'m, '_, '_> {
                 let targets: Vec<String> = qs.iter().map(|&q| self.describe(q)).collect();
                 let holds = if exact { "holds" } else { "fails for this scale" };
                 let detail = format!("removes {} → {}: Q(DQ(q)) = q {holds}", self.describe(dq), targets.join(", "));
-                self.report(
-                    "QDQFinalCleanupTransformer",
-                    std::iter::once(dq).chain(qs.iter().copied()).collect(),
-                    exact,
-                    detail,
-                );
+                self.report("QDQFinalCleanupTransformer", std::iter::once(dq).chain(qs.iter().copied()).collect(), exact, detail);
                 let codes = self.nodes[dq].inputs[0].clone();
                 for q in qs {
                     let out = self.nodes[q].outputs[0].clone();
@@ -1939,8 +1871,7 @@ enum Rule {
 
 /// The rules for a node's op type and SinceVersion, in registration order.
 fn rules_for(op: &str, since: i64) -> Vec<Rule> {
-    let drop =
-        |name, allow_16bit, allow_4bit, positive_scale| Rule::Drop { name, allow_16bit, allow_4bit, positive_scale };
+    let drop = |name, allow_16bit, allow_4bit, positive_scale| Rule::Drop { name, allow_16bit, allow_4bit, positive_scale };
     match op {
         "Split" => vec![Rule::Split],
         // 1.31: DepthToSpace is still dropped (the 1.25 tree registers it with Resize).
@@ -1951,8 +1882,7 @@ fn rules_for(op: &str, since: i64) -> Vec<Rule> {
             vec![drop("drop_no_int16_support_and_positive_scale", false, true, true)]
         }
         "ReduceMax" | "ReduceMin" => vec![drop("drop_no_int16_support_and_positive_scale", false, true, true)],
-        "Expand" | "Flatten" | "Gather" | "GatherElements" | "Reshape" | "Slice" | "Squeeze" | "Tile" | "Transpose"
-        | "Unsqueeze" => {
+        "Expand" | "Flatten" | "Gather" | "GatherElements" | "Reshape" | "Slice" | "Squeeze" | "Tile" | "Transpose" | "Unsqueeze" => {
             vec![drop("drop", true, false, false)]
         }
         "ArgMax" => vec![Rule::DropDq],
@@ -2015,8 +1945,7 @@ impl<'m> Work<'m, '_, '_> {
         match rule {
             Rule::Split => self.check_split(sel).then(|| ("dropSplitQDQ", on_codes())),
             Rule::Drop { name, allow_16bit, allow_4bit, positive_scale } => {
-                let ok =
-                    self.check_drop(sel, allow_16bit, allow_4bit, positive_scale) && self.resize_is_nearest(sel.target);
+                let ok = self.check_drop(sel, allow_16bit, allow_4bit, positive_scale) && self.resize_is_nearest(sel.target);
                 ok.then(|| (name, on_codes()))
             }
             Rule::DropDq => self.check_drop_dq(sel).then(|| ("dropDQ", on_codes())),
@@ -2027,9 +1956,7 @@ impl<'m> Work<'m, '_, '_> {
             Rule::MatMul => self.check_matmul(sel).map(|op| ("MatMul", op.to_string())),
             Rule::Gemm => self.check_gemm(sel).then(|| ("Gemm", "com.microsoft.QGemm".to_string())),
             Rule::Where => self.check_where(sel).then(|| ("Where", "com.microsoft.QLinearWhere".to_string())),
-            Rule::DqMatMulNBits => self
-                .check_dq_matmul_nbits(sel)
-                .then(|| ("DQMatMulToMatMulNBits", "com.microsoft.MatMulNBits".to_string())),
+            Rule::DqMatMulNBits => self.check_dq_matmul_nbits(sel).then(|| ("DQMatMulToMatMulNBits", "com.microsoft.MatMulNBits".to_string())),
         }
     }
 
@@ -2053,8 +1980,7 @@ impl<'m> Work<'m, '_, '_> {
         // Per output: consumers are all Q or all non-Q, and an output feeding Qs is no graph output.
         let target = &self.nodes[sel.target];
         target.outputs.iter().filter(|o| !o.is_empty()).all(|o| {
-            let consumers: Vec<bool> =
-                self.uses_of(o).iter().map(|u| self.nodes[u.node].op == "QuantizeLinear").collect();
+            let consumers: Vec<bool> = self.uses_of(o).iter().map(|u| self.nodes[u.node].op == "QuantizeLinear").collect();
             let all_q = consumers.first().is_some_and(|&q| q);
             consumers.iter().all(|&q| q == all_q) && !(all_q && self.scope.outputs.contains(o.as_str()))
         })
@@ -2063,25 +1989,15 @@ impl<'m> Work<'m, '_, '_> {
     /// `NodeGroupSelector::CheckQDQNodes`: one DQ per existing input (or `num_dq_inputs`), a valid
     /// node group, and — unless no Q is allowed — one Q per output, all its output edges to Qs, no
     /// graph output.
-    fn check_qdq_nodes(
-        &self,
-        sel: &Selection,
-        clip: Option<usize>,
-        num_dq_inputs: Option<usize>,
-        empty_q_allowed: bool,
-    ) -> bool {
+    fn check_qdq_nodes(&self, sel: &Selection, clip: Option<usize>, num_dq_inputs: Option<usize>, empty_q_allowed: bool) -> bool {
         let target = &self.nodes[sel.target];
-        if num_dq_inputs.unwrap_or_else(|| target.existing_inputs()) != sel.dqs.len()
-            || !self.can_create_node_group(sel, clip)
-        {
+        if num_dq_inputs.unwrap_or_else(|| target.existing_inputs()) != sel.dqs.len() || !self.can_create_node_group(sel, clip) {
             return false;
         }
         if sel.qs.is_empty() {
             return empty_q_allowed;
         }
-        target.existing_outputs() == sel.qs.len()
-            && sel.qs.len() == self.out_edge_count(sel.target)
-            && !self.produces_graph_output(sel.target)
+        target.existing_outputs() == sel.qs.len() && sel.qs.len() == self.out_edge_count(sel.target) && !self.produces_graph_output(sel.target)
     }
 
     fn in_type(&self, sel: &Selection, i: usize) -> Option<DataType> {
@@ -2181,18 +2097,14 @@ impl<'m> Work<'m, '_, '_> {
     /// constant zero. The tolerance lets through a scale a few ulps off, which changes results: the
     /// `bias-scale` hazard reports it.
     fn conv_bias_matches(&self, sel: &Selection) -> bool {
-        let scales = |dq: usize| {
-            self.nodes[dq].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model))
-        };
+        let scales = |dq: usize| self.nodes[dq].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.float_values(self.model));
         let (Some(xs), Some(ws), Some(bs)) = (scales(sel.dqs[0]), scales(sel.dqs[1]), scales(sel.dqs[2])) else {
             return false;
         };
         let bias = &self.nodes[sel.dqs[2]];
         let zp_zero = match bias.input(2) {
             None => true,
-            Some(z) => {
-                self.constant(z, true).and_then(|c| c.int_values(self.model)).is_some_and(|v| v.iter().all(|&x| x == 0))
-            }
+            Some(z) => self.constant(z, true).and_then(|c| c.int_values(self.model)).is_some_and(|v| v.iter().all(|&x| x == 0)),
         };
         let channels = ws.len().max(bs.len());
         let broadcast = |v: &[f32]| v.len() == 1 || v.len() == channels;
@@ -2212,8 +2124,7 @@ impl<'m> Work<'m, '_, '_> {
             return None;
         }
         let (a, b) = (self.in_type(sel, 0), self.in_type(sel, 1));
-        let types_ok =
-            (a != Some(DataType::Int8) || (int8_allowed(self.isa) && b == a)) && eight_bit_ok(a) && eight_bit_ok(b);
+        let types_ok = (a != Some(DataType::Int8) || (int8_allowed(self.isa) && b == a)) && eight_bit_ok(a) && eight_bit_ok(b);
         if !types_ok {
             return None;
         }
@@ -2230,18 +2141,11 @@ impl<'m> Work<'m, '_, '_> {
             return false;
         }
         let (a, b) = (self.in_type(sel, 0), self.in_type(sel, 1));
-        let types_ok = (a != Some(DataType::Int8) || b == a)
-            && (sel.qs.is_empty() || same(a, self.out_type(sel)))
-            && eight_bit_ok(a)
-            && eight_bit_ok(b);
+        let types_ok = (a != Some(DataType::Int8) || b == a) && (sel.qs.is_empty() || same(a, self.out_type(sel))) && eight_bit_ok(a) && eight_bit_ok(b);
         // 1.31 (checked on the wheel): with a bias, alpha must also be exactly 1, as QGemm adds the
         // int32 bias before scaling by alpha; the bias scale itself is not checked.
         let gemm = &self.nodes[sel.target];
-        let bias_ok = || {
-            gemm.attr_f("beta", 1.0) == 1.0
-                && gemm.attr_f("alpha", 1.0) == 1.0
-                && self.in_type(sel, 2) == Some(DataType::Int32)
-        };
+        let bias_ok = || gemm.attr_f("beta", 1.0) == 1.0 && gemm.attr_f("alpha", 1.0) == 1.0 && self.in_type(sel, 2) == Some(DataType::Int32);
         types_ok && (sel.dqs.len() < 3 || bias_ok()) && self.gemm_params_fit_qgemm(sel)
     }
 
@@ -2263,10 +2167,7 @@ impl<'m> Work<'m, '_, '_> {
                 _ => false,
             })
         };
-        fits(sel.dqs[0], false)
-            && fits(sel.dqs[1], true)
-            && sel.dqs.get(2).is_none_or(|&b| fits(b, true))
-            && sel.qs.first().is_none_or(|&q| fits(q, false))
+        fits(sel.dqs[0], false) && fits(sel.dqs[1], true) && sel.dqs.get(2).is_none_or(|&b| fits(b, true)) && sel.qs.first().is_none_or(|&q| fits(q, false))
     }
 
     fn check_where(&self, sel: &Selection) -> bool {
@@ -2288,9 +2189,7 @@ impl<'m> Work<'m, '_, '_> {
         if sel.clip.is_some() || !sel.qs.is_empty() || !count_ok {
             return false;
         }
-        let Some(&weight_dq) =
-            sel.dqs.iter().find(|&&dq| target.input(1) == self.nodes[dq].outputs.first().map(String::as_str))
-        else {
+        let Some(&weight_dq) = sel.dqs.iter().find(|&&dq| target.input(1) == self.nodes[dq].outputs.first().map(String::as_str)) else {
             return false;
         };
         if !self.check_output_edges(weight_dq, 1) {
@@ -2317,11 +2216,8 @@ impl<'m> Work<'m, '_, '_> {
             return false;
         }
         let Some(bias) = n.input(2) else { return true };
-        let weight_n =
-            self.nodes[weight_dq].input(0).and_then(|w| self.value_dims(w)).filter(|d| d.len() == 2).map(|d| d[1]);
-        near_one(n.attr_f("beta", 1.0))
-            && weight_n.is_some()
-            && self.value_dims(bias).is_some_and(|d| d.len() == 1 && Some(d[0]) == weight_n)
+        let weight_n = self.nodes[weight_dq].input(0).and_then(|w| self.value_dims(w)).filter(|d| d.len() == 2).map(|d| d[1]);
+        near_one(n.attr_f("beta", 1.0)) && weight_n.is_some() && self.value_dims(bias).is_some_and(|d| d.len() == 1 && Some(d[0]) == weight_n)
     }
 
     fn value_dims(&self, name: &str) -> Option<Vec<i64>> {
@@ -2336,14 +2232,10 @@ impl<'m> Work<'m, '_, '_> {
             use DataType::*;
             matches!(dt, Some(Int2 | Uint2 | Int4 | Uint4 | Int8 | Uint8))
         };
-        if !matches!(n.input(1).and_then(|s| self.dtype(s)), Some(DataType::Float | DataType::Float16))
-            || !nbits(self.dq_type(dq))
-        {
+        if !matches!(n.input(1).and_then(|s| self.dtype(s)), Some(DataType::Float | DataType::Float16)) || !nbits(self.dq_type(dq)) {
             return false;
         }
-        let (Some(w), Some(s)) =
-            (n.input(0).and_then(|w| self.constant(w, true)), n.input(1).and_then(|s| self.constant(s, true)))
-        else {
+        let (Some(w), Some(s)) = (n.input(0).and_then(|w| self.constant(w, true)), n.input(1).and_then(|s| self.constant(s, true))) else {
             return false;
         };
         let zp = match n.inputs.get(2) {
@@ -2362,11 +2254,7 @@ impl<'m> Work<'m, '_, '_> {
             let axis_zero = n.attr("axis").and_then(|a| a.i) == Some(0);
             // Ceiling division without `k + block - 1`, which overflows for a hostile block size.
             let blocks = k / block + i64::from(k % block != 0);
-            return axis_zero
-                && block >= 16
-                && block & (block - 1) == 0
-                && s.dims == [blocks, cols]
-                && zp.is_none_or(|z| z.dims == s.dims);
+            return axis_zero && block >= 16 && block & (block - 1) == 0 && s.dims == [blocks, cols] && zp.is_none_or(|z| z.dims == s.dims);
         }
         match s.dims[..] {
             [] => zp.is_none_or(|z| z.dims.is_empty()),
@@ -2380,8 +2268,7 @@ impl<'m> Work<'m, '_, '_> {
     fn weight_not_shared(&self, dq: usize) -> bool {
         let n = &self.nodes[dq];
         [n.input(0), n.input(1)].into_iter().flatten().all(|name| {
-            let mut consumers: Vec<usize> =
-                self.uses_of(name).iter().filter(|u| u.slot.is_some()).map(|u| u.node).collect();
+            let mut consumers: Vec<usize> = self.uses_of(name).iter().filter(|u| u.slot.is_some()).map(|u| u.node).collect();
             consumers.dedup();
             consumers.len() <= 1
         })
@@ -2398,16 +2285,11 @@ impl<'m> Work<'m, '_, '_> {
             return Some(n.origin);
         }
         let is_qdq = |m: &Node| m.op == "QuantizeLinear" || m.op == "DequantizeLinear";
-        self.nodes
-            .iter()
-            .find(|m| m.authored && m.origin == n.origin && is_qdq(m) && m.inputs.get(1..) == n.inputs.get(1..))
-            .map(|m| m.origin)
+        self.nodes.iter().find(|m| m.authored && m.origin == n.origin && is_qdq(m) && m.inputs.get(1..) == n.inputs.get(1..)).map(|m| m.origin)
     }
 
     fn fuse(&mut self, rule: &'static str, fused_op: String, sel: Selection) {
-        let authored = |w: &Self, ids: &[usize]| {
-            ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect()
-        };
+        let authored = |w: &Self, ids: &[usize]| ids.iter().filter(|&&i| w.nodes[i].authored).map(|&i| w.nodes[i].origin).collect();
         self.out.fusions.push(Fusion {
             rule,
             fused_op: fused_op.clone(),
@@ -2444,23 +2326,11 @@ impl<'m> Work<'m, '_, '_> {
                 None => inputs.push(i.clone()),
             }
         }
-        let outputs = if sel.qs.is_empty() {
-            target.outputs.clone()
-        } else {
-            sel.qs.iter().map(|&q| self.nodes[q].outputs[0].clone()).collect()
-        };
+        let outputs = if sel.qs.is_empty() { target.outputs.clone() } else { sel.qs.iter().map(|&q| self.nodes[q].outputs[0].clone()).collect() };
         for id in sel.dqs.iter().chain(&sel.qs).chain(sel.clip.iter()).copied().chain([sel.target]) {
             self.remove(id);
         }
-        self.push(Node {
-            op: fused_op,
-            domain: "com.microsoft".into(),
-            since: 1,
-            inputs,
-            outputs,
-            attrs: &[],
-            ..target
-        });
+        self.push(Node { op: fused_op, domain: "com.microsoft".into(), since: 1, inputs, outputs, attrs: &[], ..target });
     }
 }
 
@@ -2481,9 +2351,8 @@ pub(crate) mod testing {
     use qdqc_lang::Model;
     use qdqc_lang::attr::{AttrValue, Attribute};
     use qdqc_lang::onnx::{
-        AttributeProto, DataType, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
-        TypeProto, ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto::Dimension,
-        tensor_shape_proto::dimension, type_proto,
+        AttributeProto, DataType, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+        attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
     };
     use qdqc_lang::save::{SaveOptions, save};
     use std::path::Path;
@@ -2505,23 +2374,14 @@ pub(crate) mod testing {
             Uint16 | Int16 => vals.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
             Int32 => vals.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
             Int64 => vals.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-            Uint4 | Int4 => vals
-                .chunks(2)
-                .map(|c| (c[0] as u8 & 0xf) | ((c.get(1).copied().unwrap_or(0) as u8 & 0xf) << 4))
-                .collect(),
+            Uint4 | Int4 => vals.chunks(2).map(|c| (c[0] as u8 & 0xf) | ((c.get(1).copied().unwrap_or(0) as u8 & 0xf) << 4)).collect(),
             other => panic!("no packing for {other:?}"),
         };
         raw_tensor(name, dt, dims, raw)
     }
 
     fn raw_tensor(name: &str, dt: DataType, dims: &[i64], raw: Vec<u8>) -> TensorProto {
-        TensorProto {
-            name: Some(name.into()),
-            dims: dims.to_vec(),
-            data_type: Some(dt as i32),
-            raw_data: Some(raw.into()),
-            ..Default::default()
-        }
+        TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(dt as i32), raw_data: Some(raw.into()), ..Default::default() }
     }
 
     pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -2557,20 +2417,12 @@ pub(crate) mod testing {
     }
 
     pub fn attr_graph(mut n: NodeProto, name: &str, g: GraphProto) -> NodeProto {
-        n.attribute.push(AttributeProto {
-            name: Some(name.into()),
-            r#type: Some(AttributeType::Graph as i32),
-            g: Some(g),
-            ..Default::default()
-        });
+        n.attribute.push(AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() });
         n
     }
 
     pub fn value(name: &str, dt: DataType, dims: &[i64]) -> ValueInfoProto {
-        let dim = dims
-            .iter()
-            .map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() })
-            .collect();
+        let dim = dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }).collect();
         let tensor = type_proto::Tensor { elem_type: Some(dt as i32), shape: Some(TensorShapeProto { dim }) };
         ValueInfoProto {
             name: Some(name.into()),
@@ -2634,10 +2486,12 @@ pub(crate) mod testing {
 
         /// The usual parameters: scale `s` = 0.1, zero points `z` (u8 0), `z8` (i8 0), `z16` (u16 0).
         pub fn params(self) -> G {
-            self.init(scalar("s", 0.1))
-                .init(ints("z", DataType::Uint8, &[], &[0]))
-                .init(ints("z8", DataType::Int8, &[], &[0]))
-                .init(ints("z16", DataType::Uint16, &[], &[0]))
+            self.init(scalar("s", 0.1)).init(ints("z", DataType::Uint8, &[], &[0])).init(ints("z8", DataType::Int8, &[], &[0])).init(ints(
+                "z16",
+                DataType::Uint16,
+                &[],
+                &[0],
+            ))
         }
 
         pub fn proto(self) -> ModelProto {
@@ -2803,11 +2657,7 @@ mod tests {
         let argmax = |sx: &str, with_zp: bool| {
             let dq_in: &[&str] = if with_zp { &["q_x", sx, "z"] } else { &["q_x", sx] };
             let g = G::new(13).params().init(scalar("sneg", -0.1)).input("x").typed_output("y", DataType::Int64);
-            g.op("QuantizeLinear", &["x", sx, "z"], &["q_x"]).op("DequantizeLinear", dq_in, &["dx"]).node(attr_i(
-                node("ArgMax", &["dx"], &["y"]),
-                "axis",
-                0,
-            ))
+            g.op("QuantizeLinear", &["x", sx, "z"], &["q_x"]).op("DequantizeLinear", dq_in, &["dx"]).node(attr_i(node("ArgMax", &["dx"], &["y"]), "axis", 0))
         };
         assert_eq!(on_all(&argmax("s", true).load()), one("dropDQ", "ArgMax (on codes)", 2));
         assert!(on_all(&argmax("s", false).load()).is_empty());
@@ -2817,19 +2667,9 @@ mod tests {
 
     #[test]
     fn unary_ops_become_qlinear_kernels_in_8_bit_only() {
-        for (op, rule) in [
-            ("Sigmoid", "1DQ"),
-            ("AveragePool", "1DQ"),
-            ("GlobalAveragePool", "1DQ"),
-            ("LeakyRelu", "1DQ_CPU"),
-            ("Softmax", "1DQ_CPU"),
-        ] {
+        for (op, rule) in [("Sigmoid", "1DQ"), ("AveragePool", "1DQ"), ("GlobalAveragePool", "1DQ"), ("LeakyRelu", "1DQ_CPU"), ("Softmax", "1DQ_CPU")] {
             let n = if op == "AveragePool" { attr_ints(unary_op(op), "kernel_shape", &[2]) } else { unary_op(op) };
-            assert_eq!(
-                on_all(&unary(13, n, "z", "s", "z").load()),
-                one(rule, &format!("com.microsoft.QLinear{op}"), 2),
-                "{op}"
-            );
+            assert_eq!(on_all(&unary(13, n, "z", "s", "z").load()), one(rule, &format!("com.microsoft.QLinear{op}"), 2), "{op}");
         }
         assert!(on_all(&unary(21, unary_op("Sigmoid"), "z16", "s", "z16").load()).is_empty(), "16-bit");
         // Input and output codes must have the same type; scales may differ.
@@ -2837,9 +2677,7 @@ mod tests {
         assert!(on_all(&unary(21, unary_op("Sigmoid"), "z", "s", "z16").load()).is_empty());
         // No CPU rule for Pad, Sub, Relu, … : they keep running in float.
         let pad = node("Pad", &["dx", "pads"], &["c"]);
-        assert!(
-            on_all(&unary(21, pad, "z", "s", "z").init(ints("pads", DataType::Int64, &[2], &[1, 1])).load()).is_empty()
-        );
+        assert!(on_all(&unary(21, pad, "z", "s", "z").init(ints("pads", DataType::Int64, &[2], &[1, 1])).load()).is_empty());
     }
 
     /// a, b → Q/DQ → op(da, db) → Q/DQ → y; the op is node 4.
@@ -2859,20 +2697,13 @@ mod tests {
         assert!(on_all(&binary("Add", "z16", "z16", "z16").load()).is_empty(), "16-bit");
         assert!(on_all(&binary("Add", "z", "z16", "z").load()).is_empty(), "mixed types");
         // The same DQ on both inputs: EnsureUniqueDQ gives each input its own copy.
-        let same = G::new(21)
-            .params()
-            .input("a")
-            .output("y")
-            .qdq("a", "s", "z", "da")
-            .op("Add", &["da", "da"], &["c"])
-            .qdq("c", "s", "z", "y");
+        let same = G::new(21).params().input("a").output("y").qdq("a", "s", "z", "da").op("Add", &["da", "da"], &["c"]).qdq("c", "s", "z", "y");
         assert_eq!(on_all(&same.load()).len(), 1);
     }
 
     #[test]
     fn a_float_input_or_an_exposed_output_blocks_a_group() {
-        let float_b =
-            G::new(21).params().init(f32s("bf", &[4], &[1.0; 4])).input("a").output("y").qdq("a", "s", "z", "da");
+        let float_b = G::new(21).params().init(f32s("bf", &[4], &[1.0; 4])).input("a").output("y").qdq("a", "s", "z", "da");
         assert!(on_all(&float_b.op("Add", &["da", "bf"], &["c"]).qdq("c", "s", "z", "y").load()).is_empty());
         assert!(on_all(&binary("Add", "z", "z", "z").output("c").load()).is_empty(), "target output is a graph output");
         let mixed = binary("Add", "z", "z", "z").output("r").op("Relu", &["c"], &["r"]);
@@ -2881,36 +2712,17 @@ mod tests {
 
     #[test]
     fn concat_where_and_split_have_their_own_rules() {
-        let concat =
-            G::new(21).params().input("a").input("b").output("y").qdq("a", "s", "z", "da").qdq("b", "s2", "z", "db");
-        let concat = concat
-            .init(scalar("s2", 0.2))
-            .node(attr_i(node("Concat", &["da", "db"], &["c"]), "axis", 0))
-            .qdq("c", "s", "z", "y");
+        let concat = G::new(21).params().input("a").input("b").output("y").qdq("a", "s", "z", "da").qdq("b", "s2", "z", "db");
+        let concat = concat.init(scalar("s2", 0.2)).node(attr_i(node("Concat", &["da", "db"], &["c"]), "axis", 0)).qdq("c", "s", "z", "y");
         assert_eq!(on_all(&concat.load()), one("*DQ", "com.microsoft.QLinearConcat", 4));
         let g = G::new(21).params().typed_input("cond", DataType::Bool, &[4]).input("a").input("b").output("y");
-        let wh = g
-            .clone()
-            .qdq("a", "s", "z", "da")
-            .qdq("b", "s", "z", "db")
-            .op("Where", &["cond", "da", "db"], &["c"])
-            .qdq("c", "s", "z", "y");
+        let wh = g.clone().qdq("a", "s", "z", "da").qdq("b", "s", "z", "db").op("Where", &["cond", "da", "db"], &["c"]).qdq("c", "s", "z", "y");
         assert_eq!(on_all(&wh.load()), one("Where", "com.microsoft.QLinearWhere", 4));
         // WhereDummyDq gives a scalar float branch a DQ, so the Where still fuses.
-        let scalar_branch = g
-            .init(scalar("k", 0.5))
-            .qdq("a", "s", "z", "da")
-            .op("Where", &["cond", "da", "k"], &["c"])
-            .qdq("c", "s", "z", "y");
+        let scalar_branch = g.init(scalar("k", 0.5)).qdq("a", "s", "z", "da").op("Where", &["cond", "da", "k"], &["c"]).qdq("c", "s", "z", "y");
         assert_eq!(on_all(&scalar_branch.load()), one("Where", "com.microsoft.QLinearWhere", 2));
         let split = |s2: &str| {
-            let g = G::new(18)
-                .params()
-                .init(scalar("s2", 0.2))
-                .input("x")
-                .output("y1")
-                .output("y2")
-                .qdq("x", "s", "z", "dx");
+            let g = G::new(18).params().init(scalar("s2", 0.2)).input("x").output("y1").output("y2").qdq("x", "s", "z", "dx");
             let n = attr_i(attr_i(node("Split", &["dx"], &["c1", "c2"]), "axis", 0), "num_outputs", 2);
             g.node(n).qdq("c1", "s", "z", "y1").qdq("c2", s2, "z", "y2")
         };
@@ -2950,8 +2762,7 @@ mod tests {
         let mut int8_bias = conv("z", 0.001, 0).init(ints("b8", Int8, &[2], &[3, -2])).proto();
         int8_bias.graph.as_mut().unwrap().node[3].input = vec!["b8".into(), "sb".into(), "z8".into()];
         assert!(on_all(&load(int8_bias)).is_empty());
-        let mut int4_weight =
-            conv("z", 0.001, 0).init(ints("w4", Int4, &[2, 2, 3], &[1; 12])).init(ints("z4", Int4, &[], &[0])).proto();
+        let mut int4_weight = conv("z", 0.001, 0).init(ints("w4", Int4, &[2, 2, 3], &[1; 12])).init(ints("z4", Int4, &[], &[0])).proto();
         int4_weight.graph.as_mut().unwrap().node[2].input = vec!["w4".into(), "sw".into(), "z4".into()];
         assert!(on_all(&load(int4_weight)).is_empty());
     }
@@ -2973,17 +2784,8 @@ mod tests {
 
     /// a → Q/DQ → MatMul(DQ(w)) → [Q/DQ] → y; MatMul is node 3.
     fn matmul(za: &str, with_q: bool) -> G {
-        let g = G::new(21)
-            .params()
-            .init(ints("w", Int8, &[4, 4], &[1; 16]))
-            .init(scalar("sw", 0.01))
-            .input("a")
-            .output("y");
-        let g = g.qdq("a", "s", za, "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]).op(
-            "MatMul",
-            &["da", "dw"],
-            &["c"],
-        );
+        let g = G::new(21).params().init(ints("w", Int8, &[4, 4], &[1; 16])).init(scalar("sw", 0.01)).input("a").output("y");
+        let g = g.qdq("a", "s", za, "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]).op("MatMul", &["da", "dw"], &["c"]);
         if with_q { g.qdq("c", "s", za, "y") } else { g.op("Sigmoid", &["c"], &["y"]) }
     }
 
@@ -3008,14 +2810,8 @@ mod tests {
 
     /// a → Q/DQ → Gemm(DQ(w), [DQ(b)]) → [Q/DQ] → y; Gemm is node 3 or 4.
     fn gemm(bias: bool, with_q: bool, alpha: f32, beta: f32) -> G {
-        let g = G::new(21)
-            .params()
-            .init(ints("w", Int8, &[4, 4], &[1; 16]))
-            .init(scalar("sw", 0.01))
-            .input("a")
-            .output("y");
-        let g =
-            g.init(ints("b", Int32, &[4], &[1, 2, 3, 4])).init(scalar("sb", 0.001)).init(ints("zb", Int32, &[], &[0]));
+        let g = G::new(21).params().init(ints("w", Int8, &[4, 4], &[1; 16])).init(scalar("sw", 0.01)).input("a").output("y");
+        let g = g.init(ints("b", Int32, &[4], &[1, 2, 3, 4])).init(scalar("sb", 0.001)).init(ints("zb", Int32, &[], &[0]));
         let mut g = g.qdq("a", "s", "z", "da").op("DequantizeLinear", &["w", "sw", "z8"], &["dw"]);
         let mut inputs = vec!["da", "dw"];
         if bias {
@@ -3069,11 +2865,7 @@ mod tests {
     fn nbits(block: i64, shared: bool) -> G {
         let blocks = 32 / block;
         let g = G::new(21).typed_input("x", DataType::Float, &[2, 32]).output("y");
-        let g = g.init(ints("w", Int4, &[32, 8], &[1; 256])).init(f32s(
-            "sw",
-            &[blocks, 8],
-            &vec![0.01; (blocks * 8) as usize],
-        ));
+        let g = g.init(ints("w", Int4, &[32, 8], &[1; 256])).init(f32s("sw", &[blocks, 8], &vec![0.01; (blocks * 8) as usize]));
         let dq = attr_i(attr_i(node("DequantizeLinear", &["w", "sw"], &["dw"]), "axis", 0), "block_size", block);
         let g = g.node(dq).op("MatMul", &["x", "dw"], &["y"]);
         if shared { g.output("y2").op("MatMul", &["x", "dw"], &["y2"]) } else { g }
@@ -3092,21 +2884,13 @@ mod tests {
     fn a_redundant_relu_or_clip_before_q_is_absorbed() {
         // Relu → Q without zero point: ReluQuantRewrite needs an explicit zero point, but the
         // selector's IsClipMadeRedundantByQ takes the implicit uint8 0.
-        let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).op(
-            "Relu",
-            &["c"],
-            &["r"],
-        );
+        let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).op("Relu", &["c"], &["r"]);
         let l = g.op("QuantizeLinear", &["r", "s"], &["qr"]).op("DequantizeLinear", &["qr", "s"], &["y"]).load();
         let f = &run(&l, Isa::X86Sse2).fusions;
         assert_eq!((f.len(), f[0].absorbed_clip), (1, Some(3)));
         // A Clip with no max: rint(FLT_MAX / s) does not fit an int32; x86 converts it to INT_MIN,
         // so the Clip is not redundant there, while ARM saturates.
-        let g = G::new(21).params().init(scalar("lo", 0.04)).input("x").output("y").qdq("x", "s", "z", "dx").op(
-            "Sigmoid",
-            &["dx"],
-            &["c"],
-        );
+        let g = G::new(21).params().init(scalar("lo", 0.04)).input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]);
         let l = g.op("Clip", &["c", "lo"], &["r"]).qdq("r", "s", "z", "y").load();
         assert!(fused(&l, Isa::X86Avx512Vnni).is_empty());
         assert_eq!(fused(&l, Isa::Arm64Neon).len(), 1);
@@ -3115,55 +2899,25 @@ mod tests {
     #[test]
     fn ort_quantizes_a_float_weight_and_bias_itself_then_fuses() {
         let w: Vec<f32> = (0..12).map(|i| i as f32 * 0.1 - 0.6).collect();
-        let g = G::new(21).params().init(f32s("wf", &[2, 2, 3], &w)).init(f32s("bf", &[2], &[0.3, -0.2])).typed_input(
-            "x",
-            DataType::Float,
-            &[1, 2, 5],
-        );
-        let l = g
-            .output("y")
-            .qdq("x", "s", "z", "dx")
-            .op("Conv", &["dx", "wf", "bf"], &["c"])
-            .qdq("c", "s", "z", "y")
-            .load();
+        let g = G::new(21).params().init(f32s("wf", &[2, 2, 3], &w)).init(f32s("bf", &[2], &[0.3, -0.2])).typed_input("x", DataType::Float, &[1, 2, 5]);
+        let l = g.output("y").qdq("x", "s", "z", "dx").op("Conv", &["dx", "wf", "bf"], &["c"]).qdq("c", "s", "z", "y").load();
         let out = run(&l, Isa::X86Avx2);
-        assert_eq!(
-            out.fusions.iter().map(|f| (f.rule, f.target, f.dq_inputs.clone())).collect::<Vec<_>>(),
-            vec![("Conv", 2, vec![1])]
-        );
+        assert_eq!(out.fusions.iter().map(|f| (f.rule, f.target, f.dq_inputs.clone())).collect::<Vec<_>>(), vec![("Conv", 2, vec![1])]);
         let wbq: Vec<&Rewrite> = out.rewrites.iter().filter(|r| r.transformer == "WeightBiasQuantization").collect();
         assert_eq!(wbq.len(), 1);
-        assert!(
-            !wbq[0].exact && wbq[0].detail.contains("'wf' quantized to int8") && wbq[0].detail.contains("'bf' rounded"),
-            "{}",
-            wbq[0].detail
-        );
+        assert!(!wbq[0].exact && wbq[0].detail.contains("'wf' quantized to int8") && wbq[0].detail.contains("'bf' rounded"), "{}", wbq[0].detail);
     }
 
     #[test]
     fn propagated_and_merged_qdq_let_neighbours_fuse() {
         // QDQPropagation copies the DQ across the Transpose, so the Sigmoid gets a DQ input.
         let g = G::new(21).params().input("x").output("y").qdq("x", "s", "z", "dx");
-        let l = g
-            .node(attr_ints(node("Transpose", &["dx"], &["t"]), "perm", &[0]))
-            .op("Sigmoid", &["t"], &["c"])
-            .qdq("c", "s", "z", "y")
-            .load();
-        assert_eq!(
-            on_all(&l),
-            vec![("drop", "Transpose (on codes)".into(), 2), ("1DQ", "com.microsoft.QLinearSigmoid".into(), 3)]
-        );
+        let l = g.node(attr_ints(node("Transpose", &["dx"], &["t"]), "perm", &[0])).op("Sigmoid", &["t"], &["c"]).qdq("c", "s", "z", "y").load();
+        assert_eq!(on_all(&l), vec![("drop", "Transpose (on codes)".into(), 2), ("1DQ", "com.microsoft.QLinearSigmoid".into(), 3)]);
         // Two identical Qs of one value are merged by CSE into one Q with two DQs.
-        let g = G::new(21).params().input("x").output("y1").output("y2").qdq("x", "s", "z", "dx").op(
-            "Sigmoid",
-            &["dx"],
-            &["c"],
-        );
+        let g = G::new(21).params().input("x").output("y1").output("y2").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]);
         let g = g.op("QuantizeLinear", &["c", "s", "z"], &["q1"]).op("QuantizeLinear", &["c", "s", "z"], &["q2"]);
-        let l = g
-            .op("DequantizeLinear", &["q1", "s", "z"], &["y1"])
-            .op("DequantizeLinear", &["q2", "s", "z"], &["y2"])
-            .load();
+        let l = g.op("DequantizeLinear", &["q1", "s", "z"], &["y1"]).op("DequantizeLinear", &["q2", "s", "z"], &["y2"]).load();
         assert_eq!(on_all(&l), one("1DQ", "com.microsoft.QLinearSigmoid", 2));
         // ORT's topological order visits the branch of the last leaf (y2) first, so q2 (node 4)
         // represents the pair and is the Q the group absorbs.
@@ -3177,12 +2931,7 @@ mod tests {
 
     /// x → Q/DQ → Sigmoid → act → Q/DQ(sq, zq) → y; the activation is node 3.
     fn activation_before_q(act: NodeProto, sq: &str, zq: &str) -> G {
-        let g = G::new(21).params().init(scalar("sneg", -0.1)).init(ints("zb", Uint8, &[], &[3])).init(ints(
-            "z4",
-            Int4,
-            &[],
-            &[3],
-        ));
+        let g = G::new(21).params().init(scalar("sneg", -0.1)).init(ints("zb", Uint8, &[], &[3])).init(ints("z4", Int4, &[], &[3]));
         g.input("x").output("y").qdq("x", "s", "z", "dx").op("Sigmoid", &["dx"], &["c"]).node(act).qdq("r", sq, zq, "y")
     }
 
@@ -3203,9 +2952,7 @@ mod tests {
     #[test]
     fn clip_before_q_goes_when_it_covers_the_q_range_within_flt_epsilon() {
         let clip = |lo: f32, hi: f32| (node("Clip", &["c", "lo", "hi"], &["r"]), scalar("lo", lo), scalar("hi", hi));
-        let with = |(n, lo, hi): (NodeProto, TensorProto, TensorProto), z: &str| {
-            activation_before_q(n, "s", z).init(lo).init(hi).load()
-        };
+        let with = |(n, lo, hi): (NodeProto, TensorProto, TensorProto), z: &str| activation_before_q(n, "s", z).init(lo).init(hi).load();
         // Q covers [0, 25.5]: Clip(0, 25.5) is redundant.
         assert_eq!(rewritten(&with(clip(0.0, 25.5), "z")), vec![("ClipQuantRewrite", true)]);
         assert!(rewritten(&with(clip(0.0, 6.0), "z")).is_empty(), "Clip(0, 6) clips inside the Q range");
@@ -3234,15 +2981,7 @@ mod tests {
 
     #[test]
     fn double_qdq_pairs_keep_or_recompute_parameters() {
-        let chain = |s2: &str| {
-            G::new(21)
-                .params()
-                .init(scalar("s2", 0.2))
-                .input("x")
-                .output("y")
-                .qdq("x", "s", "z", "d1")
-                .qdq("d1", s2, "z", "y")
-        };
+        let chain = |s2: &str| G::new(21).params().init(scalar("s2", 0.2)).input("x").output("y").qdq("x", "s", "z", "d1").qdq("d1", s2, "z", "y");
         assert_eq!(rewritten(&chain("s").load()), vec![("DoubleQDQPairsRemover", true)]);
         // (0.1, 0) then (0.2, 0) on uint8: the intersection [0, 25.5] gets scale 0.1, zero point 0.
         let r = run(&chain("s2").load(), Isa::X86Avx2).rewrites;
@@ -3250,21 +2989,18 @@ mod tests {
         // (0.1, 0) then (0.2, 0): x = 0.1 keeps 0.2·rne(0.5) = 0 through both pairs, 0.1 merged.
         let w = r[0].witness.as_ref().unwrap_or_else(|| panic!("{:?}", r[0]));
         assert_eq!((f32::from_bits(w.inputs[0].1 as u32), w.unfused, w.fused), (0.1, 0, 1), "{w}");
-        assert!(
-            r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "),
-            "{}",
-            r[0].detail
-        );
+        assert!(r[0].detail.contains(&format!("scale {}", hex(25.5 / 255.0))) && r[0].detail.contains("zero point 0 "), "{}", r[0].detail);
     }
 
     #[test]
     fn dq_q_pairs_with_equal_parameters_are_removed_last() {
         let g = G::new(21).params().init(scalar("s2", 0.2)).typed_input("xq", Uint8, &[4]).output("y");
         let pair = |s_q: &str| {
-            g.clone()
-                .op("DequantizeLinear", &["xq", "s", "z"], &["d"])
-                .op("QuantizeLinear", &["d", s_q, "z"], &["q"])
-                .op("DequantizeLinear", &["q", "s2", "z"], &["y"])
+            g.clone().op("DequantizeLinear", &["xq", "s", "z"], &["d"]).op("QuantizeLinear", &["d", s_q, "z"], &["q"]).op(
+                "DequantizeLinear",
+                &["q", "s2", "z"],
+                &["y"],
+            )
         };
         assert_eq!(rewritten(&pair("s").load()), vec![("QDQFinalCleanupTransformer", true)]);
         assert!(rewritten(&pair("s2").load()).is_empty());
@@ -3272,22 +3008,10 @@ mod tests {
 
     #[test]
     fn subgraphs_are_searched_with_the_constants_of_enclosing_graphs() {
-        let body = G::new(21)
-            .output("ty")
-            .qdq("a", "s", "z", "da")
-            .qdq("b", "s", "z", "db")
-            .op("Add", &["da", "db"], &["c"])
-            .qdq("c", "s", "z", "ty");
+        let body = G::new(21).output("ty").qdq("a", "s", "z", "da").qdq("b", "s", "z", "db").op("Add", &["da", "db"], &["c"]).qdq("c", "s", "z", "ty");
         let other = G::new(21).output("ey").op("Identity", &["a"], &["ey"]);
         let iff = attr_graph(attr_graph(node("If", &["cond"], &["y"]), "then_branch", body.g), "else_branch", other.g);
-        let l = G::new(21)
-            .params()
-            .typed_input("cond", DataType::Bool, &[])
-            .input("a")
-            .input("b")
-            .output("y")
-            .node(iff)
-            .load();
+        let l = G::new(21).params().typed_input("cond", DataType::Bool, &[]).input("a").input("b").output("y").node(iff).load();
         let f = &run(&l, Isa::X86Avx2).fusions;
         assert_eq!(f.len(), 1);
         assert_eq!((f[0].rule, f[0].target, f[0].location.as_str()), ("2DQ", 4, " in If 'y'.then_branch"));

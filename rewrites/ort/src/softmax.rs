@@ -17,9 +17,9 @@
 //!   indefinite" value: uint8 outputs zY (the uint32 cast keeps the low bits of
 //!   0x8000000000000000), int8 outputs −128 (127 when zY < 0: INT_MIN + zY wraps).
 
+use crate::Isa;
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Counterexample, Method, QParam, Verdict};
-use crate::Isa;
 use std::time::Instant;
 
 /// QLinearSoftmax for one reduction length.
@@ -201,7 +201,8 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
             }
         }
     }
-    let detail = format!("QLinearSoftmax {} {isa}, axis length {reduce_len}: rows of one code and {} more at the zero point or an end", x.code.name(), reduce_len - 1);
+    let detail =
+        format!("QLinearSoftmax {} {isa}, axis length {reduce_len}: rows of one code and {} more at the zero point or an end", x.code.name(), reduce_len - 1);
     match found {
         None => Verdict::Unknown { reason: format!("{detail}: never exact, and none of {tried} rows differs robustly") },
         Some((first, rest, (i, real, unfused, fused))) => {
@@ -236,7 +237,9 @@ pub fn prove_every_length(x: QParam, y: QParam, isa: Isa) -> Verdict {
             return Verdict::Refuted { counterexample, proof };
         }
     }
-    Verdict::Unknown { reason: format!("never exact; the axis length is symbolic and no row of any length 1..=64 or power of two up to {LENGTH_CAP} differs robustly") }
+    Verdict::Unknown {
+        reason: format!("never exact; the axis length is symbolic and no row of any length 1..=64 or power of two up to {LENGTH_CAP} differs robustly"),
+    }
 }
 
 /// The first position of the row `[first, rest × (d − 1)]` where the fused and real results

@@ -105,11 +105,15 @@ pub fn prove(p: &FloatPath, contract: Contract) -> Verdict {
         Ok(b) => b,
         Err(why) => return Verdict::Unknown { reason: why },
     };
-    let rounded: Vec<f32> = (0..channels).map(|c| dequantized_bias(quantized.codes[c], quantized.scales[if quantized.scales.len() == 1 { 0 } else { c }])).collect();
+    let rounded: Vec<f32> =
+        (0..channels).map(|c| dequantized_bias(quantized.codes[c], quantized.scales[if quantized.scales.len() == 1 { 0 } else { c }])).collect();
     let changed: Vec<usize> = (0..channels).filter(|&c| rounded[c] != p.bias[c]).collect();
     if changed.is_empty() {
-        let detail = format!("WeightBiasQuantization: every one of {channels} bias values is round(b/fl(sx·sw))·fl(sx·sw) itself; the float path reads the same values");
-        return Verdict::Exact { proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: start.elapsed().as_micros() as u64, detail } };
+        let detail =
+            format!("WeightBiasQuantization: every one of {channels} bias values is round(b/fl(sx·sw))·fl(sx·sw) itself; the float path reads the same values");
+        return Verdict::Exact {
+            proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: start.elapsed().as_micros() as u64, detail },
+        };
     }
     let mut points = 0u64;
     for &c in &changed {
@@ -207,7 +211,8 @@ fn one_hot_witness(p: &FloatPath, c: usize, rounded: f32, contract: Contract) ->
             let a = dequantize(xk, g.x.scale, zx);
             let (Some(before), Some(after)) = (unique_code(a, wf, b, &p.clamps, y), unique_code(a, wf, rounded, &p.clamps, y)) else { continue };
             let acc = (xk - zx) * (w - zw);
-            let value = Dyadic::from_f32(g.x.scale).and_then(|sx| Dyadic::int(acc).checked_mul(sx)?.checked_mul(Dyadic::from_f32(sw)?)?.checked_add(Dyadic::from_f32(b)?));
+            let value = Dyadic::from_f32(g.x.scale)
+                .and_then(|sx| Dyadic::int(acc).checked_mul(sx)?.checked_mul(Dyadic::from_f32(sw)?)?.checked_add(Dyadic::from_f32(b)?));
             let reference = match contract {
                 Contract::Exact => before,
                 Contract::Real => {

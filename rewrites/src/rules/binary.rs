@@ -6,12 +6,12 @@
 
 use super::group::{Group, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
-use qdqc_exact::reference::CodeType;
-use qdqc_exact::Verdict;
-use qdqc_ort::binary::{BinaryOp, BinaryParams, layouts, prove_layouts};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
+use qdqc_exact::Verdict;
+use qdqc_exact::reference::CodeType;
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::term::Term;
+use qdqc_ort::binary::{BinaryOp, BinaryParams, layouts, prove_layouts};
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     [(BinaryOp::Add, "qlinear-add", "Add"), (BinaryOp::Mul, "qlinear-mul", "Mul")]
@@ -68,7 +68,9 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         if !fired {
             return vec![];
         }
-        let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{}/qdqc_{what}_zero_point", group.output));
+        let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| {
+            explicit_zero_point(eg, var(s, v), code, &format!("{}/qdqc_{what}_zero_point", group.output))
+        };
         let za = zp(eg, "?za", params.a.code, "a");
         let zb = zp(eg, "?zb", params.b.code, "b");
         let zc = zp(eg, "?zc", params.c.code, "c");

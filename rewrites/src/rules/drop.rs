@@ -9,10 +9,10 @@
 
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::p1::exhaustive;
 use qdqc_exact::reference::{dequantize, quantize};
 use qdqc_exact::{Certificate, Method, QParam, Verdict};
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::AttrValue;
 use qdqc_lang::term::Term;

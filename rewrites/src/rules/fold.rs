@@ -19,10 +19,10 @@
 
 use super::group::{Group, absent, constant, decide, f32_constant, tag, var};
 use super::{Log, Rewrite, RuleOptions};
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::movement::ParamLayout;
 use qdqc_exact::reference::{CodeType, dequantize};
 use qdqc_exact::{Certificate, Method, Verdict};
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{FloatOp, Op, OpClass, Term};
@@ -67,7 +67,11 @@ fn fold(eg: &QdqEGraph, eclass: Id, s: &Subst) -> Result<(Vec<i64>, Vec<f32>), S
         return Err(format!("scale of type {}: only f32 scales are folded", sf.dtype.map_or("unknown", |d| d.as_str_name())));
     }
     let scales = scc.f32_bits.as_ref().ok_or("the scale's values are not known")?;
-    let zero_points = if absent(eg, zp) { vec![0; scales.len()] } else { constant(eg, zp).and_then(|(_, c)| c.ints.clone()).ok_or("the zero point is not a known constant")? };
+    let zero_points = if absent(eg, zp) {
+        vec![0; scales.len()]
+    } else {
+        constant(eg, zp).and_then(|(_, c)| c.ints.clone()).ok_or("the zero point is not a known constant")?
+    };
     let dq = eg.analysis.env.tag(tag(eg, var(s, "?t")).ok_or("DQ without tag")?);
     if !matches!(dq.output_dtype, 0 | 1) {
         return Err(format!("output_dtype {} is not float", dq.output_dtype));
@@ -98,7 +102,11 @@ impl Applier<Term, QdqAnalysis> for FoldWeights {
                     method: Method::P4Lemma("constant folding with the reference DequantizeLinear".into()),
                     domain: values.len() as u64,
                     micros: 0,
-                    detail: format!("{} elements computed as fl(f32(q − zp) · s), ORT's DequantizeLinear arithmetic; {} bytes of f32", values.len(), 4 * values.len()),
+                    detail: format!(
+                        "{} elements computed as fl(f32(q − zp) · s), ORT's DequantizeLinear arithmetic; {} bytes of f32",
+                        values.len(),
+                        4 * values.len()
+                    ),
                 },
             },
             Err(reason) => Verdict::Unknown { reason: reason.clone() },

@@ -17,10 +17,10 @@
 
 use super::group::{Group, absent, add_node, constant, constant_codes, decide, f32_constant, int_constant, shape, tag, var};
 use super::{Log, Rewrite, RuleOptions};
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::Verdict;
 use qdqc_exact::movement::{ParamLayout, Params, Rewritten, gather_before_dequantize};
 use qdqc_exact::reference::CodeType;
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
@@ -102,11 +102,10 @@ fn plan(eg: &QdqEGraph, s: &Subst) -> Result<Plan, String> {
     };
     // Widening needs every code; a table above the facts' size bound is read from its payload.
     let elements = dims.iter().product::<i64>().max(0) as usize;
-    let table_codes = if widened.is_some() { constant_codes(eg, w).map(|(_, codes)| codes) } else { wc.ints.clone() }
-        .map(|mut codes| {
-            codes.truncate(elements);
-            codes
-        });
+    let table_codes = if widened.is_some() { constant_codes(eg, w).map(|(_, codes)| codes) } else { wc.ints.clone() }.map(|mut codes| {
+        codes.truncate(elements);
+        codes
+    });
     if widened.is_some() && table_codes.is_none() {
         return Err(format!("{}-bit codes must be widened for Gather, and the table's codes could not be read", code.bits()));
     }
@@ -190,7 +189,12 @@ impl Applier<Term, QdqAnalysis> for GatherBeforeDq {
 fn float_table_kept(eg: &QdqEGraph, eclass: Id, s: &Subst, lossy_matmuls: bool) -> bool {
     use qdqc_lang::term::FloatOp;
     let tg = eg.find(var(s, "?tg"));
-    let Some(dq) = eg[eclass].nodes.iter().find(|n| n.op == Op::Float(FloatOp::Gather) && n.args.first().map(|&a| eg.find(a)) == Some(tg)).and_then(|n| n.args.get(1).copied()) else {
+    let Some(dq) = eg[eclass]
+        .nodes
+        .iter()
+        .find(|n| n.op == Op::Float(FloatOp::Gather) && n.args.first().map(|&a| eg.find(a)) == Some(tg))
+        .and_then(|n| n.args.get(1).copied())
+    else {
         return false;
     };
     let env = &eg.analysis.env;

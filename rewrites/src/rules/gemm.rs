@@ -42,17 +42,17 @@
 use super::group::{Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, value_name, var};
 use super::matmul_dynamic;
 use super::u8_weights;
-use qdqc_ort::matmul_dynamic as ort_dynamic;
 use super::{Log, Rewrite, RuleOptions};
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
-use qdqc_ort::Isa;
-use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{Op, Term};
+use qdqc_ort::Isa;
+use qdqc_ort::matmul_dynamic as ort_dynamic;
+use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
 
 /// The float op a rule matches.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -207,7 +207,11 @@ impl Fusion {
         let target_attributes = tag(eg, var(s, "?to")).map(|t| eg.analysis.env.tag(t).attributes.clone()).unwrap_or_default();
         let (kind, weights, axis, attributes) = match (self.target, &dims[..]) {
             (Target::Conv, [m, _, spatial @ ..]) if !spatial.is_empty() => {
-                let groups = target_attributes.iter().find(|a| a.name == "group").and_then(|a| if let AttrValue::Int(g) = a.value { Some(g) } else { None }).unwrap_or(1);
+                let groups = target_attributes
+                    .iter()
+                    .find(|a| a.name == "group")
+                    .and_then(|a| if let AttrValue::Int(g) = a.value { Some(g) } else { None })
+                    .unwrap_or(1);
                 let kind = GemmKind::Conv { kernel_size: spatial.iter().product::<i64>() as usize, groups: groups.max(0) as usize };
                 (kind, row_channels(&codes, *m as usize), 0, target_attributes)
             }
@@ -248,7 +252,8 @@ impl Fusion {
     /// The fused node's inputs, in the kernel's order; `codes`: the x, w and y code types;
     /// `shifted`: the group's weights and zero points as uint8 codes ([`u8_weights`]).
     fn inputs(&self, eg: &mut QdqEGraph, s: &Subst, codes: [CodeType; 3], scales: &Scales, output: &str, shifted: Option<&GemmGroup>) -> Vec<Id> {
-        let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{output}/qdqc_{what}_zero_point"));
+        let zp =
+            |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| explicit_zero_point(eg, var(s, v), code, &format!("{output}/qdqc_{what}_zero_point"));
         let (zx, zy) = (zp(eg, "?zx", codes[0], "x"), zp(eg, "?zy", codes[2], "y"));
         let (w, mut zw) = match shifted {
             Some(g) => shifted_weights(eg, s, g, output),
@@ -322,10 +327,7 @@ impl Fusion {
 fn fused_attributes(attributes: Vec<Attribute>, scales: &Scales) -> Vec<Attribute> {
     match scales {
         Scales::Model => attributes,
-        Scales::Synthesized(_) => attributes
-            .into_iter()
-            .map(|a| if a.name == "alpha" { Attribute { value: AttrValue::Float(1.0), ..a } } else { a })
-            .collect(),
+        Scales::Synthesized(_) => attributes.into_iter().map(|a| if a.name == "alpha" { Attribute { value: AttrValue::Float(1.0), ..a } } else { a }).collect(),
     }
 }
 

@@ -2,14 +2,14 @@
 //! decide on every ISA profile, create the fused node and log the decision.
 
 use super::{Decision, Log, Lossy, RuleOptions};
+use egg::{Id, Subst, Var};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{QParam, Verdict};
-use qdqc_ort::Isa;
-use egg::{Id, Subst, Var};
 use qdqc_lang::analysis::{Constant, Dim, Interval, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
+use qdqc_ort::Isa;
 
 /// The e-class bound to `var` (rules only use variables their pattern binds).
 pub fn var(subst: &Subst, name: &str) -> Id {

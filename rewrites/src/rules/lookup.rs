@@ -13,11 +13,11 @@
 
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
-use qdqc_exact::p1::exhaustive;
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::num::Dyadic;
+use qdqc_exact::p1::exhaustive;
 use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
 use qdqc_exact::{Contract, QParam, Verdict};
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{Constant, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
@@ -35,8 +35,15 @@ pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
 enum Step {
     Unary(FloatOp),
     /// The op with a scalar constant; `left` when the constant is the first operand.
-    Scalar { op: FloatOp, c: f32, left: bool },
-    Clip { lo: f32, hi: f32 },
+    Scalar {
+        op: FloatOp,
+        c: f32,
+        left: bool,
+    },
+    Clip {
+        lo: f32,
+        hi: f32,
+    },
 }
 
 impl Step {

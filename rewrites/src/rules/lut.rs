@@ -29,14 +29,14 @@
 
 use super::group::{Group, decide, explicit_zero_point, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
+use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
-use qdqc_ort::Isa;
-use qdqc_ort::lut;
-use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::term::{Op, Term};
+use qdqc_ort::Isa;
+use qdqc_ort::lut;
 use std::cell::OnceCell;
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
@@ -325,7 +325,8 @@ mod tests {
 
     #[test]
     fn patterns_bind_every_variable_the_rules_read() {
-        let options = RuleOptions { contract: Contract::Exact, isas: Isa::ALL.to_vec(), fold_weights: false, allow: Default::default(), memo: Default::default() };
+        let options =
+            RuleOptions { contract: Contract::Exact, isas: Isa::ALL.to_vec(), fold_weights: false, allow: Default::default(), memo: Default::default() };
         let rules = rules(&options, &Log::default());
         for lut in [Lut::Sigmoid, Lut::LeakyRelu, Lut::Where, Lut::Concat(2), Lut::Concat(3), Lut::Concat(4)] {
             let rule = rules.iter().find(|r| r.name.as_str() == lut.name()).expect("a rule per kernel");

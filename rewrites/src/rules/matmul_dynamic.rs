@@ -21,9 +21,9 @@
 //! | `matmul_dynamic` conditions: code types, ranges, finite scales | what ORT's kernel accepts |
 
 use super::group::{qparam, var};
-use qdqc_ort::matmul_dynamic::DynamicMatMul;
 use egg::{Id, Subst};
 use qdqc_lang::analysis::{Dim, QdqEGraph};
+use qdqc_ort::matmul_dynamic::DynamicMatMul;
 
 /// The group's parameters and its static K (`None` when symbolic: `DynamicMatMul::k` is then
 /// ignored), or the first condition it fails.

@@ -10,12 +10,12 @@
 //! | verdicts name nothing of the group (inputs are "x[k]", "a", "b", channels by index) | a reused counterexample must read the same for every group |
 //! | one memo per compile (it lives in `RuleOptions`) | counts in the report are this compile's |
 
+use crate::rules::RuleOptions;
+use crate::rules::group::decide;
 use qdqc_exact::Verdict;
 use qdqc_ort::Isa;
 use qdqc_ort::binary::{BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::requant::{GemmGroup, GemmKind};
-use crate::rules::RuleOptions;
-use crate::rules::group::decide;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};

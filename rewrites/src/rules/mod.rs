@@ -25,13 +25,13 @@ pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 pub use memo::{Memo, MemoCounts};
 
 use qdqc_exact::{Certificate, Contract, Verdict};
+use qdqc_lang::analysis::QdqAnalysis;
+use qdqc_lang::term::Term;
 use qdqc_ort::Isa;
 use qdqc_ort::nbits::{AccuracyLevel, Deviation};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
-use qdqc_lang::analysis::QdqAnalysis;
-use qdqc_lang::term::Term;
 use std::sync::{Arc, Mutex};
 
 pub type Rewrite = egg::Rewrite<Term, QdqAnalysis>;

@@ -32,13 +32,13 @@
 
 use super::group::{Group, absent, constant_codes, constant_f16, constant_f32, constant_ints, f32_constant, shape, tag, u8_constant, value_name, var};
 use super::{Log, Lossy, Rewrite, RuleOptions};
-use qdqc_exact::{Certificate, Verdict};
-use qdqc_ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
+use qdqc_exact::{Certificate, Verdict};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{Op, Term};
+use qdqc_ort::nbits::{self, AccuracyLevel, Layout, Packed, Weight};
 
 const FUSED_OP: &str = "com.microsoft.MatMulNBits";
 
@@ -138,7 +138,11 @@ fn layout(eg: &QdqEGraph, s: &Subst, k: usize, n: usize, f16: bool) -> Result<Pa
     } else if scales.len() == n && axis.unwrap_or(1) == 1 {
         Layout::PerChannel
     } else {
-        return Err(format!("weight parameters: {} scales along axis {} (MatMulNBits needs one, one per column, or blocks along K)", scales.len(), axis.unwrap_or(1)));
+        return Err(format!(
+            "weight parameters: {} scales along axis {} (MatMulNBits needs one, one per column, or blocks along K)",
+            scales.len(),
+            axis.unwrap_or(1)
+        ));
     };
     let z = var(s, "?z");
     if absent(eg, z) {

@@ -22,12 +22,12 @@
 use super::group::{Group, shape, var};
 use super::lut::{Fusion, attribute, attributes, kernel_qparam, one_eight_bit_type, rule, zero_point};
 use super::{Log, Rewrite, RuleOptions};
-use qdqc_exact::{Contract, Verdict};
-use qdqc_ort::Isa;
-use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
 use egg::{Id, Subst};
+use qdqc_exact::{Contract, Verdict};
 use qdqc_lang::analysis::QdqEGraph;
 use qdqc_lang::attr::{AttrValue, Attribute};
+use qdqc_ort::Isa;
+use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let pattern = |op: &str| format!("(q ?tq ({op} ?to (dq ?tx ?x ?sx ?zx)) ?sy ?zy)");
