@@ -7,7 +7,7 @@
 //! The check uses `|v|·2^-49`, which covers that with room to spare. Between two consecutive
 //! half-integers rne is constant, so a v farther than the bound from every half-integer rounds
 //! as x does. `t = acc + bias` has |t| < 2^33 and converts to f64 exactly; |v| ≥ 2^40 saturates (the
-//! exact value has the same sign and |x| > 2^39).
+//! exact value has the same sign and |x| > 2^39), and the check passes there (d = 0, bound 2^-9).
 
 use super::{Output, Ratio, requant_exact};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,22 +47,26 @@ impl Certified {
 }
 
 /// The code, and whether the exact fallback decided it.
+#[inline]
 pub(crate) fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
     let t = i64::from(acc) + i64::from(bias);
-    let v = t as f64 * plan.r;
-    if v.abs() >= (1u64 << 40) as f64 {
-        return (out.saturate(if v < 0.0 { i128::MIN / 2 } else { i128::MAX / 2 }), false);
-    }
-    let floor = v.floor();
-    // Exact: floor and v share v's ulp grid; and |frac − 0.5| is exact where it matters (Sterbenz).
-    let frac = v - floor;
-    let bound = v.abs() * BOUND;
-    if (frac - 0.5).abs() <= bound {
+    // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
+    let v = (t as f64 * plan.r).clamp(-LIMIT, LIMIT);
+    // rne(v) for |v| < 2^51 under the default rounding mode, without a libm call.
+    let rounded = (v + MAGIC) - MAGIC;
+    // Exact (v and rounded share v's ulp grid, |v − rounded| ≤ 1/2); 1/2 means v is a half-integer.
+    let d = (v - rounded).abs();
+    if 0.5 - d <= v.abs() * BOUND {
         return (requant_exact(acc, bias, &plan.ratio, out), true);
     }
-    let q = floor as i128 + i128::from(frac > 0.5);
-    (out.saturate(q), false)
+    let y = (rounded + f64::from(out.zero_point())).clamp(f64::from(out.code().min()), f64::from(out.code().max()));
+    (y as i32, false)
 }
+
+/// 2^40: saturation threshold of the f64 value.
+const LIMIT: f64 = (1u64 << 40) as f64;
+/// 1.5·2^52: adding and subtracting it rounds to an integer, ties to even.
+const MAGIC: f64 = (3u64 << 51) as f64;
 
 /// `sat(rne((acc + bias)·sx·sw/sy) + zy)`, correctly rounded; fallbacks are counted in [`fallback_hits`].
 pub fn requant_certified(acc: i32, bias: i32, plan: &Certified, out: Output) -> i32 {

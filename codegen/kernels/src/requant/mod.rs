@@ -164,22 +164,36 @@ pub fn requantize<C: CodeOut>(plan: &Plan, acc: &[i32], n: usize, bias: Option<&
             bias.map(|b| b.len())
         )));
     }
-    let col = |c: usize| if cols == 1 { 0 } else { c };
-    let bias_of = |c: usize| bias.map_or(0, |b| b[c]);
     let o = plan.output;
     let mut stats = Stats::default();
-    for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        for (c, (&a, y)) in acc_row.iter().zip(out_row.iter_mut()).enumerate() {
-            let v = match &plan.form {
-                Form::Fixed(f) => requant_fixed(a, bias_of(c), &f[col(c)], o),
-                Form::Exact(r) => requant_exact(a, bias_of(c), &r[col(c)], o),
-                Form::Certified(p) => {
-                    let (v, fell_back) = certified::evaluate(a, bias_of(c), &p[col(c)], o);
-                    stats.fallbacks += u64::from(fell_back);
-                    v
+    // One column plan per column (a per-tensor plan repeated), so the loop below has no branch on it.
+    let pick = |c: usize| if cols == 1 { 0 } else { c };
+    let bias: Vec<i32> = (0..n).map(|c| bias.map_or(0, |b| b[c])).collect();
+    match &plan.form {
+        Form::Fixed(f) => {
+            let f: Vec<Fixed> = (0..n).map(|c| f[pick(c)]).collect();
+            for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+                for (((&a, y), f), &b) in acc_row.iter().zip(out_row).zip(&f).zip(&bias) {
+                    *y = C::from_code(requant_fixed(a, b, f, o));
                 }
-            };
-            *y = C::from_code(v);
+            }
+        }
+        Form::Exact(r) => {
+            for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+                for (c, (&a, y)) in acc_row.iter().zip(out_row).enumerate() {
+                    *y = C::from_code(requant_exact(a, bias[c], &r[pick(c)], o));
+                }
+            }
+        }
+        Form::Certified(p) => {
+            let p: Vec<Certified> = (0..n).map(|c| p[pick(c)]).collect();
+            for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+                for (((&a, y), p), &b) in acc_row.iter().zip(out_row).zip(&p).zip(&bias) {
+                    let (v, fell_back) = certified::evaluate(a, b, p, o);
+                    stats.fallbacks += u64::from(fell_back);
+                    *y = C::from_code(v);
+                }
+            }
         }
     }
     certified::count(stats.fallbacks);
