@@ -70,7 +70,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
         let gemm = median_secs(reps, || gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm"));
         let gemm_rq = median_secs(reps, || {
             gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm");
-            requantize(&plan, &c, n, None, &mut y).expect("requantize");
+            requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");
         });
 
         match &reference {

@@ -6,6 +6,7 @@
 mod common;
 
 use common::Rng;
+use qdqc_kernels::{Isa, Kernels};
 use qdqc_kernels::requant::{
     Certified, Code, Fixed, Form, Output, Plan, Ratio, Rounding, fallback_hits, first_disagreement, requant_certified, requant_exact, requantize,
 };
@@ -55,35 +56,40 @@ fn short(rng: &mut Rng, bits: u32, around: f32) -> f32 {
     m as f32 * 2f32.powi(e)
 }
 
-/// Checks the certified and exact forms on every accumulator of the window; returns (points, fallbacks).
+/// Checks the certified (batch, on every kernel path the host has) and exact forms on every
+/// accumulator of the window; returns (points, fallbacks).
 fn sweep(sx: f32, sw: f32, sy: f32, out: Output, bias: i32) -> (u64, u64) {
     let ratio = Ratio::new(sx, sw, sy).unwrap();
-    let cert = Certified::new(ratio);
-    let (mut points, mut fallbacks) = (0u64, 0u64);
-    let plan = Plan { output: out, form: Form::Certified(vec![cert]) };
+    let plan = Plan { output: out, form: Form::Certified(vec![Certified::new(ratio)]) };
     let accs: Vec<i32> = window(sx, sw, sy, out).map(|t| t - bias).collect();
-    let mut codes = vec![0u8; accs.len()];
-    let mut icodes = vec![0i8; accs.len()];
-    let stats = match out.code() {
-        Code::U8 => requantize(&plan, &accs, 1, Some(&[bias]), &mut codes).unwrap(),
-        Code::I8 => requantize(&plan, &accs, 1, Some(&[bias]), &mut icodes).unwrap(),
-    };
-    for (i, &acc) in accs.iter().enumerate() {
-        let exact = requant_exact(acc, bias, &ratio, out);
-        let batch = match out.code() {
-            Code::U8 => i32::from(codes[i]),
-            Code::I8 => i32::from(icodes[i]),
+    let exact: Vec<i32> = accs.iter().map(|&acc| requant_exact(acc, bias, &ratio, out)).collect();
+    let mut fallbacks = None;
+    for isa in Isa::available() {
+        let kern = Kernels::new(isa).unwrap();
+        let (codes, stats): (Vec<i32>, _) = match out.code() {
+            Code::U8 => {
+                let mut c = vec![0u8; accs.len()];
+                let s = requantize(kern, &plan, &accs, 1, Some(&[bias]), &mut c).unwrap();
+                (c.into_iter().map(i32::from).collect(), s)
+            }
+            Code::I8 => {
+                let mut c = vec![0i8; accs.len()];
+                let s = requantize(kern, &plan, &accs, 1, Some(&[bias]), &mut c).unwrap();
+                (c.into_iter().map(i32::from).collect(), s)
+            }
         };
-        assert_eq!(batch, exact, "certified ≠ exact: acc {acc} bias {bias} scales {sx:e} {sw:e} {sy:e} {out:?}");
-        // The unclamped rounding, checked independently: recover q from the code where unsaturated.
-        let q = i128::from(exact - out.zero_point());
-        if exact > out.code().min() && exact < out.code().max() {
-            assert!(is_rne(i64::from(acc) + i64::from(bias), sx, sw, sy, q), "exact form wrong at acc {acc}: {exact}");
+        if let Some(i) = (0..accs.len()).find(|&i| codes[i] != exact[i]) {
+            panic!("{isa}: certified {} ≠ exact {} at acc {} bias {bias}, scales {sx:e} {sw:e} {sy:e} {out:?}", codes[i], exact[i], accs[i]);
         }
-        points += 1;
+        assert_eq!(*fallbacks.get_or_insert(stats.fallbacks), stats.fallbacks, "{isa}: another fallback count");
     }
-    fallbacks += stats.fallbacks;
-    (points, fallbacks)
+    for (&acc, &e) in accs.iter().zip(&exact) {
+        // The unclamped rounding, checked independently where the code is not saturated.
+        if e > out.code().min() && e < out.code().max() {
+            assert!(is_rne(i64::from(acc) + i64::from(bias), sx, sw, sy, i128::from(e - out.zero_point())), "exact form wrong at acc {acc}: {e}");
+        }
+    }
+    (accs.len() as u64, fallbacks.unwrap_or(0))
 }
 
 #[test]
@@ -214,19 +220,40 @@ fn per_column_plans_and_shapes() {
     let bias = [5, -7, 100];
     let mut y = vec![0u8; 12];
     let plan = Plan { output: out, form: Form::Exact(ratios.clone()) };
-    requantize(&plan, &acc, 3, Some(&bias), &mut y).unwrap();
+    requantize(Kernels::detect(), &plan, &acc, 3, Some(&bias), &mut y).unwrap();
     for (i, &v) in y.iter().enumerate() {
         assert_eq!(i32::from(v), requant_exact(acc[i], bias[i % 3], &ratios[i % 3], out));
     }
     let cert = Plan { output: out, form: Form::Certified(ratios.iter().map(|&r| Certified::new(r)).collect()) };
     let mut z = vec![0u8; 12];
-    requantize(&cert, &acc, 3, Some(&bias), &mut z).unwrap();
+    requantize(Kernels::detect(), &cert, &acc, 3, Some(&bias), &mut z).unwrap();
     assert_eq!(y, z);
     // Wrong code type, wrong column count, wrong bias length.
-    assert!(requantize(&plan, &acc, 3, None, &mut [0i8; 12]).is_err());
-    assert!(requantize(&plan, &acc, 4, None, &mut y).is_err());
-    assert!(requantize(&plan, &acc, 3, Some(&[1, 2]), &mut y).is_err());
+    assert!(requantize(Kernels::detect(), &plan, &acc, 3, None, &mut [0i8; 12]).is_err());
+    assert!(requantize(Kernels::detect(), &plan, &acc, 4, None, &mut y).is_err());
+    assert!(requantize(Kernels::detect(), &plan, &acc, 3, Some(&[1, 2]), &mut y).is_err());
     assert!(Output::new(300, Code::U8).is_err() && Output::new(-129, Code::I8).is_err());
     assert!(Ratio::new(0.0, 1.0, 1.0).is_err() && Ratio::new(1.0, f32::NAN, 1.0).is_err() && Ratio::new(1.0, 1.0, -2.0).is_err());
     assert!(Ratio::new(1.0, 1.0, f32::INFINITY).is_err());
+}
+
+/// Wide per-column blocks (the vectorized chunks of 64 columns, with a tail) on every path: equal
+/// to the exact form element by element, ties (short mantissas) patched wherever they fall.
+#[test]
+fn wide_blocks_on_every_path() {
+    let mut rng = Rng::new(13);
+    let (m, n) = (200, 150);
+    let ratios: Vec<Ratio> = (0..n).map(|_| Ratio::new(short(&mut rng, 3, 0.05), short(&mut rng, 3, 0.01), short(&mut rng, 3, 0.1)).unwrap()).collect();
+    let out = output(100, Code::U8);
+    let bias: Vec<i32> = (0..n).map(|_| rng.below(2001) as i32 - 1000).collect();
+    // Accumulators around the unsaturated range of each column (|x| up to ~300).
+    let acc: Vec<i32> = (0..m * n).map(|_| rng.below(120_001) as i32 - 60_000).collect();
+    let plan = Plan { output: out, form: Form::Certified(ratios.iter().map(|&r| Certified::new(r)).collect()) };
+    let want: Vec<u8> = (0..m * n).map(|i| requant_exact(acc[i], bias[i % n], &ratios[i % n], out) as u8).collect();
+    for isa in Isa::available() {
+        let mut y = vec![0u8; m * n];
+        let stats = requantize(Kernels::new(isa).unwrap(), &plan, &acc, n, Some(&bias), &mut y).unwrap();
+        assert_eq!(y, want, "{isa}");
+        assert!(stats.fallbacks > 10, "{isa}: {} fallbacks", stats.fallbacks);
+    }
 }

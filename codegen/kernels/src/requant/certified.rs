@@ -9,7 +9,8 @@
 //! as x does. `t = acc + bias` has |t| < 2^33 and converts to f64 exactly; |v| ≥ 2^40 saturates (the
 //! exact value has the same sign and |x| > 2^39), and the check passes there (d = 0, bound 2^-9).
 
-use super::{Output, Ratio, requant_exact};
+use super::{CodeOut, Output, Ratio, requant_exact};
+use crate::isa::{Isa, Kernels};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The relative error bound the boundary check uses, 2^-49.
@@ -46,21 +47,83 @@ impl Certified {
     }
 }
 
-/// The code, and whether the exact fallback decided it.
-#[inline]
-pub(crate) fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
-    let t = i64::from(acc) + i64::from(bias);
+/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code as f64, and whether v
+/// lies within the error bound of a half-integer (then the exact form must decide).
+#[inline(always)]
+fn approximate(t: f64, r: f64, out: Output) -> (f64, bool) {
     // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
-    let v = (t as f64 * plan.r).clamp(-LIMIT, LIMIT);
+    let v = (t * r).max(-LIMIT).min(LIMIT);
     // rne(v) for |v| < 2^51 under the default rounding mode, without a libm call.
     let rounded = (v + MAGIC) - MAGIC;
     // Exact (v and rounded share v's ulp grid, |v − rounded| ≤ 1/2); 1/2 means v is a half-integer.
     let d = (v - rounded).abs();
-    if 0.5 - d <= v.abs() * BOUND {
-        return (requant_exact(acc, bias, &plan.ratio, out), true);
+    let near = 0.5 - d <= v.abs() * BOUND;
+    let y = (rounded + f64::from(out.zero_point())).max(f64::from(out.code().min())).min(f64::from(out.code().max()));
+    (y, near)
+}
+
+/// The code, and whether the exact fallback decided it.
+fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
+    match approximate(f64::from(acc) + f64::from(bias), plan.r, out) {
+        (_, true) => (requant_exact(acc, bias, &plan.ratio, out), true),
+        (y, false) => (y as i32, false),
     }
-    let y = (rounded + f64::from(out.zero_point())).clamp(f64::from(out.code().min()), f64::from(out.code().max()));
-    (y as i32, false)
+}
+
+/// A row-major block with one plan and one bias per column; returns the fallback count. The same
+/// IEEE operations as [`evaluate`], element by element (Rust never contracts them into FMAs), so
+/// the vectorized instances below give the same bits as the scalar one.
+pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { rows_avx512(acc, bias, plans, out, codes) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { rows_avx2(acc, bias, plans, out, codes) },
+        _ => rows_generic(acc, bias, plans, out, codes),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    rows_generic(acc, bias, plans, out, codes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    rows_generic(acc, bias, plans, out, codes)
+}
+
+#[inline(always)]
+fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let n = plans.len();
+    let r: Vec<f64> = plans.iter().map(|p| p.r).collect();
+    let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
+    let mut fallbacks = 0;
+    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)));
+        for (c0, ((acc, codes), (b, r))) in chunks.enumerate() {
+            let mut near = [false; CH];
+            for ((((&a, y), &b), &r), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(&mut near) {
+                let (v, n) = approximate(f64::from(a) + b, r, out);
+                *y = C::from_code(v as i32);
+                *near = n;
+            }
+            if near.iter().any(|&n| n) {
+                for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                    let col = c0 * CH + i;
+                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plans[col].ratio, out));
+                    fallbacks += 1;
+                }
+            }
+        }
+    }
+    fallbacks
 }
 
 /// 2^40: saturation threshold of the f64 value.

@@ -18,6 +18,7 @@ pub use certified::{Certified, fallback_hits, requant_certified};
 pub use exact::{Ratio, requant_exact};
 pub use fixed::{Fixed, Rounding, first_disagreement, requant_fixed};
 
+use crate::isa::Kernels;
 use std::fmt;
 
 /// The output code type.
@@ -151,7 +152,8 @@ pub struct Stats {
 }
 
 /// Requantizes a row-major block `acc` of `n` columns (bias: one i32 per column) into `out`.
-pub fn requantize<C: CodeOut>(plan: &Plan, acc: &[i32], n: usize, bias: Option<&[i32]>, out: &mut [C]) -> Result<Stats, RequantError> {
+/// The kernel path only changes speed: every path gives the same codes.
+pub fn requantize<C: CodeOut>(kernels: Kernels, plan: &Plan, acc: &[i32], n: usize, bias: Option<&[i32]>, out: &mut [C]) -> Result<Stats, RequantError> {
     let cols = plan.form.columns();
     if C::CODE != plan.output.code() {
         return Err(RequantError::Shape(format!("plan writes {:?} codes, buffer holds {:?}", plan.output.code(), C::CODE)));
@@ -187,13 +189,7 @@ pub fn requantize<C: CodeOut>(plan: &Plan, acc: &[i32], n: usize, bias: Option<&
         }
         Form::Certified(p) => {
             let p: Vec<Certified> = (0..n).map(|c| p[pick(c)]).collect();
-            for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-                for (((&a, y), p), &b) in acc_row.iter().zip(out_row).zip(&p).zip(&bias) {
-                    let (v, fell_back) = certified::evaluate(a, b, p, o);
-                    stats.fallbacks += u64::from(fell_back);
-                    *y = C::from_code(v);
-                }
-            }
+            stats.fallbacks = certified::rows(kernels, acc, &bias, &p, o, out);
         }
     }
     certified::count(stats.fallbacks);
