@@ -66,7 +66,16 @@ pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mu
         return Ok(());
     }
     raw(kernels, a, m, b, c);
-    correct_zero_points(a, m, za, b, c);
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { correct_zero_points_avx512(a, m, za, b, c) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { correct_zero_points_avx2(a, m, za, b, c) },
+        _ => correct_zero_points(a, m, za, b, c),
+    }
     Ok(())
 }
 
@@ -106,7 +115,21 @@ fn padded(a: &[u8], m: usize, k: usize, lda: usize) -> Cow<'_, [u8]> {
     Cow::Owned(p)
 }
 
-/// `c −= za·colsum[n] + zb[n]·rowsum[m] − K·za·zb[n]`, wrapping.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn correct_zero_points_avx512(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
+    correct_zero_points(a, m, za, b, c)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn correct_zero_points_avx2(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
+    correct_zero_points(a, m, za, b, c)
+}
+
+/// `c −= za·colsum[n] + zb[n]·rowsum[m] − K·za·zb[n]`, wrapping: the same integers on every path
+/// (the instances above only let the compiler vectorize it with wider registers).
+#[inline(always)]
 fn correct_zero_points(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
     let (k, n) = (b.k(), b.n());
     let za = i32::from(za);
@@ -120,10 +143,16 @@ fn correct_zero_points(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
         .collect();
     let need_rows = zb.iter().any(|&z| z != 0);
     for (row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)).take(m) {
-        // |Σ a| ≤ 2^24 · 255 < 2^32: wrapping keeps it exact modulo 2^32 like everything else.
-        let rowsum = if need_rows { a_row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v))) } else { 0 };
-        for ((c, &col), &z) in row.iter_mut().zip(&col).zip(zb) {
-            *c = c.wrapping_add(col).wrapping_sub(z.wrapping_mul(rowsum));
+        if need_rows {
+            // |Σ a| ≤ 2^24 · 255 < 2^32: wrapping keeps it exact modulo 2^32 like everything else.
+            let rowsum = a_row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+            for ((c, &col), &z) in row.iter_mut().zip(&col).zip(zb) {
+                *c = c.wrapping_add(col).wrapping_sub(z.wrapping_mul(rowsum));
+            }
+        } else {
+            for (c, &col) in row.iter_mut().zip(&col) {
+                *c = c.wrapping_add(col);
+            }
         }
     }
 }

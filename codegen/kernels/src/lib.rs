@@ -20,4 +20,5 @@ pub mod requant;
 
 pub use gemm::{GemmError, accumulator_bound, gemm_u8};
 pub use isa::{ISA_ENV, Isa, IsaError, Kernels};
+pub use micro::peak::instruction_peak;
 pub use pack::{KR, Layout, NR, PackError, PackedB};
