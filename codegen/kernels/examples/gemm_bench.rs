@@ -71,6 +71,12 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
         let mut c = vec![0i32; m * n];
         let mut y = vec![0u8; m * n];
         let gemm = median_secs(reps, || gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm"));
+        if std::env::var_os("GEMM_BENCH_RQ").is_some() {
+            let rq = median_secs(reps, || {
+                requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");
+            });
+            eprintln!("{}: requantize alone {:.2} ns/element", kern.isa(), rq * 1e9 / (m * n) as f64);
+        }
         let gemm_rq = median_secs(reps, || {
             gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm");
             requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");

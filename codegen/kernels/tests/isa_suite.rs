@@ -25,8 +25,11 @@ fn check_i8(kern: Kernels, a: &[u8], m: usize, k: usize, za: u8, b: &[i8], n: us
 fn random_shapes(isa: Isa) {
     let Some(kern) = kernels(isa) else { return };
     let mut rng = Rng::new(1);
-    // Tails on every axis: m around the 6-row tiles, k around groups of 4, n around 8/16/64 columns.
-    for &(m, k, n) in &[(1, 1, 1), (1, 3, 5), (2, 7, 17), (3, 64, 16), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 250, 130), (1, 1000, 200), (64, 96, 48)] {
+    // Tails on every axis: m around the 6-row tiles, k around groups of 4, n around 8/16/64
+    // columns; one-row products with 1 to 13 panels (the 8-panel GEMV tiles and their tails).
+    let shapes = [(1, 1, 1), (1, 3, 5), (2, 7, 17), (3, 64, 16), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 250, 130), (1, 1000, 200), (64, 96, 48)];
+    let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
+    for &(m, k, n) in shapes.iter().chain(&gemv) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);
             let b = rng.i8s(k * n);

@@ -1,13 +1,16 @@
 //! AVX-512 VNNI: `vpdpbusd` multiplies 4 u8 × i8 pairs per i32 lane and adds them to the lane
 //! without saturation (wrapping, like the portable path). One packed row of a panel is one zmm.
 //! Tile: up to 6 rows × 4 panels (64 columns): 24 accumulators, 4 weight vectors and one
-//! broadcast fit the 32 zmm registers.
+//! broadcast fit the 32 zmm registers. A single-row product (GEMV) takes 8 panels per tile, so
+//! that 8 independent accumulators cover `vpdpbusd`'s latency.
 
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
 const MR: usize = 6;
 const NP: usize = 4;
+/// Panels per tile when the whole product has one row.
+const NP_GEMV: usize = 8;
 
 /// Raw sums of rows `a` (`m` rows of `lda ≥ k4·4` bytes, zero-padded) into `c` (`m × n`).
 ///
@@ -17,9 +20,10 @@ pub unsafe fn raw(a: &[u8], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     let (n, k4) = (b.n(), b.k4());
     assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * n && lda >= k4 * KR);
     let panels = b.panels();
+    let np_max = if m == 1 { NP_GEMV } else { NP };
     let mut p0 = 0;
     while p0 < panels {
-        let np = NP.min(panels - p0);
+        let np = np_max.min(panels - p0);
         let mut r0 = 0;
         while r0 < m {
             let mr = MR.min(m - r0);
@@ -58,7 +62,7 @@ macro_rules! dispatch_tiles {
     ($mr:expr, $np:expr, $t:expr; $($m:literal)*) => {
         match ($mr, $np) {
             $( ($m, 1) => tile::<$m, 1>($t), ($m, 2) => tile::<$m, 2>($t), ($m, 3) => tile::<$m, 3>($t), ($m, 4) => tile::<$m, 4>($t), )*
-            _ => unreachable!("tile {}x{} outside 6x4", $mr, $np),
+            _ => unreachable!("tile {}x{} outside 6x4 and 1x8", $mr, $np),
         }
     };
 }
@@ -67,13 +71,21 @@ macro_rules! dispatch_tiles {
 /// As [`tile`].
 unsafe fn dispatch(mr: usize, np: usize, t: &Tile) {
     // SAFETY: forwarded from the caller.
-    unsafe { dispatch_tiles!(mr, np, t; 1 2 3 4 5 6) }
+    unsafe {
+        match (mr, np) {
+            (1, 5) => tile::<1, 5>(t),
+            (1, 6) => tile::<1, 6>(t),
+            (1, 7) => tile::<1, 7>(t),
+            (1, 8) => tile::<1, 8>(t),
+            _ => dispatch_tiles!(mr, np, t; 1 2 3 4 5 6),
+        }
+    }
 }
 
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `t.a` readable for `MR` rows of `k4·4` bytes at stride `lda`;
 /// `t.b` readable for `NP` panels of `k4·64` bytes at stride `pstride`; `t.c` writable for `MR`
-/// rows of `t.cols ≤ NP·16` i32 at stride `ldc`.
+/// rows of `t.cols` i32 at stride `ldc`, `(NP − 1)·16 < t.cols ≤ NP·16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile) {
     // SAFETY: the function's contract bounds every pointer offset below; unaligned loads and

@@ -47,10 +47,10 @@ impl Certified {
     }
 }
 
-/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code as f64, and whether v
-/// lies within the error bound of a half-integer (then the exact form must decide).
+/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code, and whether v lies
+/// within the error bound of a half-integer (then the exact form must decide).
 #[inline(always)]
-fn approximate(t: f64, r: f64, out: Output) -> (f64, bool) {
+fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
     // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
     let v = (t * r).max(-LIMIT).min(LIMIT);
     // rne(v) for |v| < 2^51 under the default rounding mode, without a libm call.
@@ -59,18 +59,21 @@ fn approximate(t: f64, r: f64, out: Output) -> (f64, bool) {
     let d = (v - rounded).abs();
     let near = 0.5 - d <= v.abs() * BOUND;
     let y = (rounded + f64::from(out.zero_point())).max(f64::from(out.code().min())).min(f64::from(out.code().max()));
-    (y, near)
+    // y is a small integer: y + 1.5·2^52 is exact and its low 32 bits are y in two's complement
+    // (a bit read the compiler vectorizes, unlike `as i32`, which must handle NaN and overflow).
+    ((y + MAGIC).to_bits() as u32 as i32, near)
 }
 
 /// The code, and whether the exact fallback decided it.
 fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
     match approximate(f64::from(acc) + f64::from(bias), plan.r, out) {
         (_, true) => (requant_exact(acc, bias, &plan.ratio, out), true),
-        (y, false) => (y as i32, false),
+        (y, false) => (y, false),
     }
 }
 
-/// A row-major block with one plan and one bias per column; returns the fallback count. The same
+/// A row-major block with one bias per column and one plan per tensor or per column (`plans`
+/// of length 1 or `bias.len()`); returns the fallback count. The same
 /// IEEE operations as [`evaluate`], element by element (Rust never contracts them into FMAs), so
 /// the vectorized instances below give the same bits as the scalar one.
 pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
@@ -101,8 +104,9 @@ unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], 
 #[inline(always)]
 fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
     const CH: usize = 64;
-    let n = plans.len();
-    let r: Vec<f64> = plans.iter().map(|p| p.r).collect();
+    let n = bias.len();
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let r: Vec<f64> = (0..n).map(|col| plan(col).r).collect();
     let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
@@ -111,13 +115,13 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
             let mut near = [false; CH];
             for ((((&a, y), &b), &r), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(&mut near) {
                 let (v, n) = approximate(f64::from(a) + b, r, out);
-                *y = C::from_code(v as i32);
+                *y = C::from_code(v);
                 *near = n;
             }
             if near.iter().any(|&n| n) {
                 for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
                     let col = c0 * CH + i;
-                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plans[col].ratio, out));
+                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
                     fallbacks += 1;
                 }
             }

@@ -187,10 +187,7 @@ pub fn requantize<C: CodeOut>(kernels: Kernels, plan: &Plan, acc: &[i32], n: usi
                 }
             }
         }
-        Form::Certified(p) => {
-            let p: Vec<Certified> = (0..n).map(|c| p[pick(c)]).collect();
-            stats.fallbacks = certified::rows(kernels, acc, &bias, &p, o, out);
-        }
+        Form::Certified(p) => stats.fallbacks = certified::rows(kernels, acc, &bias, p, o, out),
     }
     certified::count(stats.fallbacks);
     Ok(stats)
