@@ -58,24 +58,34 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (m * 31 + k * 7 + n) as u64);
     let a: Vec<u8> = (0..m * k).map(|_| rng.next() as u8).collect();
     // Full-range symmetric weights, as in the ORT comparison (and the case int16 pairs saturate on).
-    let b: Vec<i8> = (0..k * n).map(|_| ((rng.next() % 255) as i32 - 127) as i8).collect();
+    let b: Vec<i8> = (0..k * n)
+        .map(|_| ((rng.next() % 255) as i32 - 127) as i8)
+        .collect();
     let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
     let za = 3u8;
     let plan = Plan {
         output: Output::new(128, Code::U8).expect("zero point"),
-        form: Form::Certified(vec![Certified::new(Ratio::new(0.0213, 0.00391, 0.0517).expect("scales"))]),
+        form: Form::Certified(vec![Certified::new(
+            Ratio::new(0.0213, 0.00391, 0.0517).expect("scales"),
+        )]),
     };
     let mut reference: Option<Vec<i32>> = None;
     let mut rows = Vec::new();
     for &kern in paths {
         let mut c = vec![0i32; m * n];
         let mut y = vec![0u8; m * n];
-        let gemm = median_secs(reps, || gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm"));
+        let gemm = median_secs(reps, || {
+            gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm")
+        });
         if std::env::var_os("GEMM_BENCH_RQ").is_some() {
             let rq = median_secs(reps, || {
                 requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");
             });
-            eprintln!("{}: requantize alone {:.2} ns/element", kern.isa(), rq * 1e9 / (m * n) as f64);
+            eprintln!(
+                "{}: requantize alone {:.2} ns/element",
+                kern.isa(),
+                rq * 1e9 / (m * n) as f64
+            );
         }
         let gemm_rq = median_secs(reps, || {
             gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm");
@@ -84,9 +94,19 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
 
         match &reference {
             None => reference = Some(c),
-            Some(r) => assert!(r == &c, "{} differs from {} at {m}x{k}x{n}", kern.isa(), paths[0].isa()),
+            Some(r) => assert!(
+                r == &c,
+                "{} differs from {} at {m}x{k}x{n}",
+                kern.isa(),
+                paths[0].isa()
+            ),
         }
-        rows.push(Row { isa: kern.isa(), shape: (m, k, n), gemm, gemm_rq });
+        rows.push(Row {
+            isa: kern.isa(),
+            shape: (m, k, n),
+            gemm,
+            gemm_rq,
+        });
     }
     rows
 }
@@ -130,7 +150,10 @@ fn main() {
             eprintln!("gemm_bench: {e}");
             std::process::exit(2)
         })],
-        None => Isa::available().into_iter().map(|isa| Kernels::new(isa).expect("available")).collect(),
+        None => Isa::available()
+            .into_iter()
+            .map(|isa| Kernels::new(isa).expect("available"))
+            .collect(),
     };
     let mut instruction_peaks = Vec::new();
     if peak {
@@ -145,15 +168,24 @@ fn main() {
                 let g = 2.0 * macs as f64 / secs / 1e9;
                 instruction_peaks.push(format!("\"{}\":{g:.3}", kern.isa()));
                 if !json {
-                    println!("{:<11} instruction peak {g:.1} GOPS (registers only; checksum {sum})", kern.isa().name());
+                    println!(
+                        "{:<11} instruction peak {g:.1} GOPS (registers only; checksum {sum})",
+                        kern.isa().name()
+                    );
                 }
             }
         }
         shapes = vec![(96, 256, 64)];
     } else if shapes.is_empty() {
-        shapes = [1, 64, 256].iter().flat_map(|&m| [1024, 4096].map(|kn| (m, kn, kn))).collect();
+        shapes = [1, 64, 256]
+            .iter()
+            .flat_map(|&m| [1024, 4096].map(|kn| (m, kn, kn)))
+            .collect();
     }
-    let rows: Vec<Row> = shapes.iter().flat_map(|&s| run_shape(&paths, s, reps)).collect();
+    let rows: Vec<Row> = shapes
+        .iter()
+        .flat_map(|&s| run_shape(&paths, s, reps))
+        .collect();
     if json {
         let items: Vec<String> = rows
             .iter()
@@ -164,10 +196,17 @@ fn main() {
                 )
             })
             .collect();
-        println!("{{\"instruction_peak_gops\":{{{}}},\"rows\":[{}]}}", instruction_peaks.join(","), items.join(","));
+        println!(
+            "{{\"instruction_peak_gops\":{{{}}},\"rows\":[{}]}}",
+            instruction_peaks.join(","),
+            items.join(",")
+        );
         return;
     }
-    println!("{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9}", "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS");
+    println!(
+        "{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9}",
+        "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS"
+    );
     for r in &rows {
         println!(
             "{:<11} {:>5} {:>5} {:>5} {:>11.3} {:>9.1} {:>11.3} {:>9.1}",

@@ -53,13 +53,36 @@ impl ConvParams {
         if !(1..=3).contains(&rank) {
             return bad(format!("conv: {rank} spatial axes, expected 1 to 3"));
         }
-        if [&self.strides, &self.dilations, &self.pads_begin, &self.pads_end].iter().any(|v| v.len() != rank) {
-            return bad(format!("conv: strides, dilations and pads need {rank} entries each"));
+        if [
+            &self.strides,
+            &self.dilations,
+            &self.pads_begin,
+            &self.pads_end,
+        ]
+        .iter()
+        .any(|v| v.len() != rank)
+        {
+            return bad(format!(
+                "conv: strides, dilations and pads need {rank} entries each"
+            ));
         }
-        if self.groups == 0 || self.in_channels % self.groups != 0 || self.out_channels % self.groups != 0 || self.out_channels == 0 {
-            return bad(format!("conv: {} groups do not divide {} input and {} output channels", self.groups, self.in_channels, self.out_channels));
+        if self.groups == 0
+            || !self.in_channels.is_multiple_of(self.groups)
+            || !self.out_channels.is_multiple_of(self.groups)
+            || self.out_channels == 0
+        {
+            return bad(format!(
+                "conv: {} groups do not divide {} input and {} output channels",
+                self.groups, self.in_channels, self.out_channels
+            ));
         }
-        if self.kernel.iter().chain(&self.strides).chain(&self.dilations).any(|&v| v == 0) {
+        if self
+            .kernel
+            .iter()
+            .chain(&self.strides)
+            .chain(&self.dilations)
+            .any(|&v| v == 0)
+        {
             return bad("conv: kernel extents, strides and dilations must be positive".into());
         }
         Ok(())
@@ -73,14 +96,20 @@ impl ConvParams {
     /// Output extent per spatial axis for an input of `input` extents.
     pub fn output(&self, input: &[usize]) -> Result<Vec<usize>, ConvError> {
         if input.len() != self.kernel.len() {
-            return Err(ConvError::Input(format!("conv: input has {} spatial axes, kernel {}", input.len(), self.kernel.len())));
+            return Err(ConvError::Input(format!(
+                "conv: input has {} spatial axes, kernel {}",
+                input.len(),
+                self.kernel.len()
+            )));
         }
         (0..input.len())
             .map(|i| {
                 let span = self.dilations[i] * (self.kernel[i] - 1) + 1;
                 let padded = input[i] + self.pads_begin[i] + self.pads_end[i];
                 if padded < span {
-                    Err(ConvError::Input(format!("conv: axis {i}: padded extent {padded} below the dilated kernel {span}")))
+                    Err(ConvError::Input(format!(
+                        "conv: axis {i}: padded extent {padded} below the dilated kernel {span}"
+                    )))
                 } else {
                     Ok((padded - span) / self.strides[i] + 1)
                 }
@@ -98,31 +127,65 @@ pub struct PackedConv {
 
 impl PackedConv {
     /// int8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output channel.
-    pub fn from_i8(params: ConvParams, weights: &[i8], zero_points: &[i8]) -> Result<PackedConv, ConvError> {
-        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| PackedB::from_i8(&weights[w], k, n, Layout::NK, &zero_points[z]))
+    pub fn from_i8(
+        params: ConvParams,
+        weights: &[i8],
+        zero_points: &[i8],
+    ) -> Result<PackedConv, ConvError> {
+        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| {
+            PackedB::from_i8(&weights[w], k, n, Layout::NK, &zero_points[z])
+        })
     }
 
     /// uint8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output channel.
-    pub fn from_u8(params: ConvParams, weights: &[u8], zero_points: &[u8]) -> Result<PackedConv, ConvError> {
-        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| PackedB::from_u8(&weights[w], k, n, Layout::NK, &zero_points[z]))
+    pub fn from_u8(
+        params: ConvParams,
+        weights: &[u8],
+        zero_points: &[u8],
+    ) -> Result<PackedConv, ConvError> {
+        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| {
+            PackedB::from_u8(&weights[w], k, n, Layout::NK, &zero_points[z])
+        })
     }
 
     fn pack(
         params: ConvParams,
         len: usize,
         zps: usize,
-        pack: impl Fn(std::ops::Range<usize>, usize, usize, std::ops::Range<usize>) -> Result<PackedB, PackError>,
+        pack: impl Fn(
+            std::ops::Range<usize>,
+            usize,
+            usize,
+            std::ops::Range<usize>,
+        ) -> Result<PackedB, PackError>,
     ) -> Result<PackedConv, ConvError> {
         params.check()?;
         let (k, cog) = (params.depth(), params.out_channels / params.groups);
         if len != params.out_channels * k {
-            return Err(ConvError::Pack(PackError::Length { expected: params.out_channels * k, got: len }));
+            return Err(ConvError::Pack(PackError::Length {
+                expected: params.out_channels * k,
+                got: len,
+            }));
         }
         if zps != 1 && zps != params.out_channels {
-            return Err(ConvError::Pack(PackError::ZeroPoints { columns: params.out_channels, got: zps }));
+            return Err(ConvError::Pack(PackError::ZeroPoints {
+                columns: params.out_channels,
+                got: zps,
+            }));
         }
         let groups = (0..params.groups)
-            .map(|g| pack(g * cog * k..(g + 1) * cog * k, k, cog, if zps == 1 { 0..1 } else { g * cog..(g + 1) * cog }))
+            .map(|g| {
+                pack(
+                    g * cog * k..(g + 1) * cog * k,
+                    k,
+                    cog,
+                    if zps == 1 {
+                        0..1
+                    } else {
+                        g * cog..(g + 1) * cog
+                    },
+                )
+            })
             .collect::<Result<_, _>>()
             .map_err(ConvError::Pack)?;
         Ok(PackedConv { params, groups })
@@ -134,18 +197,38 @@ impl PackedConv {
 
     /// Accumulators `Σ (x − zx)(w − zw)` of input `x` (`[batch][Cin][input…]` codes), NCHW into `out`
     /// (`[batch][Cout][output…]`, sized from [`ConvParams::output`]).
-    pub fn run(&self, kernels: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, out: &mut [i32]) -> Result<(), ConvError> {
+    pub fn run(
+        &self,
+        kernels: Kernels,
+        x: &[u8],
+        batch: usize,
+        input: &[usize],
+        zx: u8,
+        out: &mut [i32],
+    ) -> Result<(), ConvError> {
         let p = &self.params;
         let output = p.output(input)?;
         let (in_sp, out_sp): (usize, usize) = (input.iter().product(), output.iter().product());
         if x.len() != batch * p.in_channels * in_sp {
-            return Err(ConvError::Input(format!("conv input: {} codes, expected {}", x.len(), batch * p.in_channels * in_sp)));
+            return Err(ConvError::Input(format!(
+                "conv input: {} codes, expected {}",
+                x.len(),
+                batch * p.in_channels * in_sp
+            )));
         }
         if out.len() != batch * p.out_channels * out_sp {
-            return Err(ConvError::Input(format!("conv output: {} slots, expected {}", out.len(), batch * p.out_channels * out_sp)));
+            return Err(ConvError::Input(format!(
+                "conv output: {} slots, expected {}",
+                out.len(),
+                batch * p.out_channels * out_sp
+            )));
         }
         let geometry = Geometry::new(p, input, &output);
-        let (cig, cog, k) = (p.in_channels / p.groups, p.out_channels / p.groups, p.depth());
+        let (cig, cog, k) = (
+            p.in_channels / p.groups,
+            p.out_channels / p.groups,
+            p.depth(),
+        );
         let mut cols = vec![0u8; out_sp * k];
         let mut acc = vec![0i32; out_sp * cog];
         for b in 0..batch {
@@ -201,7 +284,9 @@ impl Geometry {
         let k = channels * kd * kh * kw;
         // Input coordinate of output o, kernel tap t on axis a, if inside the input.
         let at = |a: usize, o: usize, t: usize| -> Option<usize> {
-            (o * self.strides[a] + t * self.dilations[a]).checked_sub(self.pads[a]).filter(|&i| i < self.input[a])
+            (o * self.strides[a] + t * self.dilations[a])
+                .checked_sub(self.pads[a])
+                .filter(|&i| i < self.input[a])
         };
         let mut row = 0;
         for z in 0..od {
@@ -217,7 +302,9 @@ impl Geometry {
                                 let iy = at(1, y, ty);
                                 for tx in 0..kw {
                                     dst[j] = match (iz, iy, at(2, xo, tx)) {
-                                        (Some(iz), Some(iy), Some(ix)) => plane[(iz * ih + iy) * iw + ix],
+                                        (Some(iz), Some(iy), Some(ix)) => {
+                                            plane[(iz * ih + iy) * iw + ix]
+                                        }
                                         _ => zx,
                                     };
                                     j += 1;

@@ -24,8 +24,12 @@ pub enum GemmError {
 impl fmt::Display for GemmError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GemmError::A { expected, got } => write!(f, "activations: {got} codes, expected {expected}"),
-            GemmError::C { expected, got } => write!(f, "accumulators: {got} slots, expected {expected}"),
+            GemmError::A { expected, got } => {
+                write!(f, "activations: {got} codes, expected {expected}")
+            }
+            GemmError::C { expected, got } => {
+                write!(f, "accumulators: {got} slots, expected {expected}")
+            }
         }
     }
 }
@@ -54,13 +58,26 @@ pub fn accumulator_bound(b: &PackedB, za: u8) -> i64 {
 }
 
 /// `c = (a − za)·(b − zb)` with `a` row-major `m × k`, `c` row-major `m × n`.
-pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) -> Result<(), GemmError> {
+pub fn gemm_u8(
+    kernels: Kernels,
+    a: &[u8],
+    m: usize,
+    za: u8,
+    b: &PackedB,
+    c: &mut [i32],
+) -> Result<(), GemmError> {
     let (k, n) = (b.k(), b.n());
     if a.len() != m * k {
-        return Err(GemmError::A { expected: m * k, got: a.len() });
+        return Err(GemmError::A {
+            expected: m * k,
+            got: a.len(),
+        });
     }
     if c.len() != m * n {
-        return Err(GemmError::C { expected: m * n, got: c.len() });
+        return Err(GemmError::C {
+            expected: m * n,
+            got: c.len(),
+        });
     }
     if m == 0 || n == 0 {
         return Ok(());
@@ -139,13 +156,20 @@ fn correct_zero_points(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
         .col_sums()
         .iter()
         .zip(zb)
-        .map(|(&s, &z)| (k as i32).wrapping_mul(za).wrapping_mul(z).wrapping_sub(za.wrapping_mul(s)))
+        .map(|(&s, &z)| {
+            (k as i32)
+                .wrapping_mul(za)
+                .wrapping_mul(z)
+                .wrapping_sub(za.wrapping_mul(s))
+        })
         .collect();
     let need_rows = zb.iter().any(|&z| z != 0);
     for (row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)).take(m) {
         if need_rows {
             // |Σ a| ≤ 2^24 · 255 < 2^32: wrapping keeps it exact modulo 2^32 like everything else.
-            let rowsum = a_row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+            let rowsum = a_row
+                .iter()
+                .fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
             for ((c, &col), &z) in row.iter_mut().zip(&col).zip(zb) {
                 *c = c.wrapping_add(col).wrapping_sub(z.wrapping_mul(rowsum));
             }

@@ -59,7 +59,10 @@ impl Isa {
 
     /// The paths this host can run, portable first.
     pub fn available() -> Vec<Isa> {
-        Isa::ALL.into_iter().filter(|isa| isa.is_available()).collect()
+        Isa::ALL
+            .into_iter()
+            .filter(|isa| isa.is_available())
+            .collect()
     }
 }
 
@@ -81,8 +84,14 @@ pub enum IsaError {
 impl fmt::Display for IsaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            IsaError::Unknown(name) => write!(f, "{ISA_ENV}={name:?}: expected portable, avx2 or avx512vnni"),
-            IsaError::Unavailable(isa) => write!(f, "kernel path {isa} requested, but this CPU lacks its instructions"),
+            IsaError::Unknown(name) => write!(
+                f,
+                "{ISA_ENV}={name:?}: expected portable, avx2 or avx512vnni"
+            ),
+            IsaError::Unavailable(isa) => write!(
+                f,
+                "kernel path {isa} requested, but this CPU lacks its instructions"
+            ),
         }
     }
 }
@@ -98,12 +107,19 @@ pub struct Kernels {
 impl Kernels {
     /// The path `isa`, refused when the host lacks it.
     pub fn new(isa: Isa) -> Result<Kernels, IsaError> {
-        if isa.is_available() { Ok(Kernels { isa }) } else { Err(IsaError::Unavailable(isa)) }
+        if isa.is_available() {
+            Ok(Kernels { isa })
+        } else {
+            Err(IsaError::Unavailable(isa))
+        }
     }
 
     /// The fastest path this host has.
     pub fn detect() -> Kernels {
-        let isa = [Isa::Avx512Vnni, Isa::Avx2].into_iter().find(|isa| isa.is_available()).unwrap_or(Isa::Portable);
+        let isa = [Isa::Avx512Vnni, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.is_available())
+            .unwrap_or(Isa::Portable);
         Kernels { isa }
     }
 
@@ -115,7 +131,9 @@ impl Kernels {
     /// The path a `QDQC_KERNELS_ISA` value names (unset or empty: the fastest one).
     pub fn from_setting(value: Option<&str>) -> Result<Kernels, IsaError> {
         match value {
-            Some(name) if !name.is_empty() => Kernels::new(Isa::parse(name).ok_or_else(|| IsaError::Unknown(name.to_string()))?),
+            Some(name) if !name.is_empty() => {
+                Kernels::new(Isa::parse(name).ok_or_else(|| IsaError::Unknown(name.to_string()))?)
+            }
             _ => Ok(Kernels::detect()),
         }
     }

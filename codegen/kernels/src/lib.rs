@@ -9,7 +9,8 @@
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
 //!
-//! `unsafe` appears only in the SIMD microkernels (`micro/`), each block with its safety argument.
+//! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
+//! instances of safe code, each block with its safety argument.
 
 pub mod conv;
 pub mod gemm;

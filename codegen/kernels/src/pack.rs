@@ -39,8 +39,12 @@ pub enum PackError {
 impl fmt::Display for PackError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PackError::Length { expected, got } => write!(f, "weights: {got} codes, expected {expected}"),
-            PackError::ZeroPoints { columns, got } => write!(f, "weight zero points: {got}, expected 1 or {columns}"),
+            PackError::Length { expected, got } => {
+                write!(f, "weights: {got} codes, expected {expected}")
+            }
+            PackError::ZeroPoints { columns, got } => {
+                write!(f, "weight zero points: {got}, expected 1 or {columns}")
+            }
             PackError::Depth(k) => write!(f, "reduction depth {k} outside 1..=2^24"),
         }
     }
@@ -60,32 +64,59 @@ pub struct PackedB {
 
 impl PackedB {
     /// int8 weights, zero points one per tensor or one per column.
-    pub fn from_i8(b: &[i8], k: usize, n: usize, layout: Layout, zero_points: &[i8]) -> Result<PackedB, PackError> {
+    pub fn from_i8(
+        b: &[i8],
+        k: usize,
+        n: usize,
+        layout: Layout,
+        zero_points: &[i8],
+    ) -> Result<PackedB, PackError> {
         let zp: Vec<i32> = zero_points.iter().map(|&z| i32::from(z)).collect();
         PackedB::pack(b.len(), k, n, layout, &zp, |i| b[i])
     }
 
     /// uint8 weights (stored as `b − 128`), zero points one per tensor or one per column.
-    pub fn from_u8(b: &[u8], k: usize, n: usize, layout: Layout, zero_points: &[u8]) -> Result<PackedB, PackError> {
+    pub fn from_u8(
+        b: &[u8],
+        k: usize,
+        n: usize,
+        layout: Layout,
+        zero_points: &[u8],
+    ) -> Result<PackedB, PackError> {
         let zp: Vec<i32> = zero_points.iter().map(|&z| i32::from(z) - 128).collect();
-        PackedB::pack(b.len(), k, n, layout, &zp, |i| (i32::from(b[i]) - 128) as i8)
+        PackedB::pack(b.len(), k, n, layout, &zp, |i| {
+            (i32::from(b[i]) - 128) as i8
+        })
     }
 
-    fn pack(len: usize, k: usize, n: usize, layout: Layout, zp: &[i32], get: impl Fn(usize) -> i8) -> Result<PackedB, PackError> {
+    fn pack(
+        len: usize,
+        k: usize,
+        n: usize,
+        layout: Layout,
+        zp: &[i32],
+        get: impl Fn(usize) -> i8,
+    ) -> Result<PackedB, PackError> {
         if k == 0 || k > 1 << 24 {
             return Err(PackError::Depth(k));
         }
         if len != k * n {
-            return Err(PackError::Length { expected: k * n, got: len });
+            return Err(PackError::Length {
+                expected: k * n,
+                got: len,
+            });
         }
         if zp.len() != 1 && zp.len() != n {
-            return Err(PackError::ZeroPoints { columns: n, got: zp.len() });
+            return Err(PackError::ZeroPoints {
+                columns: n,
+                got: zp.len(),
+            });
         }
         let k4 = k.div_ceil(KR);
         let panels = n.div_ceil(NR);
         let mut data = vec![0i8; panels * k4 * NR * KR];
         let mut col_sums = vec![0i32; n];
-        for col in 0..n {
+        for (col, sum) in col_sums.iter_mut().enumerate() {
             let (panel, lane) = (col / NR, col % NR);
             for row in 0..k {
                 let v = get(match layout {
@@ -94,11 +125,19 @@ impl PackedB {
                 });
                 data[((panel * k4 + row / KR) * NR + lane) * KR + row % KR] = v;
                 // |Σ| ≤ 2^24 · 128: no overflow.
-                col_sums[col] += i32::from(v);
+                *sum += i32::from(v);
             }
         }
-        let zero_points = (0..n).map(|c| zp[if zp.len() == 1 { 0 } else { c }]).collect();
-        Ok(PackedB { k, n, data, col_sums, zero_points })
+        let zero_points = (0..n)
+            .map(|c| zp[if zp.len() == 1 { 0 } else { c }])
+            .collect();
+        Ok(PackedB {
+            k,
+            n,
+            data,
+            col_sums,
+            zero_points,
+        })
     }
 
     /// Reduction depth K.

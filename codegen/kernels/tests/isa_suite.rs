@@ -9,6 +9,7 @@ use qdqc_kernels::conv::{ConvParams, PackedConv};
 use qdqc_kernels::{Isa, Kernels, Layout, PackedB, accumulator_bound, gemm_u8};
 
 /// i8 weights against the reference; `zb` one value or one per column.
+#[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
 fn check_i8(kern: Kernels, a: &[u8], m: usize, k: usize, za: u8, b: &[i8], n: usize, zb: &[i8]) {
     let packed = PackedB::from_i8(b, k, n, Layout::KN, zb).unwrap();
     let mut c = vec![0i32; m * n];
@@ -18,7 +19,14 @@ fn check_i8(kern: Kernels, a: &[u8], m: usize, k: usize, za: u8, b: &[i8], n: us
     let want = gemm_reference(a, m, k, i64::from(za), &bw, n, &zw);
     for (i, (&got, &want)) in c.iter().zip(&want).enumerate() {
         // Exact modulo 2^32 always; exact outright when the reference fits (asserted by the callers' shapes).
-        assert_eq!(got, want as i32, "{}: m={m} k={k} n={n} za={za}: C[{}][{}] = {got}, want {want}", kern.isa(), i / n, i % n);
+        assert_eq!(
+            got,
+            want as i32,
+            "{}: m={m} k={k} n={n} za={za}: C[{}][{}] = {got}, want {want}",
+            kern.isa(),
+            i / n,
+            i % n
+        );
     }
 }
 
@@ -27,13 +35,34 @@ fn random_shapes(isa: Isa) {
     let mut rng = Rng::new(1);
     // Tails on every axis: m around the 6-row tiles, k around groups of 4, n around 8/16/64
     // columns; one-row products with 1 to 13 panels (the 8-panel GEMV tiles and their tails).
-    let shapes = [(1, 1, 1), (1, 3, 5), (2, 7, 17), (3, 64, 16), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 250, 130), (1, 1000, 200), (64, 96, 48)];
-    let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
+    let shapes = [
+        (1, 1, 1),
+        (1, 3, 5),
+        (2, 7, 17),
+        (3, 64, 16),
+        (5, 33, 63),
+        (6, 4, 64),
+        (7, 129, 65),
+        (13, 250, 130),
+        (1, 1000, 200),
+        (64, 96, 48),
+    ];
+    let gemv = [
+        (1, 40, 100),
+        (1, 9, 96),
+        (1, 17, 128),
+        (1, 64, 129),
+        (1, 5, 80),
+    ];
     for &(m, k, n) in shapes.iter().chain(&gemv) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);
             let b = rng.i8s(k * n);
-            let zb = if per_column { rng.i8s(n) } else { vec![rng.next() as i8] };
+            let zb = if per_column {
+                rng.i8s(n)
+            } else {
+                vec![rng.next() as i8]
+            };
             check_i8(kern, &a, m, k, rng.next() as u8, &b, n, &zb);
             check_i8(kern, &a, m, k, 0, &b, n, &[0]);
         }
@@ -51,7 +80,9 @@ fn adversarial(isa: Isa) {
         check_i8(kern, &a, m, k, 0, &b, n, &[0]);
         check_i8(kern, &a, m, k, 3, &b, n, &[-128]);
     }
-    let alternating: Vec<i8> = (0..k * n).map(|i| if (i / n) % 3 == 0 { -128 } else { 127 }).collect();
+    let alternating: Vec<i8> = (0..k * n)
+        .map(|i| if (i / n) % 3 == 0 { -128 } else { 127 })
+        .collect();
     check_i8(kern, &a, m, k, 255, &alternating, n, &[127]);
 }
 
@@ -68,7 +99,10 @@ fn u8_weights(isa: Isa) {
             gemm_u8(kern, &a, m, za, &packed, &mut c).unwrap();
             let bw: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
             let zw: Vec<i64> = zb.iter().map(|&v| i64::from(v)).collect();
-            let want: Vec<i32> = gemm_reference(&a, m, k, i64::from(za), &bw, n, &zw).into_iter().map(|v| v as i32).collect();
+            let want: Vec<i32> = gemm_reference(&a, m, k, i64::from(za), &bw, n, &zw)
+                .into_iter()
+                .map(|v| v as i32)
+                .collect();
             assert_eq!(c, want, "{isa}: u8 weights m={m} k={k} n={n}");
         }
     }
@@ -87,11 +121,24 @@ fn wrapping(isa: Isa) {
     gemm_u8(kern, &a, m, 0, &packed, &mut c).unwrap();
     let exact = -255i64 * 128 * k as i64;
     assert!(exact < i64::from(i32::MIN));
-    assert!(c.iter().all(|&v| v == exact as i32), "{isa}: {} != {}", c[0], exact as i32);
+    assert!(
+        c.iter().all(|&v| v == exact as i32),
+        "{isa}: {} != {}",
+        c[0],
+        exact as i32
+    );
 }
 
 /// Direct-definition convolution, i64, NCHW, any rank ≤ 3 (leading axes of extent 1).
-fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i64, w: &[i64], zw: &[i64]) -> Vec<i64> {
+fn conv_reference(
+    p: &ConvParams,
+    x: &[u8],
+    batch: usize,
+    input: &[usize],
+    zx: i64,
+    w: &[i64],
+    zw: &[i64],
+) -> Vec<i64> {
     let lift = |v: &[usize], fill: usize| -> [usize; 3] {
         let mut a = [fill; 3];
         a[3 - v.len()..].copy_from_slice(v);
@@ -99,9 +146,17 @@ fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i
     };
     let output = p.output(input).unwrap();
     let (inp, out, ker) = (lift(input, 1), lift(&output, 1), lift(&p.kernel, 1));
-    let (st, dil, pad) = (lift(&p.strides, 1), lift(&p.dilations, 1), lift(&p.pads_begin, 0));
+    let (st, dil, pad) = (
+        lift(&p.strides, 1),
+        lift(&p.dilations, 1),
+        lift(&p.pads_begin, 0),
+    );
     let (cig, cog) = (p.in_channels / p.groups, p.out_channels / p.groups);
-    let (isz, osz, ksz) = (inp.iter().product::<usize>(), out.iter().product::<usize>(), ker.iter().product::<usize>());
+    let (isz, osz, ksz) = (
+        inp.iter().product::<usize>(),
+        out.iter().product::<usize>(),
+        ker.iter().product::<usize>(),
+    );
     let mut y = vec![0i64; batch * p.out_channels * osz];
     for b in 0..batch {
         for co in 0..p.out_channels {
@@ -113,10 +168,13 @@ fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i
                 for ci in 0..cig {
                     for t in 0..ksz {
                         let tc = [t / (ker[1] * ker[2]), (t / ker[2]) % ker[1], t % ker[2]];
-                        let pos: Vec<i64> = (0..3).map(|a| (oc[a] * st[a] + tc[a] * dil[a]) as i64 - pad[a] as i64).collect();
+                        let pos: Vec<i64> = (0..3)
+                            .map(|a| (oc[a] * st[a] + tc[a] * dil[a]) as i64 - pad[a] as i64)
+                            .collect();
                         let inside = (0..3).all(|a| pos[a] >= 0 && (pos[a] as usize) < inp[a]);
                         let xv = if inside {
-                            let i = (pos[0] as usize * inp[1] + pos[1] as usize) * inp[2] + pos[2] as usize;
+                            let i = (pos[0] as usize * inp[1] + pos[1] as usize) * inp[2]
+                                + pos[2] as usize;
                             i64::from(x[(b * p.in_channels + g * cig + ci) * isz + i])
                         } else {
                             zx
@@ -131,11 +189,22 @@ fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i
     y
 }
 
-fn conv_case(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input: &[usize], per_channel: bool) {
+fn conv_case(
+    kern: Kernels,
+    rng: &mut Rng,
+    p: ConvParams,
+    batch: usize,
+    input: &[usize],
+    per_channel: bool,
+) {
     let ksz: usize = p.kernel.iter().product();
     let x = rng.u8s(batch * p.in_channels * input.iter().product::<usize>());
     let w = rng.i8s(p.out_channels * p.in_channels / p.groups * ksz);
-    let zw = if per_channel { rng.i8s(p.out_channels) } else { vec![rng.next() as i8] };
+    let zw = if per_channel {
+        rng.i8s(p.out_channels)
+    } else {
+        vec![rng.next() as i8]
+    };
     let zx = rng.next() as u8;
     let conv = PackedConv::from_i8(p.clone(), &w, &zw).unwrap();
     let osz: usize = p.output(input).unwrap().iter().product();
@@ -143,11 +212,24 @@ fn conv_case(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input: &
     conv.run(kern, &x, batch, input, zx, &mut y).unwrap();
     let wi: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
     let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
-    let want: Vec<i32> = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi).into_iter().map(|v| v as i32).collect();
+    let want: Vec<i32> = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi)
+        .into_iter()
+        .map(|v| v as i32)
+        .collect();
     assert_eq!(y, want, "{}: {p:?} input {input:?}", kern.isa());
 }
 
-fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dil: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
+#[allow(clippy::too_many_arguments)] // ONNX Conv's attributes, spelled out
+fn params(
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    kernel: &[usize],
+    strides: &[usize],
+    dil: &[usize],
+    pb: &[usize],
+    pe: &[usize],
+) -> ConvParams {
     ConvParams {
         in_channels: cin,
         out_channels: cout,
@@ -164,17 +246,96 @@ fn convolutions(isa: Isa) {
     let Some(kern) = kernels(isa) else { return };
     let mut rng = Rng::new(3);
     // 2-D: plain 3x3 pad 1; stride 2 with asymmetric pads; dilation 2; groups 2; depthwise; depthwise ×2 multiplier; 1x1.
-    conv_case(kern, &mut rng, params(3, 8, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 2, &[7, 6], false);
-    conv_case(kern, &mut rng, params(4, 5, 1, &[3, 2], &[2, 2], &[1, 1], &[0, 1], &[2, 0]), 1, &[9, 8], true);
-    conv_case(kern, &mut rng, params(2, 3, 1, &[3, 3], &[1, 2], &[2, 2], &[2, 1], &[2, 1]), 1, &[8, 9], true);
-    conv_case(kern, &mut rng, params(4, 6, 2, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 2, &[5, 5], true);
-    conv_case(kern, &mut rng, params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 1, &[10, 11], true);
-    conv_case(kern, &mut rng, params(4, 8, 4, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[6, 6], false);
-    conv_case(kern, &mut rng, params(32, 40, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]), 1, &[4, 5], true);
+    conv_case(
+        kern,
+        &mut rng,
+        params(3, 8, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]),
+        2,
+        &[7, 6],
+        false,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(4, 5, 1, &[3, 2], &[2, 2], &[1, 1], &[0, 1], &[2, 0]),
+        1,
+        &[9, 8],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(2, 3, 1, &[3, 3], &[1, 2], &[2, 2], &[2, 1], &[2, 1]),
+        1,
+        &[8, 9],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(4, 6, 2, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]),
+        2,
+        &[5, 5],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]),
+        1,
+        &[10, 11],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(4, 8, 4, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]),
+        1,
+        &[6, 6],
+        false,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(32, 40, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]),
+        1,
+        &[4, 5],
+        true,
+    );
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
-    conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
-    conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);
-    conv_case(kern, &mut rng, params(2, 4, 2, &[2, 3, 3], &[1, 2, 1], &[1, 1, 2], &[1, 1, 2], &[0, 1, 2]), 1, &[4, 6, 7], true);
+    conv_case(
+        kern,
+        &mut rng,
+        params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]),
+        2,
+        &[40],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]),
+        1,
+        &[17],
+        false,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(
+            2,
+            4,
+            2,
+            &[2, 3, 3],
+            &[1, 2, 1],
+            &[1, 1, 2],
+            &[1, 1, 2],
+            &[0, 1, 2],
+        ),
+        1,
+        &[4, 6, 7],
+        true,
+    );
 }
 
 /// uint8 weights in a convolution: the shift to int8 is exact.
@@ -190,7 +351,10 @@ fn convolution_u8_weights(isa: Isa) {
     conv.run(kern, &x, 1, &[5, 5], 7, &mut y).unwrap();
     let wi: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
     let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
-    let want: Vec<i32> = conv_reference(&p, &x, 1, &[5, 5], 7, &wi, &zi).into_iter().map(|v| v as i32).collect();
+    let want: Vec<i32> = conv_reference(&p, &x, 1, &[5, 5], 7, &wi, &zi)
+        .into_iter()
+        .map(|v| v as i32)
+        .collect();
     assert_eq!(y, want, "{isa}");
 }
 
@@ -218,11 +382,18 @@ suite! {
 /// no reference above covers.
 #[test]
 fn paths_agree_byte_for_byte() {
-    let paths: Vec<Kernels> = Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()).collect();
+    let paths: Vec<Kernels> = Isa::available()
+        .into_iter()
+        .map(|isa| Kernels::new(isa).unwrap())
+        .collect();
     assert!(!paths.is_empty());
     let mut rng = Rng::new(5);
     for _ in 0..40 {
-        let (m, k, n) = (1 + rng.below(40) as usize, 1 + rng.below(600) as usize, 1 + rng.below(150) as usize);
+        let (m, k, n) = (
+            1 + rng.below(40) as usize,
+            1 + rng.below(600) as usize,
+            1 + rng.below(150) as usize,
+        );
         let a = rng.u8s(m * k);
         let b = rng.i8s(k * n);
         let zb = rng.i8s(n);
@@ -237,7 +408,12 @@ fn paths_agree_byte_for_byte() {
             })
             .collect();
         for (kern, out) in paths.iter().zip(&outs).skip(1) {
-            assert!(out == &outs[0], "{} differs from {} at m={m} k={k} n={n}", kern.isa(), paths[0].isa());
+            assert!(
+                out == &outs[0],
+                "{} differs from {} at m={m} k={k} n={n}",
+                kern.isa(),
+                paths[0].isa()
+            );
         }
     }
 }
@@ -245,12 +421,24 @@ fn paths_agree_byte_for_byte() {
 /// `QDQC_KERNELS_ISA` values: names parse, an unknown name and a path the host lacks are refused.
 #[test]
 fn isa_setting() {
-    assert_eq!(Kernels::from_setting(Some("portable")).unwrap().isa(), Isa::Portable);
+    assert_eq!(
+        Kernels::from_setting(Some("portable")).unwrap().isa(),
+        Isa::Portable
+    );
     assert_eq!(Kernels::from_setting(None).unwrap(), Kernels::detect());
     assert_eq!(Kernels::from_setting(Some("")).unwrap(), Kernels::detect());
-    assert!(Kernels::from_setting(Some("sse9")).unwrap_err().to_string().contains("expected portable, avx2 or avx512vnni"));
+    assert!(
+        Kernels::from_setting(Some("sse9"))
+            .unwrap_err()
+            .to_string()
+            .contains("expected portable, avx2 or avx512vnni")
+    );
     for isa in Isa::ALL {
-        assert_eq!(Kernels::from_setting(Some(isa.name())).is_ok(), isa.is_available(), "{isa}");
+        assert_eq!(
+            Kernels::from_setting(Some(isa.name())).is_ok(),
+            isa.is_available(),
+            "{isa}"
+        );
     }
     assert!(Isa::available().contains(&Kernels::detect().isa()));
 }

@@ -84,7 +84,8 @@ unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
                 *bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.b.add(q * NR * KR + 16 * j).cast()));
             }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm256_set1_epi64x(t.a.add(r * t.lda + q * KR).cast::<i64>().read_unaligned());
+                let av =
+                    _mm256_set1_epi64x(t.a.add(r * t.lda + q * KR).cast::<i64>().read_unaligned());
                 for (acc, bv) in acc.iter_mut().zip(&bv) {
                     *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(av, *bv));
                 }

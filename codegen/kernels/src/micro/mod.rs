@@ -2,9 +2,9 @@
 //! per path. They read A as rows of `k4·4` bytes (zero-padded past K) and B as packed by
 //! [`crate::PackedB`]; the zero-point corrections are applied afterwards by [`crate::gemm`].
 
-pub mod peak;
-pub mod portable;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+pub mod peak;
+pub mod portable;
 #[cfg(target_arch = "x86_64")]
 pub mod vnni;

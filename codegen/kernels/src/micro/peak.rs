@@ -32,7 +32,8 @@ unsafe fn vnni(iterations: usize) -> i32 {
             *acc = _mm512_dpbusd_epi32(*acc, a, b[i % 4]);
         }
     }
-    acc.iter().fold(0, |s, v| s.wrapping_add(_mm512_reduce_add_epi32(*v)))
+    acc.iter()
+        .fold(0, |s, v| s.wrapping_add(_mm512_reduce_add_epi32(*v)))
 }
 
 /// # Safety
@@ -41,7 +42,8 @@ unsafe fn vnni(iterations: usize) -> i32 {
 #[target_feature(enable = "avx2")]
 unsafe fn avx2(iterations: usize) -> i32 {
     use std::arch::x86_64::*;
-    let mut acc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11].map(|i| _mm256_set1_epi32(std::hint::black_box(0x0001_0001 + i)));
+    let mut acc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        .map(|i| _mm256_set1_epi32(std::hint::black_box(0x0001_0001 + i)));
     let b = [0, 1].map(|i| _mm256_set1_epi32(std::hint::black_box(0x0002_0003 + i)));
     for _ in 0..iterations {
         for (i, acc) in acc.iter_mut().enumerate() {

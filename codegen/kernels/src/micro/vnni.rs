@@ -98,7 +98,8 @@ unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile) {
                 *bv = _mm512_loadu_si512(t.b.add(p * t.pstride + q * NR * KR).cast());
             }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_epi32(t.a.add(r * t.lda + q * KR).cast::<i32>().read_unaligned());
+                let av =
+                    _mm512_set1_epi32(t.a.add(r * t.lda + q * KR).cast::<i32>().read_unaligned());
                 for (acc, bv) in acc.iter_mut().zip(&bv) {
                     *acc = _mm512_dpbusd_epi32(*acc, av, *bv);
                 }
@@ -109,7 +110,11 @@ unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile) {
             for (p, v) in acc.iter().enumerate() {
                 let cols = t.cols.saturating_sub(p * NR).min(NR);
                 // Lanes past the last column are masked off (the packed zeros there are never stored).
-                let mask: __mmask16 = if cols == NR { 0xffff } else { (1u16 << cols) - 1 };
+                let mask: __mmask16 = if cols == NR {
+                    0xffff
+                } else {
+                    (1u16 << cols) - 1
+                };
                 _mm512_mask_storeu_epi32(row.add(p * NR), mask, *v);
             }
         }

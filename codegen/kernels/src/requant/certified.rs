@@ -39,7 +39,10 @@ pub struct Certified {
 impl Certified {
     pub fn new(ratio: Ratio) -> Certified {
         let (sx, sw, sy) = ratio.scales;
-        Certified { ratio, r: f64::from(sx) * f64::from(sw) / f64::from(sy) }
+        Certified {
+            ratio,
+            r: f64::from(sx) * f64::from(sw) / f64::from(sy),
+        }
     }
 
     pub fn ratio(&self) -> &Ratio {
@@ -50,6 +53,7 @@ impl Certified {
 /// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code, and whether v lies
 /// within the error bound of a half-integer (then the exact form must decide).
 #[inline(always)]
+#[allow(clippy::manual_clamp)] // max/min, not clamp: no panic path, and they vectorize to vmaxpd/vminpd
 fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
     // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
     let v = (t * r).max(-LIMIT).min(LIMIT);
@@ -58,7 +62,9 @@ fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
     // Exact (v and rounded share v's ulp grid, |v − rounded| ≤ 1/2); 1/2 means v is a half-integer.
     let d = (v - rounded).abs();
     let near = 0.5 - d <= v.abs() * BOUND;
-    let y = (rounded + f64::from(out.zero_point())).max(f64::from(out.code().min())).min(f64::from(out.code().max()));
+    let y = (rounded + f64::from(out.zero_point()))
+        .max(f64::from(out.code().min()))
+        .min(f64::from(out.code().max()));
     // y is a small integer: y + 1.5·2^52 is exact and its low 32 bits are y in two's complement
     // (a bit read the compiler vectorizes, unlike `as i32`, which must handle NaN and overflow).
     ((y + MAGIC).to_bits() as u32 as i32, near)
@@ -76,7 +82,14 @@ fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
 /// of length 1 or `bias.len()`); returns the fallback count. The same
 /// IEEE operations as [`evaluate`], element by element (Rust never contracts them into FMAs), so
 /// the vectorized instances below give the same bits as the scalar one.
-pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+pub(crate) fn rows<C: CodeOut>(
+    kernels: Kernels,
+    acc: &[i32],
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
@@ -91,18 +104,36 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+unsafe fn rows_avx512<C: CodeOut>(
+    acc: &[i32],
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
     rows_generic(acc, bias, plans, out, codes)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+unsafe fn rows_avx2<C: CodeOut>(
+    acc: &[i32],
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
     rows_generic(acc, bias, plans, out, codes)
 }
 
 #[inline(always)]
-fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+fn rows_generic<C: CodeOut>(
+    acc: &[i32],
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
     const CH: usize = 64;
     let n = bias.len();
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
@@ -110,10 +141,19 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
     let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
-        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)));
+        let chunks = acc_row
+            .chunks(CH)
+            .zip(code_row.chunks_mut(CH))
+            .zip(b.chunks(CH).zip(r.chunks(CH)));
         for (c0, ((acc, codes), (b, r))) in chunks.enumerate() {
             let mut near = [false; CH];
-            for ((((&a, y), &b), &r), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(&mut near) {
+            for ((((&a, y), &b), &r), near) in acc
+                .iter()
+                .zip(codes.iter_mut())
+                .zip(b)
+                .zip(r)
+                .zip(&mut near)
+            {
                 let (v, n) = approximate(f64::from(a) + b, r, out);
                 *y = C::from_code(v);
                 *near = n;
@@ -121,7 +161,8 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
             if near.iter().any(|&n| n) {
                 for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
                     let col = c0 * CH + i;
-                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
+                    codes[i] =
+                        C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
                     fallbacks += 1;
                 }
             }

@@ -23,14 +23,23 @@ fn dyadic(s: f32) -> Result<(u64, i32), RequantError> {
     }
     let bits = s.to_bits();
     let (frac, biased) = (u64::from(bits & 0x7f_ffff), ((bits >> 23) & 0xff) as i32);
-    Ok(if biased == 0 { (frac, -149) } else { (frac | 1 << 23, biased - 150) })
+    Ok(if biased == 0 {
+        (frac, -149)
+    } else {
+        (frac | 1 << 23, biased - 150)
+    })
 }
 
 impl Ratio {
     /// The exact value of `sx·sw/sy`; refused unless every scale is a positive finite f32.
     pub fn new(sx: f32, sw: f32, sy: f32) -> Result<Ratio, RequantError> {
         let ((mx, ex), (mw, ew), (my, ey)) = (dyadic(sx)?, dyadic(sw)?, dyadic(sy)?);
-        Ok(Ratio { num: mx * mw, den: my as u32, exp: ex + ew - ey, scales: (sx, sw, sy) })
+        Ok(Ratio {
+            num: mx * mw,
+            den: my as u32,
+            exp: ex + ew - ey,
+            scales: (sx, sw, sy),
+        })
     }
 
     /// `(num, exp, den)` with the ratio `num·2^exp/den`.
@@ -47,7 +56,11 @@ impl Ratio {
         let e = self.exp + s;
         if e >= 0 {
             // |n·2^e / den| ≥ 2^(e − 24): beyond 2^100 the caller only needs to know it is huge.
-            if e > 44 { None } else { Some(rne_div(n << e, i128::from(self.den))) }
+            if e > 44 {
+                None
+            } else {
+                Some(rne_div(n << e, i128::from(self.den)))
+            }
         } else if -e > 100 {
             // |n| < 2^81 and den ≥ 1: the value is below 2^-19 in magnitude, so rne gives 0.
             Some(0)

@@ -28,7 +28,11 @@ pub struct Fixed {
 impl Fixed {
     /// Refused outside `0 ≤ multiplier < 2^31`, `1 ≤ shift ≤ 62` (where the i64 product cannot overflow).
     pub fn new(multiplier: i64, shift: u32, rounding: Rounding) -> Option<Fixed> {
-        ((0..1 << 31).contains(&multiplier) && (1..=62).contains(&shift)).then_some(Fixed { multiplier, shift, rounding })
+        ((0..1 << 31).contains(&multiplier) && (1..=62).contains(&shift)).then_some(Fixed {
+            multiplier,
+            shift,
+            rounding,
+        })
     }
 
     /// The multiplier `rne(ratio·2^shift)` from the exact ratio, with the largest shift that keeps it
@@ -36,7 +40,11 @@ impl Fixed {
     pub fn from_ratio(ratio: &Ratio, rounding: Rounding) -> Option<Fixed> {
         (1..=62u32).rev().find_map(|shift| {
             let m = ratio.scaled_rne(1, shift as i32)?;
-            (m < 1 << 31).then(|| Fixed { multiplier: m as i64, shift, rounding })
+            (m < 1 << 31).then_some(Fixed {
+                multiplier: m as i64,
+                shift,
+                rounding,
+            })
         })
     }
 
@@ -69,9 +77,17 @@ pub fn requant_fixed(acc: i32, bias: i32, plan: &Fixed, out: Output) -> i32 {
 }
 
 /// The first `t` in `ts` (accumulator plus bias) where the fixed form differs from the exact one, with both results.
-pub fn first_disagreement(plan: &Fixed, ratio: &Ratio, out: Output, ts: impl IntoIterator<Item = i32>) -> Option<(i32, i32, i32)> {
+pub fn first_disagreement(
+    plan: &Fixed,
+    ratio: &Ratio,
+    out: Output,
+    ts: impl IntoIterator<Item = i32>,
+) -> Option<(i32, i32, i32)> {
     ts.into_iter().find_map(|t| {
-        let (f, e) = (requant_fixed(t, 0, plan, out), requant_exact(t, 0, ratio, out));
+        let (f, e) = (
+            requant_fixed(t, 0, plan, out),
+            requant_exact(t, 0, ratio, out),
+        );
         (f != e).then_some((t, f, e))
     })
 }

@@ -71,7 +71,8 @@ impl Output {
 
     /// `sat(q + zy)` for any integer q.
     pub(crate) fn saturate(self, q: i128) -> i32 {
-        (q + i128::from(self.zero_point)).clamp(i128::from(self.code.min()), i128::from(self.code.max())) as i32
+        (q + i128::from(self.zero_point))
+            .clamp(i128::from(self.code.min()), i128::from(self.code.max())) as i32
     }
 }
 
@@ -153,12 +154,28 @@ pub struct Stats {
 
 /// Requantizes a row-major block `acc` of `n` columns (bias: one i32 per column) into `out`.
 /// The kernel path only changes speed: every path gives the same codes.
-pub fn requantize<C: CodeOut>(kernels: Kernels, plan: &Plan, acc: &[i32], n: usize, bias: Option<&[i32]>, out: &mut [C]) -> Result<Stats, RequantError> {
+pub fn requantize<C: CodeOut>(
+    kernels: Kernels,
+    plan: &Plan,
+    acc: &[i32],
+    n: usize,
+    bias: Option<&[i32]>,
+    out: &mut [C],
+) -> Result<Stats, RequantError> {
     let cols = plan.form.columns();
     if C::CODE != plan.output.code() {
-        return Err(RequantError::Shape(format!("plan writes {:?} codes, buffer holds {:?}", plan.output.code(), C::CODE)));
+        return Err(RequantError::Shape(format!(
+            "plan writes {:?} codes, buffer holds {:?}",
+            plan.output.code(),
+            C::CODE
+        )));
     }
-    if n == 0 || acc.len() % n != 0 || out.len() != acc.len() || (cols != 1 && cols != n) || bias.is_some_and(|b| b.len() != n) {
+    if n == 0
+        || !acc.len().is_multiple_of(n)
+        || out.len() != acc.len()
+        || (cols != 1 && cols != n)
+        || bias.is_some_and(|b| b.len() != n)
+    {
         return Err(RequantError::Shape(format!(
             "requantize: {} accumulators, {} outputs, {n} columns, plan of {cols}, bias of {:?}",
             acc.len(),

@@ -12,8 +12,13 @@ pub fn kernels(isa: Isa) -> Option<Kernels> {
     match Kernels::new(isa) {
         Ok(k) => Some(k),
         Err(e) => {
-            let acknowledged = std::env::var(SKIP_ENV).is_ok_and(|v| v.split(',').any(|n| n.trim() == isa.name()));
-            assert!(acknowledged, "{e}; set {SKIP_ENV}={} to run the suite without this path", isa.name());
+            let acknowledged =
+                std::env::var(SKIP_ENV).is_ok_and(|v| v.split(',').any(|n| n.trim() == isa.name()));
+            assert!(
+                acknowledged,
+                "{e}; set {SKIP_ENV}={} to run the suite without this path",
+                isa.name()
+            );
             eprintln!("{isa}: not on this host, acknowledged by {SKIP_ENV}");
             None
         }
@@ -49,12 +54,22 @@ impl Rng {
 }
 
 /// `Σ_k (a[m][k] − za)(b[k][n] − zb[n])` in i64, b row-major `[K][N]`.
-pub fn gemm_reference(a: &[u8], m: usize, k: usize, za: i64, b: &[i64], n: usize, zb: &[i64]) -> Vec<i64> {
+pub fn gemm_reference(
+    a: &[u8],
+    m: usize,
+    k: usize,
+    za: i64,
+    b: &[i64],
+    n: usize,
+    zb: &[i64],
+) -> Vec<i64> {
     let mut c = vec![0i64; m * n];
     for i in 0..m {
         for j in 0..n {
             let z = zb[if zb.len() == 1 { 0 } else { j }];
-            c[i * n + j] = (0..k).map(|p| (i64::from(a[i * k + p]) - za) * (b[p * n + j] - z)).sum();
+            c[i * n + j] = (0..k)
+                .map(|p| (i64::from(a[i * k + p]) - za) * (b[p * n + j] - z))
+                .sum();
         }
     }
     c
