@@ -302,6 +302,40 @@ fn convolutions(isa: Isa) {
         &[4, 5],
         true,
     );
+    // Depthwise (direct path): dilation 2 with stride 1; stride 3 with a kernel wider than the
+    // padded edges; a kernel larger than the input (only padded taps at the borders).
+    conv_case(
+        kern,
+        &mut rng,
+        params(5, 5, 5, &[3, 3], &[1, 1], &[2, 2], &[2, 2], &[2, 2]),
+        2,
+        &[9, 7],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(3, 6, 3, &[4, 5], &[3, 2], &[1, 1], &[0, 3], &[3, 1]),
+        1,
+        &[11, 10],
+        true,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(2, 2, 2, &[5, 5], &[1, 1], &[1, 1], &[4, 4], &[4, 4]),
+        1,
+        &[3, 2],
+        false,
+    );
+    conv_case(
+        kern,
+        &mut rng,
+        params(4, 4, 4, &[7], &[2], &[3], &[9], &[0]),
+        3,
+        &[30],
+        true,
+    );
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
     conv_case(
         kern,

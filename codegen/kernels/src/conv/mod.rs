@@ -2,12 +2,16 @@
 //! with the input zero point, so padded taps contribute `(za − za)·w = 0` as in DQ→Conv),
 //! dilations. im2col per image and group into rows of `Cin/groups · Π kernel` codes, then
 //! [`gemm_u8`] against the group's weights packed once (`[Cout/groups][Cin/groups · Π kernel]`,
-//! ONNX's weight layout, read as [`Layout::NK`]). Output: i32 accumulators, NCHW.
+//! ONNX's weight layout, read as [`Layout::NK`]); depthwise (one input channel per group) runs
+//! directly ([`depthwise`]). Output: i32 accumulators, NCHW, the same integers either way.
+
+mod depthwise;
 
 use crate::gemm::{GemmError, gemm_u8};
 use crate::isa::Kernels;
 use crate::pack::{Layout, PackError, PackedB};
 use std::fmt;
+use std::ops::Range;
 
 /// The attributes of one convolution (ONNX `Conv` with explicit pads).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +126,16 @@ impl ConvParams {
 #[derive(Clone, Debug)]
 pub struct PackedConv {
     params: ConvParams,
-    groups: Vec<PackedB>,
+    lowering: Lowering,
+}
+
+/// How the convolution runs.
+#[derive(Clone, Debug)]
+enum Lowering {
+    /// im2col and one GEMM per group, weights packed per group.
+    Gemm(Vec<PackedB>),
+    /// One input channel per group: direct, with the taps `w − zw` per output channel (`[Cout][Π kernel]`).
+    Depthwise(Vec<i32>),
 }
 
 impl PackedConv {
@@ -132,9 +145,14 @@ impl PackedConv {
         weights: &[i8],
         zero_points: &[i8],
     ) -> Result<PackedConv, ConvError> {
-        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| {
-            PackedB::from_i8(&weights[w], k, n, Layout::NK, &zero_points[z])
-        })
+        let tap = |i: usize, z: usize| i32::from(weights[i]) - i32::from(zero_points[z]);
+        PackedConv::pack(
+            params,
+            weights.len(),
+            zero_points.len(),
+            tap,
+            |w, k, n, z| PackedB::from_i8(&weights[w], k, n, Layout::NK, &zero_points[z]),
+        )
     }
 
     /// uint8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output channel.
@@ -143,21 +161,23 @@ impl PackedConv {
         weights: &[u8],
         zero_points: &[u8],
     ) -> Result<PackedConv, ConvError> {
-        PackedConv::pack(params, weights.len(), zero_points.len(), |w, k, n, z| {
-            PackedB::from_u8(&weights[w], k, n, Layout::NK, &zero_points[z])
-        })
+        let tap = |i: usize, z: usize| i32::from(weights[i]) - i32::from(zero_points[z]);
+        PackedConv::pack(
+            params,
+            weights.len(),
+            zero_points.len(),
+            tap,
+            |w, k, n, z| PackedB::from_u8(&weights[w], k, n, Layout::NK, &zero_points[z]),
+        )
     }
 
+    /// `tap(i, z)`: weight `i` minus zero point `z`; `pack(weights, k, n, zero points)`: one group's GEMM operand.
     fn pack(
         params: ConvParams,
         len: usize,
         zps: usize,
-        pack: impl Fn(
-            std::ops::Range<usize>,
-            usize,
-            usize,
-            std::ops::Range<usize>,
-        ) -> Result<PackedB, PackError>,
+        tap: impl Fn(usize, usize) -> i32,
+        pack: impl Fn(Range<usize>, usize, usize, Range<usize>) -> Result<PackedB, PackError>,
     ) -> Result<PackedConv, ConvError> {
         params.check()?;
         let (k, cog) = (params.depth(), params.out_channels / params.groups);
@@ -173,22 +193,28 @@ impl PackedConv {
                 got: zps,
             }));
         }
-        let groups = (0..params.groups)
-            .map(|g| {
-                pack(
-                    g * cog * k..(g + 1) * cog * k,
-                    k,
-                    cog,
-                    if zps == 1 {
-                        0..1
-                    } else {
-                        g * cog..(g + 1) * cog
-                    },
-                )
-            })
-            .collect::<Result<_, _>>()
-            .map_err(ConvError::Pack)?;
-        Ok(PackedConv { params, groups })
+        let zp = |co: usize| if zps == 1 { 0 } else { co };
+        let lowering = if params.in_channels == params.groups {
+            Lowering::Depthwise((0..len).map(|i| tap(i, zp(i / k))).collect())
+        } else {
+            let groups = (0..params.groups)
+                .map(|g| {
+                    pack(
+                        g * cog * k..(g + 1) * cog * k,
+                        k,
+                        cog,
+                        if zps == 1 {
+                            0..1
+                        } else {
+                            g * cog..(g + 1) * cog
+                        },
+                    )
+                })
+                .collect::<Result<_, _>>()
+                .map_err(ConvError::Pack)?;
+            Lowering::Gemm(groups)
+        };
+        Ok(PackedConv { params, lowering })
     }
 
     pub fn params(&self) -> &ConvParams {
@@ -229,10 +255,23 @@ impl PackedConv {
             p.out_channels / p.groups,
             p.depth(),
         );
+        let groups = match &self.lowering {
+            Lowering::Gemm(groups) => groups,
+            Lowering::Depthwise(taps) => {
+                for b in 0..batch {
+                    for co in 0..p.out_channels {
+                        let xg = &x[(b * p.in_channels + co / cog) * in_sp..][..in_sp];
+                        let dst = &mut out[(b * p.out_channels + co) * out_sp..][..out_sp];
+                        depthwise::plane(kernels, &geometry, xg, zx, &taps[co * k..][..k], dst);
+                    }
+                }
+                return Ok(());
+            }
+        };
         let mut cols = vec![0u8; out_sp * k];
         let mut acc = vec![0i32; out_sp * cog];
         for b in 0..batch {
-            for (g, packed) in self.groups.iter().enumerate() {
+            for (g, packed) in groups.iter().enumerate() {
                 let xg = &x[(b * p.in_channels + g * cig) * in_sp..][..cig * in_sp];
                 geometry.im2col(xg, cig, zx, &mut cols);
                 gemm_u8(kernels, &cols, out_sp, zx, packed, &mut acc).map_err(ConvError::Gemm)?;
