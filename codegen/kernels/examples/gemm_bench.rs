@@ -5,8 +5,10 @@
 //! Default shapes: M ∈ {1, 64, 256} × K = N ∈ {1024, 4096}. Per shape and path: the GEMM to i32
 //! (`gemm`, what ORT's MatMulInteger computes) and the GEMM plus the certified requantization
 //! to u8 (`gemm+rq`, what QLinearMatMul computes). B is packed once, outside the timing.
-//! `--peak`: each SIMD path's instruction peak (its tile's multiply-accumulates on registers only,
-//! `instruction_peak`), then the GEMM on an L1-resident problem (96 × 256 × 64: 40 KiB of operands).
+//! Before each path's timing, its instruction peak (the tile's multiply-accumulates on registers
+//! only, `instruction_peak`; SIMD paths) is measured, so each shape has a peak from the same
+//! minutes of this shared host. `--peak`: the GEMM on an L1-resident problem (96 × 256 × 64:
+//! 40 KiB of operands) only.
 //! Every path's output is compared with the first one's (the run aborts on a difference).
 //! `bench/kernels_gemm.py` runs this next to ONNX Runtime and prints the ratios.
 
@@ -52,6 +54,21 @@ struct Row {
     shape: (usize, usize, usize),
     gemm: f64,
     gemm_rq: f64,
+    /// The path's instruction peak, measured just before (SIMD paths).
+    peak: Option<f64>,
+}
+
+/// GOPS of the path's tile arithmetic on registers only (`instruction_peak`), median.
+fn instruction_peak_gops(kern: Kernels, reps: usize) -> Option<f64> {
+    let iterations = 1 << 16;
+    let (mut macs, mut sum) = (0u64, 0i32);
+    let secs = median_secs(reps, || {
+        let (m, s) = qdqc_kernels::instruction_peak(kern, iterations);
+        (macs, sum) = (m, sum.wrapping_add(s));
+    });
+    // The checksum keeps the work observable.
+    std::hint::black_box(sum);
+    (macs > 0).then(|| 2.0 * macs as f64 / secs / 1e9)
 }
 
 fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -> Vec<Row> {
@@ -74,6 +91,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
     for &kern in paths {
         let mut c = vec![0i32; m * n];
         let mut y = vec![0u8; m * n];
+        let peak = instruction_peak_gops(kern, reps);
         let gemm = median_secs(reps, || {
             gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm")
         });
@@ -106,6 +124,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
             shape: (m, k, n),
             gemm,
             gemm_rq,
+            peak,
         });
     }
     rows
@@ -155,26 +174,7 @@ fn main() {
             .map(|isa| Kernels::new(isa).expect("available"))
             .collect(),
     };
-    let mut instruction_peaks = Vec::new();
     if peak {
-        for &kern in &paths {
-            let iterations = 1 << 16;
-            let (mut macs, mut sum) = (0u64, 0i32);
-            let secs = median_secs(reps, || {
-                let (m, s) = qdqc_kernels::instruction_peak(kern, iterations);
-                (macs, sum) = (m, sum.wrapping_add(s));
-            });
-            if macs > 0 {
-                let g = 2.0 * macs as f64 / secs / 1e9;
-                instruction_peaks.push(format!("\"{}\":{g:.3}", kern.isa()));
-                if !json {
-                    println!(
-                        "{:<11} instruction peak {g:.1} GOPS (registers only; checksum {sum})",
-                        kern.isa().name()
-                    );
-                }
-            }
-        }
         shapes = vec![(96, 256, 64)];
     } else if shapes.is_empty() {
         shapes = [1, 64, 256]
@@ -191,25 +191,27 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"peak\":{}}}",
-                    r.isa, r.shape.0, r.shape.1, r.shape.2, r.gemm, r.gemm_rq, peak
+                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"instruction_peak_gops\":{}}}",
+                    r.isa,
+                    r.shape.0,
+                    r.shape.1,
+                    r.shape.2,
+                    r.gemm,
+                    r.gemm_rq,
+                    r.peak.map_or("null".to_string(), |p| format!("{p:.3}"))
                 )
             })
             .collect();
-        println!(
-            "{{\"instruction_peak_gops\":{{{}}},\"rows\":[{}]}}",
-            instruction_peaks.join(","),
-            items.join(",")
-        );
+        println!("{{\"rows\":[{}]}}", items.join(","));
         return;
     }
     println!(
-        "{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9}",
-        "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS"
+        "{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9} {:>10}",
+        "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS", "peak GOPS"
     );
     for r in &rows {
         println!(
-            "{:<11} {:>5} {:>5} {:>5} {:>11.3} {:>9.1} {:>11.3} {:>9.1}",
+            "{:<11} {:>5} {:>5} {:>5} {:>11.3} {:>9.1} {:>11.3} {:>9.1} {:>10}",
             r.isa.name(),
             r.shape.0,
             r.shape.1,
@@ -217,7 +219,8 @@ fn main() {
             r.gemm * 1e3,
             gops(r.shape, r.gemm),
             r.gemm_rq * 1e3,
-            gops(r.shape, r.gemm_rq)
+            gops(r.shape, r.gemm_rq),
+            r.peak.map_or("-".to_string(), |p| format!("{p:.1}"))
         );
     }
 }
