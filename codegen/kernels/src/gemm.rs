@@ -113,10 +113,23 @@ fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
             unsafe { micro::avx2::raw(&wide, lda, m, b, c) }
         }
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
-        Isa::Avx512Vnni => unsafe { micro::vnni::raw(&padded(a, m, k, lda), lda, m, b, c) },
+        Isa::Avx512Vnni => {
+            let lda = spread(lda, m);
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
+            unsafe { micro::vnni::raw(&padded(a, m, k, lda), lda, m, b, c) }
+        }
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("Kernels only holds paths this host has"),
+    }
+}
+
+/// A row stride for A that is not a multiple of 1 KiB when a tile's rows would otherwise share
+/// L1 sets with each other and with the weight block (4 KiB aliasing): one cache line more.
+fn spread(lda: usize, m: usize) -> usize {
+    if m > 1 && lda.is_multiple_of(1024) {
+        lda + 64
+    } else {
+        lda
     }
 }
 

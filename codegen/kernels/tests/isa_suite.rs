@@ -54,7 +54,9 @@ fn random_shapes(isa: Isa) {
         (1, 64, 129),
         (1, 5, 80),
     ];
-    for &(m, k, n) in shapes.iter().chain(&gemv) {
+    // Row strides that are multiples of 1 KiB (A is re-strided on VNNI against L1 set conflicts).
+    let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64)];
+    for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);
             let b = rng.i8s(k * n);

@@ -8,6 +8,8 @@
 //! half-integers rne is constant, so a v farther than the bound from every half-integer rounds
 //! as x does. `t = acc + bias` has |t| < 2^33 and converts to f64 exactly; |v| ≥ 2^40 saturates (the
 //! exact value has the same sign and |x| > 2^39), and the check passes there (d = 0, bound 2^-9).
+//! Every intermediate is a normal f64 (|r| lies in [2^-426, 2^405]), so flush-to-zero modes do
+//! not matter; the default round-to-nearest mode is assumed (as by every float kernel).
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
