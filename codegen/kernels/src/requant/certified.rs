@@ -149,6 +149,8 @@ fn rows_generic<C: CodeOut>(
             .zip(b.chunks(CH).zip(r.chunks(CH)));
         for (c0, ((acc, codes), (b, r))) in chunks.enumerate() {
             let mut near = [false; CH];
+            // One OR per element (a vector OR), so the scan below runs only for a chunk with a hit.
+            let mut any = false;
             for ((((&a, y), &b), &r), near) in acc
                 .iter()
                 .zip(codes.iter_mut())
@@ -159,8 +161,9 @@ fn rows_generic<C: CodeOut>(
                 let (v, n) = approximate(f64::from(a) + b, r, out);
                 *y = C::from_code(v);
                 *near = n;
+                any |= n;
             }
-            if near.iter().any(|&n| n) {
+            if any {
                 for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
                     let col = c0 * CH + i;
                     codes[i] =
