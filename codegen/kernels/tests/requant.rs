@@ -134,6 +134,7 @@ fn certified_equals_exact_on_sampled_scales() {
         total += sweep(sx, sw, sy, out, bias).0;
     }
     assert!(total > 3_000_000, "only {total} accumulators checked");
+    eprintln!("certified = exact on {total} accumulators (48 sampled triples, every path)");
 }
 
 /// Short mantissas put exact ties in every window; the fallback settles each of them.
@@ -161,6 +162,7 @@ fn exact_ties_go_through_the_fallback() {
         total > 100_000 && fallbacks > 1000,
         "{total} points, {fallbacks} fallbacks"
     );
+    eprintln!("short mantissas: {total} accumulators, {fallbacks} settled by the fallback");
 }
 
 #[test]
