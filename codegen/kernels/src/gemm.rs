@@ -1,0 +1,166 @@
+//! `C[m][n] = Σ_k (a[m][k] − za)(b[k][n] − zb[n])` for u8 activations and packed i8/u8 weights.
+//!
+//! Computed as the raw sums `Σ a·b` (the microkernel of the chosen path) plus the zero-point
+//! corrections `− za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k] + K·za·zb[n]`, the weight column sums coming
+//! from [`PackedB`] (computed once). All arithmetic is i32 wrapping, on every path: the result is
+//! the exact integer modulo 2^32, hence exact whenever the true value fits in i32 — which
+//! [`accumulator_bound`] tells the caller (the compiler checks it from the actual weights).
+
+use crate::isa::{Isa, Kernels};
+use crate::micro;
+use crate::pack::{KR, PackedB};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Operands of the wrong size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GemmError {
+    /// `a.len() != m·k`.
+    A { expected: usize, got: usize },
+    /// `c.len() != m·n`.
+    C { expected: usize, got: usize },
+}
+
+impl fmt::Display for GemmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GemmError::A { expected, got } => {
+                write!(f, "activations: {got} codes, expected {expected}")
+            }
+            GemmError::C { expected, got } => {
+                write!(f, "accumulators: {got} slots, expected {expected}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GemmError {}
+
+/// The largest |C[m][n]| any u8 activation row can produce with these weights (per column, maximised):
+/// `max_n Σ_k max(|0 − za|, |255 − za|)·|b[k][n] − zb[n]|`, as i64. C is exact when this is ≤ i32::MAX.
+pub fn accumulator_bound(b: &PackedB, za: u8) -> i64 {
+    let amax = i64::from(za.max(255 - za));
+    let (k4, stride, data) = (b.k4(), b.panel_stride(), b.data());
+    (0..b.n())
+        .map(|col| {
+            let p = &data[(col / crate::NR) * stride..][..stride];
+            let zb = i64::from(b.zero_points()[col]);
+            (0..b.k())
+                .map(|k| {
+                    debug_assert!(k / KR < k4);
+                    let v = i64::from(p[((k / KR) * crate::NR + col % crate::NR) * KR + k % KR]);
+                    amax * (v - zb).abs()
+                })
+                .sum::<i64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `c = (a − za)·(b − zb)` with `a` row-major `m × k`, `c` row-major `m × n`.
+pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) -> Result<(), GemmError> {
+    let (k, n) = (b.k(), b.n());
+    if a.len() != m * k {
+        return Err(GemmError::A { expected: m * k, got: a.len() });
+    }
+    if c.len() != m * n {
+        return Err(GemmError::C { expected: m * n, got: c.len() });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    raw(kernels, a, m, b, c);
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { correct_zero_points_avx512(a, m, za, b, c) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { correct_zero_points_avx2(a, m, za, b, c) },
+        _ => correct_zero_points(a, m, za, b, c),
+    }
+    Ok(())
+}
+
+/// The raw sums `Σ_k a[m][k]·b[k][n]` on the chosen path.
+fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
+    let (k, lda) = (b.k(), b.k4() * KR);
+    match kernels.isa() {
+        Isa::Portable => micro::portable::raw(&padded(a, m, k, lda), lda, m, b, c),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            let mut wide = vec![0i16; m * lda];
+            for (w, row) in wide.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
+                for (w, &v) in w.iter_mut().zip(row) {
+                    *w = i16::from(v);
+                }
+            }
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
+            unsafe { micro::avx2::raw(&wide, lda, m, b, c) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => {
+            let lda = spread(lda, m);
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
+            unsafe { micro::vnni::raw(&padded(a, m, k, lda), lda, m, b, c) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("Kernels only holds paths this host has"),
+    }
+}
+
+/// A row stride for A that is not a multiple of 1 KiB when a tile's rows would otherwise share
+/// L1 sets with each other and with the weight block (4 KiB aliasing): one cache line more.
+fn spread(lda: usize, m: usize) -> usize {
+    if m > 1 && lda.is_multiple_of(1024) { lda + 64 } else { lda }
+}
+
+/// Rows of `lda ≥ k` bytes, zero past K (borrowed when no padding is needed).
+fn padded(a: &[u8], m: usize, k: usize, lda: usize) -> Cow<'_, [u8]> {
+    if lda == k {
+        return Cow::Borrowed(a);
+    }
+    let mut p = vec![0u8; m * lda];
+    for (dst, src) in p.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
+        dst[..k].copy_from_slice(src);
+    }
+    Cow::Owned(p)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn correct_zero_points_avx512(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
+    correct_zero_points(a, m, za, b, c)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn correct_zero_points_avx2(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
+    correct_zero_points(a, m, za, b, c)
+}
+
+/// `c −= za·colsum[n] + zb[n]·rowsum[m] − K·za·zb[n]`, wrapping: the same integers on every path
+/// (the instances above only let the compiler vectorize it with wider registers).
+#[inline(always)]
+fn correct_zero_points(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
+    let (k, n) = (b.k(), b.n());
+    let za = i32::from(za);
+    let zb = b.zero_points();
+    // Per column: K·za·zb − za·colsum.
+    let col: Vec<i32> = b.col_sums().iter().zip(zb).map(|(&s, &z)| (k as i32).wrapping_mul(za).wrapping_mul(z).wrapping_sub(za.wrapping_mul(s))).collect();
+    let need_rows = zb.iter().any(|&z| z != 0);
+    for (row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)).take(m) {
+        if need_rows {
+            // |Σ a| ≤ 2^24 · 255 < 2^32: wrapping keeps it exact modulo 2^32 like everything else.
+            let rowsum = a_row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+            for ((c, &col), &z) in row.iter_mut().zip(&col).zip(zb) {
+                *c = c.wrapping_add(col).wrapping_sub(z.wrapping_mul(rowsum));
+            }
+        } else {
+            for (c, &col) in row.iter_mut().zip(&col) {
+                *c = c.wrapping_add(col);
+            }
+        }
+    }
+}

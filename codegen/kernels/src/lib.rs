@@ -1,0 +1,25 @@
+//! The kernels qdqc's generated Rust code links (`qdqc compile --target rust`), and the reference
+//! functions its proofs call: the code that runs is the code that was proven.
+//!
+//! - [`gemm_u8`]: u8 × i8/u8 GEMM with exact i32 accumulation and zero-point corrections from
+//!   precomputed weight column sums ([`PackedB`]); [`conv`]: convolution on codes through it.
+//! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
+//!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
+//!   wider evaluation with an exact fallback).
+//! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
+//!   bit-identical.
+//!
+//! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
+//! instances of safe code, each block with its safety argument.
+
+pub mod conv;
+pub mod gemm;
+mod isa;
+mod micro;
+mod pack;
+pub mod requant;
+
+pub use gemm::{GemmError, accumulator_bound, gemm_u8};
+pub use isa::{ISA_ENV, Isa, IsaError, Kernels};
+pub use micro::peak::instruction_peak;
+pub use pack::{KR, Layout, NR, PackError, PackedB};

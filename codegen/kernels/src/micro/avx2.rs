@@ -1,0 +1,104 @@
+//! AVX2, exact: A is widened to i16 once per call (`vpmovzxbw`), each 16-byte slice of a packed
+//! panel row (4 columns × 4 k) is widened in registers (`vpmovsxbw`), and `vpmaddwd` multiplies
+//! with a broadcast of 4 i16 activations, summing products in pairs into i32: |a·b| ≤ 255·128, so
+//! a pair never leaves i32. (`vpmaddubsw`, MLAS's and oneDNN's AVX2 u8×s8 instruction, saturates
+//! pairs to int16 and is not used.) Each i32 lane holds half of one column's sum; the halves are
+//! added when the tile is stored.
+//!
+//! Tiles: 6 rows × 8 columns (12 accumulators, 2 weight vectors, 1 broadcast: 15 of 16 ymm), or
+//! for one or two rows 16 columns, so that GEMV keeps 8 independent accumulators per row.
+
+use crate::pack::{KR, NR, PackedB};
+use std::arch::x86_64::*;
+
+/// Raw sums of rows `a` (`m` rows of `lda ≥ k4·4` i16, zero-padded) into `c` (`m × n`).
+///
+/// # Safety
+/// The host has AVX2 (a [`crate::Kernels`] of that path proves it).
+pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
+    let (n, k4) = (b.n(), b.k4());
+    assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * n && lda >= k4 * KR);
+    // Chunks of 4 columns per tile: 2 (8 columns, 6 rows) or, for GEMV-like calls, 4.
+    let chunks = if m <= 2 { 4 } else { 2 };
+    let mr_max = if m <= 2 { 2 } else { 6 };
+    let width = chunks * 4;
+    let mut c0 = 0;
+    while c0 < n {
+        let (panel, lane) = (c0 / NR, c0 % NR);
+        let mut r0 = 0;
+        while r0 < m {
+            let mr = mr_max.min(m - r0);
+            let t = Tile {
+                a: a[r0 * lda..].as_ptr(),
+                lda,
+                b: b.data()[panel * b.panel_stride() + lane * KR..].as_ptr(),
+                k4,
+                c: c[r0 * n + c0..].as_mut_ptr(),
+                ldc: n,
+                cols: (n - c0).min(width),
+            };
+            // SAFETY: AVX2 is guaranteed by the caller; the asserts and loop bounds keep reads
+            // inside rows r0..r0+mr of `a` and inside one packed panel (columns lane..lane+width
+            // ≤ 16 of it), and `t.cols` keeps writes inside rows r0..r0+mr of `c`.
+            unsafe {
+                match (chunks, mr) {
+                    (4, 1) => tile::<1, 4>(&t),
+                    (4, 2) => tile::<2, 4>(&t),
+                    (2, 1) => tile::<1, 2>(&t),
+                    (2, 2) => tile::<2, 2>(&t),
+                    (2, 3) => tile::<3, 2>(&t),
+                    (2, 4) => tile::<4, 2>(&t),
+                    (2, 5) => tile::<5, 2>(&t),
+                    (2, 6) => tile::<6, 2>(&t),
+                    _ => unreachable!("tile {mr} rows x {chunks} chunks"),
+                }
+            }
+            r0 += mr;
+        }
+        c0 += width;
+    }
+}
+
+struct Tile {
+    a: *const i16,
+    lda: usize,
+    b: *const i8,
+    k4: usize,
+    c: *mut i32,
+    ldc: usize,
+    cols: usize,
+}
+
+/// # Safety
+/// AVX2 present; `t.a` readable for `MR` rows of `k4·4` i16 at stride `lda`; `t.b` readable at
+/// `q·64 + 16·j` for `q < k4`, `j < CH` (within one panel); `t.c` writable for `MR` rows of
+/// `t.cols ≤ 4·CH` i32 at stride `ldc`.
+#[target_feature(enable = "avx2")]
+unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
+    // SAFETY: the function's contract bounds every pointer offset below; unaligned loads only.
+    unsafe {
+        let mut acc = [[_mm256_setzero_si256(); CH]; MR];
+        for q in 0..t.k4 {
+            let mut bv = [_mm256_setzero_si256(); CH];
+            for (j, bv) in bv.iter_mut().enumerate() {
+                *bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.b.add(q * NR * KR + 16 * j).cast()));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm256_set1_epi64x(t.a.add(r * t.lda + q * KR).cast::<i64>().read_unaligned());
+                for (acc, bv) in acc.iter_mut().zip(&bv) {
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(av, *bv));
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let mut halves = [0i32; 32];
+            for (j, v) in acc.iter().enumerate() {
+                _mm256_storeu_si256(halves[8 * j..].as_mut_ptr().cast(), *v);
+            }
+            let row = t.c.add(r * t.ldc);
+            for col in 0..t.cols {
+                *row.add(col) = halves[2 * col].wrapping_add(halves[2 * col + 1]);
+            }
+        }
+    }
+}

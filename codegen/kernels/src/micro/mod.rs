@@ -1,0 +1,10 @@
+//! Microkernels: the raw sums `Σ_k a[m][k]·b[k][n]` (u8 × i8, i32 wrapping) of one tile, one file
+//! per path. They read A as rows of `k4·4` bytes (zero-padded past K) and B as packed by
+//! [`crate::PackedB`]; the zero-point corrections are applied afterwards by [`crate::gemm`].
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+pub mod peak;
+pub mod portable;
+#[cfg(target_arch = "x86_64")]
+pub mod vnni;

@@ -1,0 +1,147 @@
+//! The weight operand of a GEMM, packed once: panels of 16 columns, K in groups of 4.
+//!
+//! Layout `[panel][k / 4][16 columns][4 k]` of i8: one 64-byte row of a panel is what one
+//! `vpdpbusd` on a zmm register multiplies (16 columns × 4 products each), and the AVX2 and
+//! portable paths read the same bytes, so one packing serves every path. K is padded to a multiple
+//! of 4 and N to a multiple of 16 with zero weights, which add nothing to any sum.
+//!
+//! uint8 weights are stored shifted to int8 (`b − 128`) with their zero points shifted the same
+//! way: `(a − za)(b − zb) = (a − za)((b − 128) − (zb − 128))`, the same integer, so u8×u8 runs
+//! on the u8×i8 kernels exactly.
+
+use std::fmt;
+
+/// Columns per panel.
+pub const NR: usize = 16;
+/// Products per column per packed group (the depth of one `vpdpbusd`).
+pub const KR: usize = 4;
+
+/// How the caller's weight matrix is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Row-major `[K][N]`: MatMul's B.
+    KN,
+    /// Row-major `[N][K]`: a convolution's `[Cout][Cin·kernel]`, Gemm's B with `transB`.
+    NK,
+}
+
+/// A weight operand that cannot be packed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PackError {
+    /// `b.len() != k·n`.
+    Length { expected: usize, got: usize },
+    /// The zero points are neither one nor one per column.
+    ZeroPoints { columns: usize, got: usize },
+    /// K is 0 or so large that `K·255·128` overflows i32 bookkeeping.
+    Depth(usize),
+}
+
+impl fmt::Display for PackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PackError::Length { expected, got } => {
+                write!(f, "weights: {got} codes, expected {expected}")
+            }
+            PackError::ZeroPoints { columns, got } => {
+                write!(f, "weight zero points: {got}, expected 1 or {columns}")
+            }
+            PackError::Depth(k) => write!(f, "reduction depth {k} outside 1..=2^24"),
+        }
+    }
+}
+
+impl std::error::Error for PackError {}
+
+/// Packed weights with their column sums and zero points (shifted to the int8 domain).
+#[derive(Clone, Debug)]
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    data: Vec<i8>,
+    col_sums: Vec<i32>,
+    zero_points: Vec<i32>,
+}
+
+impl PackedB {
+    /// int8 weights, zero points one per tensor or one per column.
+    pub fn from_i8(b: &[i8], k: usize, n: usize, layout: Layout, zero_points: &[i8]) -> Result<PackedB, PackError> {
+        let zp: Vec<i32> = zero_points.iter().map(|&z| i32::from(z)).collect();
+        PackedB::pack(b.len(), k, n, layout, &zp, |i| b[i])
+    }
+
+    /// uint8 weights (stored as `b − 128`), zero points one per tensor or one per column.
+    pub fn from_u8(b: &[u8], k: usize, n: usize, layout: Layout, zero_points: &[u8]) -> Result<PackedB, PackError> {
+        let zp: Vec<i32> = zero_points.iter().map(|&z| i32::from(z) - 128).collect();
+        PackedB::pack(b.len(), k, n, layout, &zp, |i| (i32::from(b[i]) - 128) as i8)
+    }
+
+    fn pack(len: usize, k: usize, n: usize, layout: Layout, zp: &[i32], get: impl Fn(usize) -> i8) -> Result<PackedB, PackError> {
+        if k == 0 || k > 1 << 24 {
+            return Err(PackError::Depth(k));
+        }
+        if len != k * n {
+            return Err(PackError::Length { expected: k * n, got: len });
+        }
+        if zp.len() != 1 && zp.len() != n {
+            return Err(PackError::ZeroPoints { columns: n, got: zp.len() });
+        }
+        let k4 = k.div_ceil(KR);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0i8; panels * k4 * NR * KR];
+        let mut col_sums = vec![0i32; n];
+        for (col, sum) in col_sums.iter_mut().enumerate() {
+            let (panel, lane) = (col / NR, col % NR);
+            for row in 0..k {
+                let v = get(match layout {
+                    Layout::KN => row * n + col,
+                    Layout::NK => col * k + row,
+                });
+                data[((panel * k4 + row / KR) * NR + lane) * KR + row % KR] = v;
+                // |Σ| ≤ 2^24 · 128: no overflow.
+                *sum += i32::from(v);
+            }
+        }
+        let zero_points = (0..n).map(|c| zp[if zp.len() == 1 { 0 } else { c }]).collect();
+        Ok(PackedB { k, n, data, col_sums, zero_points })
+    }
+
+    /// Reduction depth K.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Output columns N.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// K rounded up to a multiple of [`KR`], divided by it.
+    pub fn k4(&self) -> usize {
+        self.k.div_ceil(KR)
+    }
+
+    /// Number of 16-column panels.
+    pub fn panels(&self) -> usize {
+        self.n.div_ceil(NR)
+    }
+
+    /// The packed bytes, `[panel][k4][NR][KR]`.
+    pub fn data(&self) -> &[i8] {
+        &self.data
+    }
+
+    /// Bytes from one panel to the next.
+    pub fn panel_stride(&self) -> usize {
+        self.k4() * NR * KR
+    }
+
+    /// `Σ_k b[k][n]` in the int8 domain.
+    pub fn col_sums(&self) -> &[i32] {
+        &self.col_sums
+    }
+
+    /// Weight zero point of each column, in the int8 domain.
+    pub fn zero_points(&self) -> &[i32] {
+        &self.zero_points
+    }
+}

@@ -1,0 +1,149 @@
+//! Certified wider evaluation: `v = fl64(t·r)` with `r = fl64(fl64(sx·sw)/sy)`, rounded to the
+//! nearest integer unless v lies within its error bound of a rounding boundary (a half-integer),
+//! in which case [`super::requant_exact`] decides. Always equal to the exact form.
+//!
+//! Error: `fl64(sx·sw)` is exact (two 24-bit mantissas, no underflow: |exponent| stays far inside
+//! f64's), the division and the product each round once, so `|v − x| ≤ |x|·(2^-52 + 2^-106)`.
+//! The check uses `|v|·2^-49`, which covers that with room to spare. Between two consecutive
+//! half-integers rne is constant, so a v farther than the bound from every half-integer rounds
+//! as x does. `t = acc + bias` has |t| < 2^33 and converts to f64 exactly; |v| ≥ 2^40 saturates (the
+//! exact value has the same sign and |x| > 2^39), and the check passes there (d = 0, bound 2^-9).
+//! Every intermediate is a normal f64 (|r| lies in [2^-426, 2^405]), so flush-to-zero modes do
+//! not matter; the default round-to-nearest mode is assumed (as by every float kernel).
+
+use super::{CodeOut, Output, Ratio, requant_exact};
+use crate::isa::{Isa, Kernels};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The relative error bound the boundary check uses, 2^-49.
+const BOUND: f64 = 1.0 / (1u64 << 49) as f64;
+
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Elements settled by the exact fallback since the process started (all threads).
+pub fn fallback_hits() -> u64 {
+    FALLBACKS.load(Ordering::Relaxed)
+}
+
+pub(crate) fn count(n: u64) {
+    if n > 0 {
+        FALLBACKS.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The certified form of one ratio.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Certified {
+    ratio: Ratio,
+    r: f64,
+}
+
+impl Certified {
+    pub fn new(ratio: Ratio) -> Certified {
+        let (sx, sw, sy) = ratio.scales;
+        Certified { ratio, r: f64::from(sx) * f64::from(sw) / f64::from(sy) }
+    }
+
+    pub fn ratio(&self) -> &Ratio {
+        &self.ratio
+    }
+}
+
+/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code, and whether v lies
+/// within the error bound of a half-integer (then the exact form must decide).
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // max/min, not clamp: no panic path, and they vectorize to vmaxpd/vminpd
+fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
+    // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
+    let v = (t * r).max(-LIMIT).min(LIMIT);
+    // rne(v) for |v| < 2^51 under the default rounding mode, without a libm call.
+    let rounded = (v + MAGIC) - MAGIC;
+    // Exact (v and rounded share v's ulp grid, |v − rounded| ≤ 1/2); 1/2 means v is a half-integer.
+    let d = (v - rounded).abs();
+    let near = 0.5 - d <= v.abs() * BOUND;
+    let y = (rounded + f64::from(out.zero_point())).max(f64::from(out.code().min())).min(f64::from(out.code().max()));
+    // y is a small integer: y + 1.5·2^52 is exact and its low 32 bits are y in two's complement
+    // (a bit read the compiler vectorizes, unlike `as i32`, which must handle NaN and overflow).
+    ((y + MAGIC).to_bits() as u32 as i32, near)
+}
+
+/// The code, and whether the exact fallback decided it.
+fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
+    match approximate(f64::from(acc) + f64::from(bias), plan.r, out) {
+        (_, true) => (requant_exact(acc, bias, &plan.ratio, out), true),
+        (y, false) => (y, false),
+    }
+}
+
+/// A row-major block with one bias per column and one plan per tensor or per column (`plans`
+/// of length 1 or `bias.len()`); returns the fallback count. The same
+/// IEEE operations as [`evaluate`], element by element (Rust never contracts them into FMAs), so
+/// the vectorized instances below give the same bits as the scalar one.
+pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { rows_avx512(acc, bias, plans, out, codes) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { rows_avx2(acc, bias, plans, out, codes) },
+        _ => rows_generic(acc, bias, plans, out, codes),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    rows_generic(acc, bias, plans, out, codes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    rows_generic(acc, bias, plans, out, codes)
+}
+
+#[inline(always)]
+fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let n = bias.len();
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let r: Vec<f64> = (0..n).map(|col| plan(col).r).collect();
+    let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
+    let mut fallbacks = 0;
+    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)));
+        for (c0, ((acc, codes), (b, r))) in chunks.enumerate() {
+            let mut near = [false; CH];
+            // One OR per element (a vector OR), so the scan below runs only for a chunk with a hit.
+            let mut any = false;
+            for ((((&a, y), &b), &r), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(&mut near) {
+                let (v, n) = approximate(f64::from(a) + b, r, out);
+                *y = C::from_code(v);
+                *near = n;
+                any |= n;
+            }
+            if any {
+                for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                    let col = c0 * CH + i;
+                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
+                    fallbacks += 1;
+                }
+            }
+        }
+    }
+    fallbacks
+}
+
+/// 2^40: saturation threshold of the f64 value.
+const LIMIT: f64 = (1u64 << 40) as f64;
+/// 1.5·2^52: adding and subtracting it rounds to an integer, ties to even.
+const MAGIC: f64 = (3u64 << 51) as f64;
+
+/// `sat(rne((acc + bias)·sx·sw/sy) + zy)`, correctly rounded; fallbacks are counted in [`fallback_hits`].
+pub fn requant_certified(acc: i32, bias: i32, plan: &Certified, out: Output) -> i32 {
+    let (v, fell_back) = evaluate(acc, bias, plan, out);
+    count(u64::from(fell_back));
+    v
+}

@@ -1,0 +1,61 @@
+//! Helpers shared by the test files: a seeded generator and the per-path kernel lookup.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use qdqc_kernels::{Isa, Kernels};
+
+/// Acknowledges, per path name (comma-separated), that this host lacks a path the suite instantiates.
+pub const SKIP_ENV: &str = "QDQC_KERNELS_SKIP_ISA";
+
+/// The path's kernels; a path this host lacks fails the test unless `QDQC_KERNELS_SKIP_ISA` names it,
+/// in which case the test says so and passes without checking anything.
+pub fn kernels(isa: Isa) -> Option<Kernels> {
+    match Kernels::new(isa) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            let acknowledged = std::env::var(SKIP_ENV).is_ok_and(|v| v.split(',').any(|n| n.trim() == isa.name()));
+            assert!(acknowledged, "{e}; set {SKIP_ENV}={} to run the suite without this path", isa.name());
+            eprintln!("{isa}: not on this host, acknowledged by {SKIP_ENV}");
+            None
+        }
+    }
+}
+
+/// xorshift64*: deterministic inputs without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn u8s(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+
+    pub fn i8s(&mut self, len: usize) -> Vec<i8> {
+        (0..len).map(|_| self.next() as i8).collect()
+    }
+}
+
+/// `Σ_k (a[m][k] − za)(b[k][n] − zb[n])` in i64, b row-major `[K][N]`.
+pub fn gemm_reference(a: &[u8], m: usize, k: usize, za: i64, b: &[i64], n: usize, zb: &[i64]) -> Vec<i64> {
+    let mut c = vec![0i64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let z = zb[if zb.len() == 1 { 0 } else { j }];
+            c[i * n + j] = (0..k).map(|p| (i64::from(a[i * k + p]) - za) * (b[p * n + j] - z)).sum();
+        }
+    }
+    c
+}

@@ -1,0 +1,266 @@
+//! One suite, instantiated for every kernel path (tract-linalg style): each path against an i64
+//! reference, on random, adversarial and wrapping inputs; then every path the host has against
+//! the others, byte for byte.
+
+mod common;
+
+use common::{Rng, gemm_reference, kernels};
+use qdqc_kernels::conv::{ConvParams, PackedConv};
+use qdqc_kernels::{Isa, Kernels, Layout, PackedB, accumulator_bound, gemm_u8};
+
+/// i8 weights against the reference; `zb` one value or one per column.
+#[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
+fn check_i8(kern: Kernels, a: &[u8], m: usize, k: usize, za: u8, b: &[i8], n: usize, zb: &[i8]) {
+    let packed = PackedB::from_i8(b, k, n, Layout::KN, zb).unwrap();
+    let mut c = vec![0i32; m * n];
+    gemm_u8(kern, a, m, za, &packed, &mut c).unwrap();
+    let bw: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
+    let zw: Vec<i64> = zb.iter().map(|&v| i64::from(v)).collect();
+    let want = gemm_reference(a, m, k, i64::from(za), &bw, n, &zw);
+    for (i, (&got, &want)) in c.iter().zip(&want).enumerate() {
+        // Exact modulo 2^32 always; exact outright when the reference fits (asserted by the callers' shapes).
+        assert_eq!(got, want as i32, "{}: m={m} k={k} n={n} za={za}: C[{}][{}] = {got}, want {want}", kern.isa(), i / n, i % n);
+    }
+}
+
+fn random_shapes(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let mut rng = Rng::new(1);
+    // Tails on every axis: m around the 6-row tiles, k around groups of 4, n around 8/16/64
+    // columns; one-row products with 1 to 13 panels (the 8-panel GEMV tiles and their tails).
+    let shapes = [(1, 1, 1), (1, 3, 5), (2, 7, 17), (3, 64, 16), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 250, 130), (1, 1000, 200), (64, 96, 48)];
+    let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
+    // Row strides that are multiples of 1 KiB (A is re-strided on VNNI against L1 set conflicts).
+    let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64)];
+    for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided) {
+        for per_column in [false, true] {
+            let a = rng.u8s(m * k);
+            let b = rng.i8s(k * n);
+            let zb = if per_column { rng.i8s(n) } else { vec![rng.next() as i8] };
+            check_i8(kern, &a, m, k, rng.next() as u8, &b, n, &zb);
+            check_i8(kern, &a, m, k, 0, &b, n, &[0]);
+        }
+    }
+}
+
+/// Full-range weights with same-sign adjacent pairs and 255 activations: every int16-pair
+/// saturating kernel (`vpmaddubsw`) gets these wrong.
+fn adversarial(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let (m, k, n) = (4, 256, 32);
+    let a = vec![255u8; m * k];
+    for w in [127i8, -128, -127] {
+        let b = vec![w; k * n];
+        check_i8(kern, &a, m, k, 0, &b, n, &[0]);
+        check_i8(kern, &a, m, k, 3, &b, n, &[-128]);
+    }
+    let alternating: Vec<i8> = (0..k * n).map(|i| if (i / n) % 3 == 0 { -128 } else { 127 }).collect();
+    check_i8(kern, &a, m, k, 255, &alternating, n, &[127]);
+}
+
+fn u8_weights(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let mut rng = Rng::new(2);
+    for &(m, k, n) in &[(1, 5, 3), (6, 128, 64), (9, 77, 33)] {
+        let a = rng.u8s(m * k);
+        let b = rng.u8s(k * n);
+        let zb = rng.u8s(n);
+        for (zb, za) in [(&zb[..], 128u8), (&[128u8][..], 0), (&[0u8][..], 255)] {
+            let packed = PackedB::from_u8(&b, k, n, Layout::KN, zb).unwrap();
+            let mut c = vec![0i32; m * n];
+            gemm_u8(kern, &a, m, za, &packed, &mut c).unwrap();
+            let bw: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
+            let zw: Vec<i64> = zb.iter().map(|&v| i64::from(v)).collect();
+            let want: Vec<i32> = gemm_reference(&a, m, k, i64::from(za), &bw, n, &zw).into_iter().map(|v| v as i32).collect();
+            assert_eq!(c, want, "{isa}: u8 weights m={m} k={k} n={n}");
+        }
+    }
+}
+
+/// K large enough that the sums leave i32: every path wraps the same way (exact modulo 2^32),
+/// and `accumulator_bound` reports the overflow.
+fn wrapping(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let (m, k, n) = (2, 70_001, 17);
+    let a = vec![255u8; m * k];
+    let b = vec![-128i8; k * n];
+    let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).unwrap();
+    assert!(accumulator_bound(&packed, 0) > i64::from(i32::MAX));
+    let mut c = vec![0i32; m * n];
+    gemm_u8(kern, &a, m, 0, &packed, &mut c).unwrap();
+    let exact = -255i64 * 128 * k as i64;
+    assert!(exact < i64::from(i32::MIN));
+    assert!(c.iter().all(|&v| v == exact as i32), "{isa}: {} != {}", c[0], exact as i32);
+}
+
+/// Direct-definition convolution, i64, NCHW, any rank ≤ 3 (leading axes of extent 1).
+fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i64, w: &[i64], zw: &[i64]) -> Vec<i64> {
+    let lift = |v: &[usize], fill: usize| -> [usize; 3] {
+        let mut a = [fill; 3];
+        a[3 - v.len()..].copy_from_slice(v);
+        a
+    };
+    let output = p.output(input).unwrap();
+    let (inp, out, ker) = (lift(input, 1), lift(&output, 1), lift(&p.kernel, 1));
+    let (st, dil, pad) = (lift(&p.strides, 1), lift(&p.dilations, 1), lift(&p.pads_begin, 0));
+    let (cig, cog) = (p.in_channels / p.groups, p.out_channels / p.groups);
+    let (isz, osz, ksz) = (inp.iter().product::<usize>(), out.iter().product::<usize>(), ker.iter().product::<usize>());
+    let mut y = vec![0i64; batch * p.out_channels * osz];
+    for b in 0..batch {
+        for co in 0..p.out_channels {
+            let g = co / cog;
+            let z = zw[if zw.len() == 1 { 0 } else { co }];
+            for o in 0..osz {
+                let oc = [o / (out[1] * out[2]), (o / out[2]) % out[1], o % out[2]];
+                let mut s = 0i64;
+                for ci in 0..cig {
+                    for t in 0..ksz {
+                        let tc = [t / (ker[1] * ker[2]), (t / ker[2]) % ker[1], t % ker[2]];
+                        let pos: Vec<i64> = (0..3).map(|a| (oc[a] * st[a] + tc[a] * dil[a]) as i64 - pad[a] as i64).collect();
+                        let inside = (0..3).all(|a| pos[a] >= 0 && (pos[a] as usize) < inp[a]);
+                        let xv = if inside {
+                            let i = (pos[0] as usize * inp[1] + pos[1] as usize) * inp[2] + pos[2] as usize;
+                            i64::from(x[(b * p.in_channels + g * cig + ci) * isz + i])
+                        } else {
+                            zx
+                        };
+                        s += (xv - zx) * (w[(co * cig + ci) * ksz + t] - z);
+                    }
+                }
+                y[(b * p.out_channels + co) * osz + o] = s;
+            }
+        }
+    }
+    y
+}
+
+fn conv_case(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input: &[usize], per_channel: bool) {
+    let ksz: usize = p.kernel.iter().product();
+    let x = rng.u8s(batch * p.in_channels * input.iter().product::<usize>());
+    let w = rng.i8s(p.out_channels * p.in_channels / p.groups * ksz);
+    let zw = if per_channel { rng.i8s(p.out_channels) } else { vec![rng.next() as i8] };
+    let zx = rng.next() as u8;
+    let conv = PackedConv::from_i8(p.clone(), &w, &zw).unwrap();
+    let osz: usize = p.output(input).unwrap().iter().product();
+    let mut y = vec![0i32; batch * p.out_channels * osz];
+    conv.run(kern, &x, batch, input, zx, &mut y).unwrap();
+    let wi: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
+    let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
+    let want: Vec<i32> = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi).into_iter().map(|v| v as i32).collect();
+    assert_eq!(y, want, "{}: {p:?} input {input:?}", kern.isa());
+}
+
+#[allow(clippy::too_many_arguments)] // ONNX Conv's attributes, spelled out
+fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dil: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
+    ConvParams {
+        in_channels: cin,
+        out_channels: cout,
+        groups,
+        kernel: kernel.to_vec(),
+        strides: strides.to_vec(),
+        dilations: dil.to_vec(),
+        pads_begin: pb.to_vec(),
+        pads_end: pe.to_vec(),
+    }
+}
+
+fn convolutions(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let mut rng = Rng::new(3);
+    // 2-D: plain 3x3 pad 1; stride 2 with asymmetric pads; dilation 2; groups 2; depthwise; depthwise ×2 multiplier; 1x1.
+    conv_case(kern, &mut rng, params(3, 8, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 2, &[7, 6], false);
+    conv_case(kern, &mut rng, params(4, 5, 1, &[3, 2], &[2, 2], &[1, 1], &[0, 1], &[2, 0]), 1, &[9, 8], true);
+    conv_case(kern, &mut rng, params(2, 3, 1, &[3, 3], &[1, 2], &[2, 2], &[2, 1], &[2, 1]), 1, &[8, 9], true);
+    conv_case(kern, &mut rng, params(4, 6, 2, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 2, &[5, 5], true);
+    conv_case(kern, &mut rng, params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 1, &[10, 11], true);
+    conv_case(kern, &mut rng, params(4, 8, 4, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[6, 6], false);
+    conv_case(kern, &mut rng, params(32, 40, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]), 1, &[4, 5], true);
+    // Depthwise (direct path): dilation 2 with stride 1; stride 3 with a kernel wider than the
+    // padded edges; a kernel larger than the input (only padded taps at the borders).
+    conv_case(kern, &mut rng, params(5, 5, 5, &[3, 3], &[1, 1], &[2, 2], &[2, 2], &[2, 2]), 2, &[9, 7], true);
+    conv_case(kern, &mut rng, params(3, 6, 3, &[4, 5], &[3, 2], &[1, 1], &[0, 3], &[3, 1]), 1, &[11, 10], true);
+    conv_case(kern, &mut rng, params(2, 2, 2, &[5, 5], &[1, 1], &[1, 1], &[4, 4], &[4, 4]), 1, &[3, 2], false);
+    conv_case(kern, &mut rng, params(4, 4, 4, &[7], &[2], &[3], &[9], &[0]), 3, &[30], true);
+    // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
+    conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
+    conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);
+    conv_case(kern, &mut rng, params(2, 4, 2, &[2, 3, 3], &[1, 2, 1], &[1, 1, 2], &[1, 1, 2], &[0, 1, 2]), 1, &[4, 6, 7], true);
+}
+
+/// uint8 weights in a convolution: the shift to int8 is exact.
+fn convolution_u8_weights(isa: Isa) {
+    let Some(kern) = kernels(isa) else { return };
+    let mut rng = Rng::new(4);
+    let p = params(4, 6, 2, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]);
+    let x = rng.u8s(4 * 25);
+    let w = rng.u8s(6 * 2 * 9);
+    let zw = rng.u8s(6);
+    let conv = PackedConv::from_u8(p.clone(), &w, &zw).unwrap();
+    let mut y = vec![0i32; 6 * 25];
+    conv.run(kern, &x, 1, &[5, 5], 7, &mut y).unwrap();
+    let wi: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
+    let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
+    let want: Vec<i32> = conv_reference(&p, &x, 1, &[5, 5], 7, &wi, &zi).into_iter().map(|v| v as i32).collect();
+    assert_eq!(y, want, "{isa}");
+}
+
+macro_rules! suite {
+    ($($module:ident => $isa:expr),* $(,)?) => {$(
+        mod $module {
+            use super::*;
+            #[test] fn gemm_random_shapes() { random_shapes($isa) }
+            #[test] fn gemm_adversarial_pairs() { adversarial($isa) }
+            #[test] fn gemm_u8_weights() { u8_weights($isa) }
+            #[test] fn gemm_wraps_modulo_2_32() { wrapping($isa) }
+            #[test] fn conv_against_definition() { convolutions($isa) }
+            #[test] fn conv_u8_weights() { convolution_u8_weights($isa) }
+        }
+    )*};
+}
+
+suite! {
+    portable => Isa::Portable,
+    avx2 => Isa::Avx2,
+    avx512vnni => Isa::Avx512Vnni,
+}
+
+/// Every path the host has gives the same bytes on the same random problems, including shapes
+/// no reference above covers.
+#[test]
+fn paths_agree_byte_for_byte() {
+    let paths: Vec<Kernels> = Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()).collect();
+    assert!(!paths.is_empty());
+    let mut rng = Rng::new(5);
+    for _ in 0..40 {
+        let (m, k, n) = (1 + rng.below(40) as usize, 1 + rng.below(600) as usize, 1 + rng.below(150) as usize);
+        let a = rng.u8s(m * k);
+        let b = rng.i8s(k * n);
+        let zb = rng.i8s(n);
+        let za = rng.next() as u8;
+        let packed = PackedB::from_i8(&b, k, n, Layout::KN, &zb).unwrap();
+        let outs: Vec<Vec<i32>> = paths
+            .iter()
+            .map(|&kern| {
+                let mut c = vec![0i32; m * n];
+                gemm_u8(kern, &a, m, za, &packed, &mut c).unwrap();
+                c
+            })
+            .collect();
+        for (kern, out) in paths.iter().zip(&outs).skip(1) {
+            assert!(out == &outs[0], "{} differs from {} at m={m} k={k} n={n}", kern.isa(), paths[0].isa());
+        }
+    }
+}
+
+/// `QDQC_KERNELS_ISA` values: names parse, an unknown name and a path the host lacks are refused.
+#[test]
+fn isa_setting() {
+    assert_eq!(Kernels::from_setting(Some("portable")).unwrap().isa(), Isa::Portable);
+    assert_eq!(Kernels::from_setting(None).unwrap(), Kernels::detect());
+    assert_eq!(Kernels::from_setting(Some("")).unwrap(), Kernels::detect());
+    assert!(Kernels::from_setting(Some("sse9")).unwrap_err().to_string().contains("expected portable, avx2 or avx512vnni"));
+    for isa in Isa::ALL {
+        assert_eq!(Kernels::from_setting(Some(isa.name())).is_ok(), isa.is_available(), "{isa}");
+    }
+    assert!(Isa::available().contains(&Kernels::detect().isa()));
+}
