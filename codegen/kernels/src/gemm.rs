@@ -36,7 +36,7 @@ impl fmt::Display for GemmError {
 
 impl std::error::Error for GemmError {}
 
-/// The largest |C[m][n]| any u8 activation row can produce with these weights (per column, maximised):
+/// The largest `|C[m][n]|` any u8 activation row can produce with these weights (per column, maximised):
 /// `max_n Σ_k max(|0 − za|, |255 − za|)·|b[k][n] − zb[n]|`, as i64. C is exact when this is ≤ i32::MAX.
 pub fn accumulator_bound(b: &PackedB, za: u8) -> i64 {
     let amax = i64::from(za.max(255 - za));

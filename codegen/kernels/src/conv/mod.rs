@@ -3,7 +3,7 @@
 //! dilations. im2col per image and group into rows of `Cin/groups · Π kernel` codes, then
 //! [`gemm_u8`] against the group's weights packed once (`[Cout/groups][Cin/groups · Π kernel]`,
 //! ONNX's weight layout, read as [`Layout::NK`]); depthwise (one input channel per group) runs
-//! directly ([`depthwise`]). Output: i32 accumulators, NCHW, the same integers either way.
+//! directly (`depthwise`). Output: i32 accumulators, NCHW, the same integers either way.
 
 mod depthwise;
 
