@@ -10,11 +10,11 @@ export QDQC_PYTHON="$PY"
 
 cargo build --locked --bins
 # The Rust target's kernel suite runs every ISA path the host has; a path it lacks must be named
-# (codegen/kernels/README.md), as isa.rs detects them: avx512f+avx512bw+avx512vnni, avx2.
+# (codegen/kernels/README.md), as isa.rs detects them (Linux spells the flag avx512_vnni).
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { [[ " $flags " == *" $1 "* ]]; }
 lacking=()
-if ! (has avx512f && has avx512bw && has avx512vnni); then lacking+=(avx512vnni); fi
+if ! (has avx512f && has avx512bw && has avx512_vnni); then lacking+=(avx512vnni); fi
 if ! has avx2; then lacking+=(avx2); fi
 export QDQC_KERNELS_SKIP_ISA=$(IFS=,; echo "${lacking[*]}")
 echo "Rust kernel paths not on this host (their suites are not run): ${QDQC_KERNELS_SKIP_ISA:-none}"
