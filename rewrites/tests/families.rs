@@ -8,8 +8,8 @@ use prost::Message;
 use qdqc_exact::Contract;
 use qdqc_lang::Model;
 use qdqc_lang::onnx::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto::Dimension,
-    tensor_shape_proto::dimension, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
 };
 use qdqc_lower::{Limits, Options};
 use qdqc_rewrites::rules::{Allow, RuleOptions};
@@ -18,31 +18,37 @@ const F32: i32 = 1;
 const U8: i32 = 2;
 const I8: i32 = 3;
 
-/// `rule_test!(name: model => "rule" fired)` or `rule_test!(name: model => "rule" refused "verdict")`.
+/// `rule_test!(name: model => "rule" fired)` or `rule_test!(name: model => "rule" refused "verdict")`,
+/// under `exact`; `rule_test!(real name: …)` under `real`.
 macro_rules! rule_test {
     ($name:ident: $model:expr => $rule:literal fired) => {
         #[test]
         fn $name() {
-            check($model, $rule, None)
+            check($model, $rule, None, Contract::Exact)
         }
     };
     ($name:ident: $model:expr => $rule:literal refused $verdict:literal) => {
         #[test]
         fn $name() {
-            check($model, $rule, Some($verdict))
+            check($model, $rule, Some($verdict), Contract::Exact)
+        }
+    };
+    (real $name:ident: $model:expr => $rule:literal refused $verdict:literal) => {
+        #[test]
+        fn $name() {
+            check($model, $rule, Some($verdict), Contract::Real)
         }
     };
 }
 
 /// Lowers `m` and asserts the decision of `rule`: fired with every verdict exact (`refused` is
 /// `None`), or not fired with at least one verdict of that word.
-fn check(m: ModelProto, rule: &str, refused: Option<&str>) {
+fn check(m: ModelProto, rule: &str, refused: Option<&str>, contract: Contract) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("case.onnx");
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     let model = Model::load(&path).unwrap();
-    let rules =
-        RuleOptions { contract: Contract::Exact, isas: qdqc_ort::Isa::ALL.to_vec(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
+    let rules = RuleOptions { contract, isas: qdqc_ort::Isa::ALL.to_vec(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
     let lowering = qdqc_lower::lower(&model, &Options { rules: Some(rules), limits: Limits::default() }).unwrap();
     let decisions: Vec<_> = lowering.decisions.iter().filter(|d| d.rule == rule).collect();
     let [d] = decisions[..] else { panic!("{rule}: {} decisions; all: {:?}", decisions.len(), lowering.decisions.iter().map(|d| d.rule).collect::<Vec<_>>()) };
@@ -136,6 +142,13 @@ fn transpose(x: P, y: P) -> ModelProto {
     group(&[("x", x, vec![2, 3])], &[], node("Transpose", &["dq_x"], &["r"]), y, &[3, 2])
 }
 
+/// LeakyRelu with alpha 0.25.
+fn leaky_relu(x: P, y: P) -> ModelProto {
+    let mut op = node("LeakyRelu", &["dq_x"], &["r"]);
+    op.attribute.push(AttributeProto { name: Some("alpha".into()), r#type: Some(AttributeType::Float as i32), f: Some(0.25), ..Default::default() });
+    group(&[("x", x, vec![256])], &[], op, y, &[256])
+}
+
 fn global_pool(x: P, y: P) -> ModelProto {
     group(&[("x", x, vec![1, 8, 2, 2])], &[], node("GlobalAveragePool", &["dq_x"], &["r"]), y, &[1, 8, 1, 1])
 }
@@ -160,3 +173,8 @@ rule_test!(transpose_on_codes_with_a_new_scale: transpose(u8p(0.1, 128), u8p(0.2
 // pool.rs: sX = 2^-4 sums exactly; sY = 2^-6 makes the multiplier 1, sY = 0.075 rounds it near a tie.
 rule_test!(qlinear_global_average_pool_with_a_unit_multiplier: global_pool(u8p(0.0625, 128), u8p(0.015625, 128)) => "qlinear-global-average-pool" fired);
 rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(u8p(0.0625, 128), u8p(0.075, 128)) => "qlinear-global-average-pool" refused "refuted");
+// lut.rs: the table is Q(LeakyRelu(DQ(x))) in f32, as the unfused graph computes it: exact by
+// construction. Under `real`, x = 113 gives 0.25·(−15·0.01)/0.005 = −7.5 exactly, but the f32
+// DQ value −0.15 is not −15·0.01: the float path lands beside the tie.
+rule_test!(qlinear_leaky_relu_table: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired);
+rule_test!(real qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" refused "refuted");
