@@ -120,30 +120,6 @@ pub struct ResignCosts {
     pub chosen: &'static str,
 }
 
-/// Extra cost of an integer GEMM/conv kernel on int8 activations: ORT's x86 s8s8 paths measured
-/// 2–3x slower than u8s8 on the corpus (docs/int8-activations.md).
-const INT8_KERNEL_PENALTY: usize = 3;
-
-/// The cost model choosing between the int8 and the re-signed form: one per node left, plus
-/// [`INT8_KERNEL_PENALTY`] per integer GEMM/conv on int8 activations.
-fn cost(model: &Model, g: &qdqc_lower::lowered::LoweredGraph) -> usize {
-    use qdqc_lower::lowered::Computation;
-    let int8 = |name: &str| {
-        g.constants.iter().find(|c| c.name == name).map(|c| c.dtype).or_else(|| {
-            let init = model.proto.graph.as_ref()?.initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
-            qdqc_lang::tensor::data_type(init).ok()
-        }) == Some(qdqc_lang::onnx::DataType::Int8)
-    };
-    let penalty: usize = g
-        .nodes
-        .iter()
-        .filter(|n| matches!(&n.computation, Computation::Created { op_type, .. } if matches!(op_type.as_str(), "QLinearConv" | "QLinearMatMul" | "QGemm")))
-        .filter(|n| n.inputs.get(2).is_some_and(|z| int8(z)))
-        .count()
-        * INT8_KERNEL_PENALTY;
-    g.nodes.len() + penalty + g.subgraphs.iter().map(|s| cost(model, &s.graph)).sum::<usize>()
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct ResignedTensor {
     pub tensor: String,
@@ -309,27 +285,11 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         allow: options.allow.clone(),
         memo: Default::default(),
     });
-    let lower = |m: &Model| qdqc_lower::lower(m, &Options { rules: rules.clone(), limits: options.limits.clone() });
-    let lowering = lower(model)?;
-    let mut resign_costs = None;
-    let model = std::borrow::Cow::Borrowed(model);
-    let (model, lowering, resigned) = if options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86()) {
-        // Re-signing speeds up the integer kernels but can cost elementwise fusions (QLinearAdd
-        // rounds raw codes against a precomputed offset, so its proof depends on the code type):
-        // both forms are lowered and the cheaper kept, ties to uint8.
-        let mut resigned_model: Model = (*model).clone();
-        let resigned = qdqc_lower::resign::resign(&mut resigned_model)?;
-        if resigned.is_empty() {
-            (model, lowering, resigned)
-        } else {
-            let resigned_lowering = lower(&resigned_model)?;
-            let costs = (cost(&model, &lowering.graph), cost(&resigned_model, &resigned_lowering.graph));
-            resign_costs = Some(ResignCosts { int8: costs.0, uint8: costs.1, chosen: if costs.1 <= costs.0 { "uint8" } else { "int8" } });
-            if costs.1 <= costs.0 { (std::borrow::Cow::Owned(resigned_model), resigned_lowering, resigned) } else { (model, lowering, Vec::new()) }
-        }
-    } else {
-        (model, lowering, Vec::new())
-    };
+    let lower_options = Options { rules: rules.clone(), limits: options.limits.clone() };
+    // Re-signing int8 activations helps only ORT's x86 integer kernels (docs/int8-activations.md).
+    let try_resign = options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86());
+    let qdqc_lower::resign::Choice { model, lowering, resigned, costs } = qdqc_lower::resign::lower_cheaper_sign(model, &lower_options, try_resign)?;
+    let resign_costs = costs.map(|c| ResignCosts { int8: c.int8, uint8: c.uint8, chosen: if c.uint8 <= c.int8 { "uint8" } else { "int8" } });
     let mut decisions: Vec<GroupDecision> = lowering.decisions.iter().map(decision_json).collect();
     let mut kept = std::collections::BTreeSet::new();
     authored_outputs(&lowering.graph, &mut kept);

@@ -16,10 +16,13 @@
 //! graph (a subgraph's outer read included), non-scalar or non-initializer zero points and
 //! scales, and Q/DQ pairs inside subgraphs.
 
+use crate::lowered::{Computation, LoweredGraph};
 use crate::region::{NodeKind, kind};
+use crate::{Lowering, Options};
 use qdqc_exact::{Verdict, shift};
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use qdqc_lang::{Model, Result, tensor};
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
 /// One re-signed activation.
@@ -31,6 +34,71 @@ pub struct Resigned {
     pub zero_point: i64,
     /// The lemma's verdict for the concrete scale(s) and zero point.
     pub proof: Verdict,
+}
+
+/// The lowering kept: of the model as authored or of its re-signed form.
+pub struct Choice<'m> {
+    /// The model the lowering is of.
+    pub model: Cow<'m, Model>,
+    pub lowering: Lowering,
+    /// What was re-signed (empty when the authored form was kept).
+    pub resigned: Vec<Resigned>,
+    /// Both forms' costs, when both were lowered.
+    pub costs: Option<SignCosts>,
+}
+
+/// [`sign_cost`] of the authored (int8) and the re-signed (uint8) form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignCosts {
+    pub int8: usize,
+    pub uint8: usize,
+}
+
+/// Lowers `model` and, when `try_resign` and something can be re-signed, its re-signed form too,
+/// keeping the cheaper by [`sign_cost`] (ties to uint8). Re-signing speeds up the integer kernels
+/// but can cost elementwise fusions (QLinearAdd rounds raw codes against a precomputed offset, so
+/// its proof depends on the code type): only lowering both forms tells.
+pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, try_resign: bool) -> Result<Choice<'m>> {
+    let lowering = crate::lower(model, options)?;
+    let authored = |lowering| Choice { model: Cow::Borrowed(model), lowering, resigned: Vec::new(), costs: None };
+    if !try_resign {
+        return Ok(authored(lowering));
+    }
+    let mut resigned_model = model.clone();
+    let resigned = resign(&mut resigned_model)?;
+    if resigned.is_empty() {
+        return Ok(authored(lowering));
+    }
+    let resigned_lowering = crate::lower(&resigned_model, options)?;
+    let costs = SignCosts { int8: sign_cost(model, &lowering.graph), uint8: sign_cost(&resigned_model, &resigned_lowering.graph) };
+    Ok(if costs.uint8 <= costs.int8 {
+        Choice { model: Cow::Owned(resigned_model), lowering: resigned_lowering, resigned, costs: Some(costs) }
+    } else {
+        Choice { costs: Some(costs), ..authored(lowering) }
+    })
+}
+
+/// Extra cost of an integer GEMM/conv kernel on int8 activations: ORT's x86 s8s8 paths measured
+/// 2–3x slower than u8s8 on the corpus (docs/int8-activations.md).
+const INT8_KERNEL_PENALTY: usize = 3;
+
+/// The cost model choosing between the int8 and the re-signed form: one per node left, plus
+/// [`INT8_KERNEL_PENALTY`] per integer GEMM/conv on int8 activations.
+pub fn sign_cost(model: &Model, g: &LoweredGraph) -> usize {
+    let int8 = |name: &str| {
+        g.constants.iter().find(|c| c.name == name).map(|c| c.dtype).or_else(|| {
+            let init = model.main_graph().initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
+            tensor::data_type(init).ok()
+        }) == Some(DataType::Int8)
+    };
+    let penalty: usize = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(&n.computation, Computation::Created { op_type, .. } if matches!(op_type.as_str(), "QLinearConv" | "QLinearMatMul" | "QGemm")))
+        .filter(|n| n.inputs.get(2).is_some_and(|z| int8(z)))
+        .count()
+        * INT8_KERNEL_PENALTY;
+    g.nodes.len() + penalty + g.subgraphs.iter().map(|s| sign_cost(model, &s.graph)).sum::<usize>()
 }
 
 /// Re-signs every eligible int8 activation of the main graph, rebuilding the model's IR.
