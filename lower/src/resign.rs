@@ -83,7 +83,7 @@ pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, try_resign: b
 const INT8_KERNEL_PENALTY: usize = 3;
 
 /// The cost model choosing between the int8 and the re-signed form: one per node left, plus
-/// [`INT8_KERNEL_PENALTY`] per integer GEMM/conv on int8 activations.
+/// `INT8_KERNEL_PENALTY` (3) per integer GEMM/conv on int8 activations.
 pub fn sign_cost(model: &Model, g: &LoweredGraph) -> usize {
     let int8 = |name: &str| {
         g.constants.iter().find(|c| c.name == name).map(|c| c.dtype).or_else(|| {
