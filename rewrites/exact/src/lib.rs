@@ -119,7 +119,7 @@ impl fmt::Display for Counterexample {
     }
 }
 
-/// The answer of a proof (contract §4): only `Exact` lets a rewrite fire.
+/// The answer of a proof (contract §4.1): only `Exact` lets a rewrite fire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "verdict", rename_all = "lowercase")]
 pub enum Verdict {
