@@ -414,7 +414,9 @@ impl Forms {
                 return unknown("the forms differ by one or more before rounding (or overflow)");
             };
             let Some(count) = piece.differing(pa, pb) else { return unknown("floor sums overflow") };
-            differing += u64::try_from(count).expect("a count of accumulators in an i64 window is in [0, 2^64)");
+            // Non-negative by construction (every term of a piece has its sign); were it not: no answer.
+            let Ok(count) = u64::try_from(count) else { return unknown("floor sums gave a count outside [0, 2^64)") };
+            differing += count;
             if count > 0 {
                 candidates.extend(piece.closest_mismatch(pa, pb));
             }
