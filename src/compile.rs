@@ -16,13 +16,17 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// What `qdqc compile` is asked to do; `Default` is the CLI's defaults (fuse under `exact` on
+/// every profile, nothing lossy).
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
     /// Run the rewrite catalog (`false` is `--no-fuse`).
     pub fuse: bool,
+    /// The contract every fusion is proven against (contract §2).
     pub contract: Contract,
     /// A fusion fires only if proven on every one of these profiles.
     pub isas: Vec<Isa>,
+    /// Per-region e-graph runner limits (iterations, nodes, time), deterministic by default.
     pub limits: Limits,
     /// Re-sign int8 activations to uint8 when every profile is x86 (`lower::resign`).
     pub resign: bool,
@@ -50,28 +54,43 @@ impl Default for CompileOptions {
     }
 }
 
+/// The report of one compile (`--report`): every decision with its proof, so a fused model can be
+/// audited without re-running the compiler.
 #[derive(Clone, Debug, Serialize)]
 pub struct CompileReport {
+    /// The input model's path, as given.
     pub input: String,
+    /// The compiled model's path, as given (empty for a compile in memory).
     pub output: String,
+    /// The contract the proofs were checked against.
     pub contract: Contract,
+    /// Whether the rewrite catalog ran (`false` under `--no-fuse`).
     pub fuse: bool,
+    /// The profiles every fusion was proven on.
     pub profiles: Vec<Isa>,
     /// Names of the rules the catalog ran.
     pub rules: Vec<String>,
     /// The ONNX Runtime session settings under which the compiled model keeps its guarantee.
     pub session_profile: SessionProfile,
+    /// Nodes of the input, over all graphs.
     pub nodes_before: usize,
+    /// Nodes of the compiled model, over all graphs.
     pub nodes_after: usize,
+    /// Fusions in the compiled model: fired and picked by extraction.
     pub fused: usize,
+    /// Sizes of the e-graphs the lowering built.
     pub stats: LoweringStats,
+    /// Bytes of the compiled model's protobuf.
     pub model_bytes: u64,
+    /// The external-data file written beside the model and its size, when weights are stored
+    /// outside the protobuf.
     pub external_data: Option<ExternalData>,
     /// int8 activations stored as uint8 (zero point + 128) before fusion, with their proofs.
     pub resigned: Vec<ResignedTensor>,
     /// When re-signing was possible: the cost of both forms and the one kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resign_costs: Option<ResignCosts>,
+    /// Stored size of the model before and after, external data included.
     pub model_size: ModelSize,
     /// Per embedding lookup rewritten by `gather-before-dequantize`: its float table, gone or
     /// still materialised for other readers.
@@ -93,6 +112,8 @@ pub struct CompileReport {
     pub timings: Option<Timings>,
 }
 
+/// Wall-clock times of a compile (`--timings`), kept apart so the rest of the report stays
+/// byte-identical across runs.
 #[derive(Clone, Debug, Serialize)]
 pub struct Timings {
     /// The compile in memory: lowering to the compiled model (loading and writing excluded).
@@ -152,11 +173,17 @@ pub struct ExternalData {
     pub bytes: u64,
 }
 
+/// One rule's decision on one QDQ group: fired or refused, with the verdict, proof or
+/// counterexample per profile (contract §2.5, §4.1).
 #[derive(Clone, Debug, Serialize)]
 pub struct GroupDecision {
+    /// The rule that decided (its name in the catalog).
     pub rule: String,
+    /// The op the group becomes when fused.
     pub fused_op: String,
+    /// The authored nodes of the group.
     pub nodes: Vec<String>,
+    /// The group's output tensor, which names the group in reports.
     pub output: String,
     /// Proven (or allowed) and added to the e-graph.
     pub fired: bool,
@@ -164,11 +191,15 @@ pub struct GroupDecision {
     /// ONNX Runtime's fused kernel is measured slower (`lower/src/extract.rs`). Absent when picked.
     #[serde(skip_serializing_if = "is_false")]
     pub kept_unfused: bool,
+    /// `exact`, `refuted` or `unknown` per profile: the fusion fires only if exact on all.
     pub verdict: BTreeMap<Isa, &'static str>,
+    /// The evidence behind each verdict that has one.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub proof: BTreeMap<Isa, Certificate>,
+    /// The minimised differing point of each refutation.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub counterexample: BTreeMap<Isa, Counterexample>,
+    /// Why each `unknown` is unknown.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reason: BTreeMap<Isa, String>,
     /// An applied lossy rewrite: its contract, accuracy level and measured deviations.

@@ -7,14 +7,20 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+/// `qdqc inspect`: what a model holds, before any rewrite.
 #[derive(Clone, Debug, Serialize)]
 pub struct Inspection {
+    /// The model's path, as given.
     pub file: String,
+    /// The model's ONNX IR version.
     pub ir_version: i64,
+    /// Opset version per imported domain (the default domain as `ai.onnx`).
     pub opsets: BTreeMap<String, i64>,
+    /// Graph, node, initializer, Q/DQ and group counts.
     pub counts: Counts,
     /// Nodes per op type (`domain.Op` outside the default domain), over all graphs.
     pub ops: BTreeMap<String, usize>,
+    /// Every QDQ group the lowering recognises, the candidates the rules decide on.
     pub groups: Vec<QdqGroup>,
 }
 
@@ -84,6 +90,7 @@ pub(crate) fn group_json(g: &Group) -> QdqGroup {
     }
 }
 
+/// Loads the model at `path` and counts what it holds; the model is not changed.
 pub fn inspect(path: &Path) -> Result<Inspection> {
     let model = Model::load(path)?;
     let mut counts = Counts::default();

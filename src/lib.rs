@@ -5,6 +5,8 @@
 //! Features: `cli` (default) builds the `qdqc` binary; `npz` (part of `cli`) adds [`read_inputs`].
 //! A library user takes `default-features = false` and pulls neither clap nor zip.
 
+#![warn(missing_docs)]
+
 mod audit;
 mod compile;
 mod inspect;

@@ -22,17 +22,24 @@ pub struct Edge {
     pub pattern: String,
 }
 
+/// `qdqc placement A B`: the quantization boundaries two models share and those only one has.
 #[derive(Clone, Debug, Serialize)]
 pub struct Placement {
+    /// Path of model A, as given.
     pub a: String,
+    /// Path of model B, as given.
     pub b: String,
+    /// Boundaries both models have.
     pub same: Vec<Edge>,
+    /// Boundaries only A has.
     pub a_only: Vec<Edge>,
+    /// Boundaries only B has.
     pub b_only: Vec<Edge>,
     /// Counts per pattern: [same, a only, b only].
     pub patterns: BTreeMap<String, [usize; 3]>,
 }
 
+/// Compares the DequantizeLinear-fed edges of the models at `a` and `b`.
 pub fn placement(a: &Path, b: &Path) -> Result<Placement> {
     let (ea, eb) = (edges(&Model::load(a)?), edges(&Model::load(b)?));
     let key = |e: &Edge| (e.location.clone(), e.consumer.clone(), e.input);
@@ -102,6 +109,7 @@ fn origin(producer: &HashMap<&str, &NodeProto>, dq: &NodeProto, g: &GraphProto) 
 }
 
 impl Placement {
+    /// The human-readable comparison `qdqc placement` prints.
     pub fn text(&self) -> String {
         let mut out = String::new();
         writeln!(out, "A = {}\nB = {}", self.a, self.b).unwrap();

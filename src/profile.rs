@@ -26,8 +26,11 @@ const QDQ_REWRITES_OFF: &str = "ClipQuantRewrite;ReluQuantRewrite;QDQFinalCleanu
 /// What the report says of the float deviation `--allow ort-float-fusions` brings.
 const FLOAT_DEVIATION: &str = "contract lossy for float ops: ONNX Runtime's float fusions (LayerNorm, Gelu, SkipLayerNorm, MatMul+scale, Conv+BN/Mul/Add folding, NCHWc, constant folding of weight DequantizeLinear) re-order or fuse float arithmetic at session creation; not measured by qdqc (it does not run ORT): bench/latency.py and tests/oracle/test_float_fusions.py measure it. Quantized groups keep their guarantee: QDQ handling stays disabled";
 
+/// The ONNX Runtime session settings a compiled model must run under to keep its guarantee
+/// (contract §6.2): printed by `compile` and recorded in its report.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct SessionProfile {
+    /// The session's `GraphOptimizationLevel`.
     pub graph_optimization_level: &'static str,
     /// Session config entries that make any other level safe too.
     pub config: Vec<(&'static str, &'static str)>,
@@ -37,6 +40,7 @@ pub struct SessionProfile {
 }
 
 impl SessionProfile {
+    /// The default profile: nothing in ORT may change a bit of the compiled model.
     pub fn ort() -> Self {
         SessionProfile {
             graph_optimization_level: "ORT_DISABLE_ALL",
@@ -73,6 +77,7 @@ impl SessionProfile {
         if allowed { Self::ort_float_fusions() } else { Self::ort() }
     }
 
+    /// The profile in one line, for the CLI's summary.
     pub fn describe(&self) -> String {
         let entries: Vec<String> = self.config.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!("{}, or any level with {}", self.graph_optimization_level, entries.join(" "))

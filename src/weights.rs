@@ -9,17 +9,23 @@ use serde::Serialize;
 /// Serialized model plus external data, in bytes.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ModelSize {
+    /// The input model.
     pub before_bytes: u64,
+    /// The compiled model.
     pub after_bytes: u64,
 }
 
+/// One embedding table whose DequantizeLinear `gather-before-dequantize` moved after the Gather
+/// (contract §5.3): the float table a run no longer has to hold, unless another reader needs it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FloatTable {
     /// The Gather output the rewrite now dequantizes row by row.
     pub gather_output: String,
     /// The DequantizeLinear output that was the float table, and its quantized input.
     pub table: String,
+    /// The quantized initializer the DequantizeLinear read.
     pub codes: String,
+    /// Elements of the table.
     pub elements: u64,
     /// Bytes of the f32 table a run of the original model produced.
     pub float_bytes: u64,

@@ -20,15 +20,21 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// `qdqc audit`: every group ONNX Runtime's own optimizer would fuse in a model, with the
+/// engine's verdict per profile (contract §3.10), and every hazard; the model is not changed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Audit {
+    /// The audited model's path, as given.
     pub file: String,
     /// The contract of each group's `verdict`, `proof`, `counterexample` and `reason`.
     pub contract: Contract,
     /// Every contract judged: without `--contract`, `exact` then `real` (in each group's `real`).
     pub contracts: Vec<Contract>,
+    /// The ISA profiles judged: ORT picks kernels by CPUID, so a verdict holds per profile.
     pub profiles: Vec<Isa>,
+    /// Every group ORT would change, with its verdicts.
     pub groups: Vec<Group>,
+    /// What a runtime would silently reinterpret or break (contract §7.1).
     pub hazards: Vec<ReportedHazard>,
     /// What was accepted as ONNX Runtime accepts it (`compile`'s report has the same list).
     pub warnings: Vec<String>,

@@ -5,6 +5,9 @@
 //! the concrete parameters of one group. It returns a [`Verdict`]: `Exact` with a certificate,
 //! `Refuted` with a minimised counterexample, or `Unknown`, which never fires a rewrite.
 
+#![warn(missing_docs)]
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 pub mod movement;
 pub mod num;
 pub mod p1;
@@ -16,6 +19,7 @@ pub mod shift;
 use reference::CodeType;
 use serde::Serialize;
 use std::fmt;
+use std::time::Instant;
 
 /// The contract a proof is checked against (contract §2.2, §2.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -30,12 +34,16 @@ pub enum Contract {
 /// Per-tensor quantization parameters of one Q or DQ, scale as its exact f32.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct QParam {
+    /// The scale, exactly the f32 the graph stores: proofs reason about these bits, not a rounded copy.
     pub scale: f32,
+    /// The code that dequantizes to 0.
     pub zero_point: i64,
+    /// The integer type of the codes, which fixes their saturation range.
     pub code: CodeType,
 }
 
 impl QParam {
+    /// Parameters from their parts.
     pub fn new(scale: f32, zero_point: i64, code: CodeType) -> QParam {
         QParam { scale, zero_point, code }
     }
@@ -65,6 +73,7 @@ pub enum Method {
 /// Evidence for a verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Certificate {
+    /// How the verdict was reached, which says what `domain` counts.
     pub method: Method,
     /// Points evaluated (input tuples, accumulator values); 0 for lemmas.
     pub domain: u64,
@@ -93,6 +102,12 @@ pub struct Counterexample {
     pub differing: u64,
 }
 
+/// Microseconds since `start`, saturating: a `u64` of microseconds outlasts any check by
+/// half a million years, so saturation never shows in a timing.
+pub(crate) fn micros(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 impl fmt::Display for Counterexample {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inputs: Vec<String> = self.inputs.iter().map(|(n, v)| format!("{n}={v}")).collect();
@@ -104,15 +119,32 @@ impl fmt::Display for Counterexample {
     }
 }
 
+/// The answer of a proof (contract §4.1): only `Exact` lets a rewrite fire.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "verdict", rename_all = "lowercase")]
 pub enum Verdict {
-    Exact { proof: Certificate },
-    Refuted { counterexample: Counterexample, proof: Certificate },
-    Unknown { reason: String },
+    /// The fused form computes the reference's bits at every point of the domain.
+    Exact {
+        /// How it was checked.
+        proof: Certificate,
+    },
+    /// Some point differs; the rewrite is refused with the minimised point as its evidence.
+    Refuted {
+        /// The differing point closest to the zero point.
+        counterexample: Counterexample,
+        /// What was checked to find it.
+        proof: Certificate,
+    },
+    /// Neither proven nor refuted (a size bound, an overflow, a case the method does not cover):
+    /// the rewrite does not fire.
+    Unknown {
+        /// Why no answer, in words.
+        reason: String,
+    },
 }
 
 impl Verdict {
+    /// Whether the rewrite may fire.
     pub fn is_exact(&self) -> bool {
         matches!(self, Verdict::Exact { .. })
     }
@@ -126,6 +158,7 @@ impl Verdict {
         }
     }
 
+    /// The counterexample of a refutation.
     pub fn counterexample(&self) -> Option<&Counterexample> {
         match self {
             Verdict::Refuted { counterexample, .. } => Some(counterexample),

@@ -20,9 +20,20 @@ pub const MAX_POINTS: u64 = 1 << 29;
 /// How a DequantizeLinear addresses its scale and zero point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamLayout {
+    /// One scale and zero point for every element.
     PerTensor,
-    PerAxis { axis: usize },
-    Blocked { axis: usize, block: i64 },
+    /// One per index along `axis`.
+    PerAxis {
+        /// The data axis the parameters follow (non-negative).
+        axis: usize,
+    },
+    /// One per `block` consecutive indices along `axis`, and per index on every other axis.
+    Blocked {
+        /// The data axis split into blocks (non-negative).
+        axis: usize,
+        /// Indices per block (positive); the last block may be short.
+        block: i64,
+    },
 }
 
 impl ParamLayout {
@@ -33,12 +44,12 @@ impl ParamLayout {
         if param.len() <= 1 && param.iter().product::<i64>() == 1 {
             return if block == 0 { Ok(ParamLayout::PerTensor) } else { Err("block_size must be 0 for per-tensor parameters".into()) };
         }
-        let rank = data.len() as i64;
+        let rank = signed(data.len());
         let a = if axis < 0 { axis + rank } else { axis };
         if !(0..rank).contains(&a) {
             return Err(format!("axis {axis} is out of range for rank {rank}"));
         }
-        let a = a as usize;
+        let a = index(a);
         if block == 0 {
             return if param.len() == 1 && param[0] == data[a] {
                 Ok(ParamLayout::PerAxis { axis: a })
@@ -66,10 +77,10 @@ impl ParamLayout {
         };
         match self {
             ParamLayout::PerTensor => 0,
-            ParamLayout::PerAxis { axis } => coord(0, at[axis]) as usize,
+            ParamLayout::PerAxis { axis } => index(coord(0, at[axis])),
             ParamLayout::Blocked { axis, block } => (0..param.len()).fold(0usize, |acc, i| {
                 let c = if i == axis { at[i] / block } else { at[i] };
-                acc * param[i] as usize + coord(i, c) as usize
+                acc * index(param[i]) + index(coord(i, c))
             }),
         }
     }
@@ -83,9 +94,13 @@ impl ParamLayout {
 /// One DequantizeLinear's parameters, scales as f32 bit patterns.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
+    /// Dims of the scale and zero-point tensors.
     pub dims: Vec<i64>,
+    /// Scales as bits, so equality is of the bits DQ multiplies by (no `-0.0 == 0.0`).
     pub scales: Vec<u32>,
+    /// Zero points, one per scale.
     pub zero_points: Vec<i64>,
+    /// How an element finds its parameter.
     pub layout: ParamLayout,
 }
 
@@ -97,11 +112,16 @@ pub struct Rewritten {
     pub codes: Option<Vec<i64>>,
     /// Dims of the parameter tensors before the gather.
     pub dims: Vec<i64>,
+    /// Scales as bits, before the gather.
     pub scales: Vec<u32>,
+    /// Zero points, one per scale, before the gather.
     pub zero_points: Vec<i64>,
+    /// Whether the parameters are gathered with the same indices as the codes (per-row
+    /// parameters of the gathered axis), rather than used as they are.
     pub gathered: bool,
     /// DQ''s `axis` and `block_size` attributes as written.
     pub axis: i64,
+    /// DQ''s `block_size` attribute as written (0 when not blocked).
     pub block: i64,
 }
 
@@ -118,7 +138,7 @@ pub fn gather_before_dequantize(dims: &[i64], axis: usize, codes: Option<&[i64]>
     let normal = |i: i64| if i < 0 { i + n } else { i };
     let moved = |d: &[i64]| -> Vec<i64> {
         let mut m = d.to_vec();
-        m[axis] = idx.len() as i64;
+        m[axis] = signed(idx.len());
         m
     };
     if rewritten.gathered && rewritten.dims.len() != dims.len() {
@@ -128,8 +148,8 @@ pub fn gather_before_dequantize(dims: &[i64], axis: usize, codes: Option<&[i64]>
     let gathered = if rewritten.gathered { moved(&rewritten.dims) } else { rewritten.dims.clone() };
     // The indices are simulated with rank 1; DQ''s axis reads the same for any rank only when it
     // lies before the gather axis or counts from the end past it.
-    let rank = dims.len() as i64;
-    let invariant = (0..axis as i64).contains(&rewritten.axis) || (rewritten.axis < 0 && -rewritten.axis < rank - axis as i64);
+    let rank = signed(dims.len());
+    let invariant = (0..signed(axis)).contains(&rewritten.axis) || (rewritten.axis < 0 && -rewritten.axis < rank - signed(axis));
     let per_tensor = rewritten.dims.len() <= 1 && rewritten.dims.iter().product::<i64>() == 1;
     if !per_tensor && !invariant {
         return Verdict::Unknown { reason: format!("axis {} of the rewritten DequantizeLinear depends on the rank of the indices", rewritten.axis) };
@@ -138,20 +158,23 @@ pub fn gather_before_dequantize(dims: &[i64], axis: usize, codes: Option<&[i64]>
         Ok(l) => l,
         Err(e) => return Verdict::Unknown { reason: format!("the rewritten DequantizeLinear would be invalid: {e}") },
     };
-    let total: usize = out.iter().product::<i64>() as usize;
+    // Dims come from checked shapes (non-negative); a product that does not fit is too big to visit anyway.
+    let Ok(total) = usize::try_from(out.iter().product::<i64>()) else {
+        return Verdict::Unknown { reason: format!("the {:?} points (every element for every index) are not a countable size", out) };
+    };
     if total as u64 > MAX_POINTS {
         return Verdict::Unknown { reason: format!("{total} points (every element for every index) exceed the {MAX_POINTS} the check visits") };
     }
     let mut differing = 0u64;
     let mut best: Option<((i64, i64, usize), Counterexample)> = None;
     let (mut at, mut src_at) = (vec![0i64; out.len()], vec![0i64; out.len()]);
-    let row = |j: i64| normal(idx[j as usize]);
+    let row = |j: i64| normal(idx[index(j)]);
     let remap: Option<(usize, &dyn Fn(i64) -> i64)> = rewritten.gathered.then_some((axis, &row));
     for flat in 0..total {
         if flat > 0 {
             advance(&mut at, &out);
         }
-        let j = at[axis] as usize;
+        let j = index(at[axis]);
         src_at.copy_from_slice(&at);
         src_at[axis] = normal(idx[j]);
         let src = flatten(dims, &src_at);
@@ -169,7 +192,7 @@ pub fn gather_before_dequantize(dims: &[i64], axis: usize, codes: Option<&[i64]>
         if best.as_ref().is_none_or(|(k, _)| key < *k) {
             let shown = code.unwrap_or(z + 1);
             let c = Counterexample {
-                inputs: vec![("index".into(), idx[j]), ("element".into(), src as i64)],
+                inputs: vec![("index".into(), idx[j]), ("element".into(), signed(src))],
                 unfused: dequantize(shown, f32::from_bits(s), z).to_bits() as i64,
                 fused: dequantize(new_code.unwrap_or(shown), f32::from_bits(s2), z2).to_bits() as i64,
                 exact: Some(format!(
@@ -186,7 +209,7 @@ pub fn gather_before_dequantize(dims: &[i64], axis: usize, codes: Option<&[i64]>
     let proof = Certificate {
         method: Method::P4Lemma("data movement: DQ is elementwise with its parameters indexed by position".into()),
         domain: total as u64,
-        micros: start.elapsed().as_micros() as u64,
+        micros: super::micros(start),
         detail: format!("code, scale bits and zero point equal at every element of the table for every index in [{}, {n})", -n),
     };
     match best {
@@ -213,14 +236,28 @@ fn advance(at: &mut [i64], dims: &[i64]) {
 fn unflatten(dims: &[i64], mut flat: usize) -> Vec<i64> {
     let mut at = vec![0; dims.len()];
     for (c, &d) in at.iter_mut().zip(dims).rev() {
-        *c = (flat % d as usize) as i64;
-        flat /= d as usize;
+        *c = signed(flat % index(d));
+        flat /= index(d);
     }
     at
 }
 
+/// Flat row-major index of coordinate `at` in a tensor of `dims`.
 fn flatten(dims: &[i64], at: &[i64]) -> usize {
-    at.iter().zip(dims).fold(0usize, |acc, (&c, &d)| acc * d as usize + c as usize)
+    at.iter().zip(dims).fold(0usize, |acc, (&c, &d)| acc * index(d) + index(c))
+}
+
+/// A dim or coordinate as an index. Dims come from checked shapes and coordinates are walked
+/// inside them (negative gather indices normalised first), so both are non-negative, and a
+/// tensor whose elements are visited has a size that fits `usize`.
+fn index(v: i64) -> usize {
+    usize::try_from(v).expect("dims and coordinates are non-negative and address a tensor in memory")
+}
+
+/// A length or index as an `i64` coordinate: it counts elements of a tensor in memory, far
+/// below `i64::MAX`.
+fn signed(n: usize) -> i64 {
+    i64::try_from(n).expect("a tensor length or index fits i64")
 }
 
 #[cfg(test)]

@@ -5,21 +5,26 @@
 /// A dyadic rational `mant · 2^exp`, normalised so `mant` is odd (or zero with `exp == 0`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Dyadic {
+    /// The odd (or zero) mantissa.
     pub mant: i128,
+    /// The power of two it is scaled by.
     pub exp: i32,
 }
 
 impl Dyadic {
+    /// Zero, in its one normal form.
     pub const ZERO: Dyadic = Dyadic { mant: 0, exp: 0 };
 
+    /// `mant · 2^exp`, normalised so equal values compare equal.
     pub fn new(mant: i128, exp: i32) -> Dyadic {
         if mant == 0 {
             return Dyadic::ZERO;
         }
-        let tz = mant.trailing_zeros() as i32;
+        let tz = bit_count(mant.trailing_zeros());
         Dyadic { mant: mant >> tz, exp: exp + tz }
     }
 
+    /// The integer `k`.
     pub fn int(k: i64) -> Dyadic {
         Dyadic::new(k as i128, 0)
     }
@@ -31,20 +36,23 @@ impl Dyadic {
         }
         let bits = x.to_bits();
         let sign = if bits >> 31 == 1 { -1 } else { 1 };
-        let exp_bits = ((bits >> 23) & 0xff) as i32;
+        let exp_bits = i32::try_from((bits >> 23) & 0xff).expect("masked to 8 bits");
         let frac = (bits & 0x7f_ffff) as i128;
         let (mant, exp) = if exp_bits == 0 { (frac, -149) } else { (frac | 0x80_0000, exp_bits - 150) };
         Some(Dyadic::new(sign * mant, exp))
     }
 
+    /// Whether the value is 0.
     pub fn is_zero(self) -> bool {
         self.mant == 0
     }
 
+    /// The exact product; `None` when the mantissa or exponent overflows.
     pub fn checked_mul(self, o: Dyadic) -> Option<Dyadic> {
         Some(Dyadic::new(self.mant.checked_mul(o.mant)?, self.exp.checked_add(o.exp)?))
     }
 
+    /// The exact sum; `None` when aligning the exponents or the sum overflows i128.
     pub fn checked_add(self, o: Dyadic) -> Option<Dyadic> {
         if self.is_zero() {
             return Some(o);
@@ -69,12 +77,14 @@ impl Dyadic {
         if self.is_zero() {
             return true;
         }
-        let bits = self.sig_bits() as i32;
+        let bits = bit_count(self.sig_bits());
         // Top bit position of the value: exp + bits - 1. Normal range top in [-126, 127].
         let top = self.exp + bits - 1;
         bits <= 24 && top <= 127 && self.exp >= -149
     }
 
+    /// The nearest-ish f64 (rounded when the mantissa exceeds 53 bits): for bounds with their
+    /// own error margin and for messages, never where exactness is claimed.
     pub fn to_f64_lossy(self) -> f64 {
         self.mant as f64 * 2f64.powi(self.exp)
     }
@@ -105,9 +115,11 @@ pub fn rne_div(n: i128, d: i128) -> i128 {
 /// Result of rounding an exact quotient to an integer, saturating far outside any code range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rounded {
+    /// The rounded integer.
     Value(i128),
     /// |quotient| beyond 2^100: only the sign matters for saturation.
     Huge {
+        /// Whether the quotient is negative (saturates to the low end).
         negative: bool,
     },
 }
@@ -116,7 +128,7 @@ impl Rounded {
     /// Adds a zero point and clamps to `[lo, hi]`.
     pub fn saturate(self, zp: i64, lo: i64, hi: i64) -> i64 {
         match self {
-            Rounded::Value(v) => (v + zp as i128).clamp(lo as i128, hi as i128) as i64,
+            Rounded::Value(v) => i64::try_from((v + i128::from(zp)).clamp(i128::from(lo), i128::from(hi))).expect("clamped into [lo, hi], which are i64"),
             Rounded::Huge { negative } => {
                 if negative {
                     lo
@@ -144,7 +156,7 @@ pub fn rne_quotient(a: Dyadic, b: Dyadic) -> Option<Rounded> {
     }
     let k = a.exp - b.exp;
     let negative = n < 0;
-    let mag = |x: i128| 128 - x.unsigned_abs().leading_zeros() as i32;
+    let mag = |x: i128| 128 - bit_count(x.unsigned_abs().leading_zeros());
     if k >= 0 {
         // |n·2^k / d| ≥ 2^(mag(n)-1+k-mag(d)); beyond 2^100 it saturates anything.
         if mag(n) - 1 + k - mag(d) > 100 {
@@ -168,6 +180,11 @@ impl std::ops::Neg for Dyadic {
     fn neg(self) -> Dyadic {
         Dyadic { mant: -self.mant, exp: self.exp }
     }
+}
+
+/// A bit count or bit position of a `u128` or narrower (at most 128) as a signed exponent term.
+pub(crate) fn bit_count(n: u32) -> i32 {
+    i32::try_from(n).expect("a bit count of a u128 is at most 128")
 }
 
 #[cfg(test)]

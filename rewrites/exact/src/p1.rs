@@ -8,19 +8,24 @@ use std::time::Instant;
 /// One input's codes: the inclusive range and the code that means 0.
 #[derive(Clone, Debug)]
 pub struct Domain {
+    /// The input's name, shown in counterexamples.
     pub name: String,
+    /// Lowest code.
     pub lo: i64,
+    /// Highest code.
     pub hi: i64,
+    /// The zero point: enumeration starts from it so the first mismatch is the minimised one.
     pub zero: i64,
 }
 
 impl Domain {
+    /// The codes `[lo, hi]` of the input `name`, with zero point `zero`.
     pub fn new(name: &str, (lo, hi): (i64, i64), zero: i64) -> Domain {
         Domain { name: name.to_string(), lo, hi, zero }
     }
 
     fn len(&self) -> u64 {
-        (self.hi - self.lo + 1).max(0) as u64
+        (self.hi - self.lo + 1).max(0).unsigned_abs()
     }
 }
 
@@ -55,7 +60,7 @@ pub fn exhaustive(
         }
         advance(&mut point, domains);
     }
-    let proof = Certificate { method: Method::P1Exhaustive, domain: total, micros: start.elapsed().as_micros() as u64, detail: detail.to_string() };
+    let proof = Certificate { method: Method::P1Exhaustive, domain: total, micros: super::micros(start), detail: detail.to_string() };
     match best {
         None => Verdict::Exact { proof },
         Some((_, point, unfused, fused)) => Verdict::Refuted {

@@ -17,7 +17,7 @@
 //!
 //! An FMA computes some `a·b + c` with one rounding; that value is a partial sum, so it is exact too.
 
-use super::num::Dyadic;
+use super::num::{Dyadic, bit_count};
 use super::{Certificate, Method};
 use std::time::Instant;
 
@@ -28,12 +28,17 @@ const MAX_UNITS: u128 = 1 << 24;
 /// computes it: `alpha · Σ_k DQ(x_k)·DQ(w_k) + DQ(b)`.
 #[derive(Clone, Copy, Debug)]
 pub struct DotProduct<'a> {
+    /// The activation's scale.
     pub x_scale: f32,
+    /// The activation's zero point.
     pub x_zero_point: i64,
     /// Reachable activation codes. Padding (the zero point) is always reachable for a Conv.
     pub x_codes: (i64, i64),
+    /// The weights' scale (this channel's, when per-channel).
     pub w_scale: f32,
+    /// The weights' zero point (this channel's).
     pub w_zero_point: i64,
+    /// This channel's weight codes, concrete: the proof is for these weights only.
     pub weights: &'a [i64],
     /// Gemm's alpha, applied to partial sums of products; 1 for Conv and MatMul.
     pub alpha: f32,
@@ -101,7 +106,7 @@ pub fn dot_product(d: &DotProduct) -> Result<Certificate, String> {
     let Some(&grid) = exps.iter().min() else {
         return Ok(certificate(d, start, 0, 0));
     };
-    let shift = |units: u128, exp: i32| units.checked_mul(1u128.checked_shl((exp - grid) as u32)?);
+    let shift = |units: u128, exp: i32| units.checked_mul(1u128.checked_shl(u32::try_from(exp - grid).ok()?)?);
     let mut total: u128 = 0;
     for &p in &products {
         total = shift(p, unit.exp).and_then(|p| total.checked_add(p)).ok_or("partial sums overflow the analysis")?;
@@ -123,7 +128,9 @@ pub fn dot_product(d: &DotProduct) -> Result<Certificate, String> {
 /// reachable codes.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand {
+    /// The operand's scale.
     pub scale: f32,
+    /// The largest `|q − z|` over its reachable codes.
     pub max_offset: u128,
 }
 
@@ -142,7 +149,7 @@ pub fn activation_dot_product(a: Operand, b: Operand, k: usize) -> Result<Certif
     let total = (k as u128).checked_mul(a.max_offset * b.max_offset * unit.mant.unsigned_abs()).ok_or("partial sums overflow the analysis")?;
     if total == 0 {
         let detail = format!("{k} products, all zero");
-        return Ok(Certificate { method: Method::P2Representable, domain, micros: start.elapsed().as_micros() as u64, detail });
+        return Ok(Certificate { method: Method::P2Representable, domain, micros: super::micros(start), detail });
     }
     if total > MAX_UNITS {
         return Err(format!(
@@ -154,14 +161,14 @@ pub fn activation_dot_product(a: Operand, b: Operand, k: usize) -> Result<Certif
         return Err(format!("the sum's grid 2^{}..2^{} leaves the normal f32 range", unit.exp, unit.exp + 24));
     }
     let detail = format!("{k} products of two activations on the grid 2^{}; every partial sum ≤ {total} units ≤ 2^24", unit.exp);
-    Ok(Certificate { method: Method::P2Representable, domain, micros: start.elapsed().as_micros() as u64, detail })
+    Ok(Certificate { method: Method::P2Representable, domain, micros: super::micros(start), detail })
 }
 
 fn certificate(d: &DotProduct, start: Instant, grid: i32, total: u128) -> Certificate {
     Certificate {
         method: Method::P2Representable,
         domain: d.weights.len() as u64 + u64::from(d.bias.is_some()),
-        micros: start.elapsed().as_micros() as u64,
+        micros: super::micros(start),
         detail: format!("{} products and the bias on the grid 2^{grid}; every partial sum ≤ {total} units ≤ 2^24", d.weights.len()),
     }
 }
@@ -172,7 +179,7 @@ fn finite(s: f32, what: &str) -> Result<Dyadic, String> {
 
 /// Whether `v` is zero or an f32 in the normal range, exactly.
 pub fn normal_f32(v: Dyadic) -> bool {
-    v.is_zero() || (v.is_f32() && v.exp + v.sig_bits() as i32 > -126)
+    v.is_zero() || (v.is_f32() && v.exp + bit_count(v.sig_bits()) > -126)
 }
 
 /// `k·s` is an exact normal f32 for every integer `|k| ≤ max`: `max·|m| ≤ 2^24` with `s = m·2^e`

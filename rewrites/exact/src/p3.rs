@@ -28,7 +28,9 @@ pub const MAX_ENUMERATION: u64 = 1 << 24;
 /// How the kernel and the reference vary with the accumulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
+    /// Both rise with the accumulator (a positive scale).
     NonDecreasing,
+    /// Both fall with the accumulator (a negative scale).
     NonIncreasing,
 }
 
@@ -42,38 +44,55 @@ impl Direction {
 /// The first point (closest to zero) where the kernel and the reference differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mismatch {
+    /// The accumulator value, in the caller's coordinates.
     pub at: i64,
+    /// The kernel's output code there.
     pub kernel: i64,
+    /// The reference's output code there.
     pub reference: i64,
 }
 
+/// What a P3 check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Equal on the whole domain.
     Exact,
     /// `differing` points of the window differ; `first` is the accepted one closest to zero.
-    Refuted { first: Mismatch, differing: u64 },
+    Refuted {
+        /// The accepted mismatch closest to zero.
+        first: Mismatch,
+        /// How many points of the window differ.
+        differing: u64,
+    },
     /// Points differ but the caller accepted none of them as a counterexample (e.g. no concrete
     /// input reaches them), or the window could not be decided.
-    Unknown { reason: String },
+    Unknown {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// The result of one P3 check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
+    /// What was found.
     pub outcome: Outcome,
     /// Points compared one by one (or counted by floor sums).
     pub points: u64,
     /// The unsaturated window, in the caller's coordinates; `None` when empty.
     pub window: Option<(i64, i64)>,
+    /// Wall-clock time of the check, microseconds (for `--timings`, never in reports).
     pub micros: u64,
 }
 
 /// The saturation bounds and the direction shared by a kernel and its reference.
 #[derive(Clone, Copy, Debug)]
 pub struct Codes {
+    /// Lowest output code.
     pub qmin: i64,
+    /// Highest output code.
     pub qmax: i64,
+    /// How both functions vary with the accumulator.
     pub direction: Direction,
 }
 
@@ -90,7 +109,7 @@ pub fn check((lo, hi): (i64, i64), codes: Codes, kernel: impl Fn(i64) -> i64, re
     let (outcome, points, window) = match window((lo, hi), codes, &k, &r) {
         None => (Outcome::Exact, 0, None),
         Some((a, b)) => {
-            let points = (b - a) as u64 + 1;
+            let points = b.abs_diff(a) + 1;
             let window = Some(if mirrored { (-b, -a) } else { (a, b) });
             if points > MAX_ENUMERATION {
                 let reason = format!("requantization window of {points} accumulators is too wide to enumerate");
@@ -104,7 +123,7 @@ pub fn check((lo, hi): (i64, i64), codes: Codes, kernel: impl Fn(i64) -> i64, re
         Outcome::Refuted { first, differing } => Outcome::Refuted { first: Mismatch { at: m(first.at), ..first }, differing },
         other => other,
     };
-    Report { outcome, points, window, micros: start.elapsed().as_micros() as u64 }
+    Report { outcome, points, window, micros: super::micros(start) }
 }
 
 /// Whether `kernel` and `reference` are equal on every integer of `[lo, hi]`, by the window
@@ -117,7 +136,7 @@ pub fn agree((lo, hi): (i64, i64), codes: Codes, kernel: impl Fn(i64) -> i64, re
     let k = |n: i64| kernel(sign * n);
     let r = |n: i64| reference(sign * n);
     let Some((a, b)) = window((lo, hi), codes, &k, &r) else { return Ok(0) };
-    let points = (b - a) as u64 + 1;
+    let points = b.abs_diff(a) + 1;
     if points > MAX_ENUMERATION {
         return Err(format!("requantization window of {points} accumulators is too wide to enumerate"));
     }
@@ -199,8 +218,11 @@ fn by_magnitude(a: i64, b: i64) -> impl Iterator<Item = i64> {
 /// always is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Affine {
+    /// The accumulator's coefficient.
     pub a: i128,
+    /// The constant term.
     pub b: i128,
+    /// The positive divisor.
     pub d: i128,
 }
 
@@ -339,9 +361,9 @@ pub fn check_affine(domain: (i64, i64), (qmin, qmax, z): (i64, i64, i64), kernel
     };
     let points = match (&outcome, window) {
         (Outcome::Unknown { .. }, _) | (_, None) => 0,
-        (_, Some((a, b))) => (b - a) as u64 + 1,
+        (_, Some((a, b))) => b.abs_diff(a) + 1,
     };
-    Report { outcome, points, window, micros: start.elapsed().as_micros() as u64 }
+    Report { outcome, points, window, micros: super::micros(start) }
 }
 
 struct Forms {
@@ -354,7 +376,10 @@ struct Forms {
 impl Forms {
     fn sat(&self, v: Option<i128>) -> i64 {
         // Overflow only happens far outside any window; the sign of the form decides there.
-        v.map_or(self.codes.qmin, |v| (v + self.z as i128).clamp(self.codes.qmin as i128, self.codes.qmax as i128) as i64)
+        v.map_or(self.codes.qmin, |v| {
+            i64::try_from((v + i128::from(self.z)).clamp(i128::from(self.codes.qmin), i128::from(self.codes.qmax)))
+                .expect("clamped into [qmin, qmax], which are i64")
+        })
     }
 
     fn ks(&self, n: i64) -> i64 {
@@ -373,7 +398,7 @@ impl Forms {
             return unknown("no accumulator leaves both forms unsaturated");
         };
         let ib = first_true(ia, b, |n| self.ks(n) >= qmax || self.rs(n) >= qmax).map_or(b, |n| n - 1);
-        if (ia - a) as u64 + (b - ib) as u64 > MAX_ENUMERATION {
+        if ia.abs_diff(a) + b.abs_diff(ib) > MAX_ENUMERATION {
             return unknown("the strips where only one form saturates are too wide to enumerate");
         }
         let mut differing = 0u64;
@@ -389,7 +414,9 @@ impl Forms {
                 return unknown("the forms differ by one or more before rounding (or overflow)");
             };
             let Some(count) = piece.differing(pa, pb) else { return unknown("floor sums overflow") };
-            differing += count as u64;
+            // Non-negative by construction (every term of a piece has its sign); were it not: no answer.
+            let Ok(count) = u64::try_from(count) else { return unknown("floor sums gave a count outside [0, 2^64)") };
+            differing += count;
             if count > 0 {
                 candidates.extend(piece.closest_mismatch(pa, pb));
             }
@@ -475,6 +502,8 @@ mod tests {
 
     const U8: Codes = Codes { qmin: 0, qmax: 255, direction: Direction::NonDecreasing };
 
+    // Test models of a float requantizer: rounded values in i64 range, so the cast keeps every bit.
+    #[allow(clippy::cast_possible_truncation)]
     fn requant(n: i64, scale: f64, zp: i64) -> i64 {
         ((n as f64 * scale).round_ties_even() as i64 + zp).clamp(0, 255)
     }
@@ -487,6 +516,8 @@ mod tests {
         assert!((254 * 64..=256 * 64).contains(&rep.points), "{}", rep.points);
     }
 
+    // Test models of a float requantizer: rounded values in i64 range, so the cast keeps every bit.
+    #[allow(clippy::cast_possible_truncation)]
     #[test]
     fn mismatches_are_counted_and_the_closest_to_zero_reported() {
         // Ties at n = 32 + 64k: half-up rounding differs from half-even at every other one.
@@ -501,6 +532,8 @@ mod tests {
         }
     }
 
+    // Test models of a float requantizer: rounded values in i64 range, so the cast keeps every bit.
+    #[allow(clippy::cast_possible_truncation)]
     #[test]
     fn rejected_mismatches_make_the_answer_unknown_or_move_it_outwards() {
         let half_up = |n: i64| ((n as f64 / 64.0 + 0.5).floor() as i64 + 128).clamp(0, 255);

@@ -9,18 +9,28 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CodeType {
+    /// Unsigned 2-bit, `[0, 3]`.
     U2,
+    /// Signed 2-bit, `[-2, 1]`.
     I2,
+    /// Unsigned 4-bit, `[0, 15]`.
     U4,
+    /// Signed 4-bit, `[-8, 7]`.
     I4,
+    /// Unsigned 8-bit, `[0, 255]`.
     U8,
+    /// Signed 8-bit, `[-128, 127]`.
     I8,
+    /// Unsigned 16-bit.
     U16,
+    /// Signed 16-bit.
     I16,
+    /// Signed 32-bit (biases).
     I32,
 }
 
 impl CodeType {
+    /// The code type of an ONNX integer type; `None` for a type Q/DQ cannot use here.
     pub fn from_dtype(dt: DataType) -> Option<CodeType> {
         use DataType::*;
         Some(match dt {
@@ -37,6 +47,7 @@ impl CodeType {
         })
     }
 
+    /// The ONNX type of these codes.
     pub fn dtype(self) -> DataType {
         match self {
             CodeType::U2 => DataType::Uint2,
@@ -56,6 +67,7 @@ impl CodeType {
         qdqc_lang::tensor::int_range(self.dtype()).expect("integer type")
     }
 
+    /// Width of one code, in bits.
     pub fn bits(self) -> u32 {
         match self {
             CodeType::U2 | CodeType::I2 => 2,
@@ -66,6 +78,7 @@ impl CodeType {
         }
     }
 
+    /// The ONNX name of the type, for messages.
     pub fn name(self) -> &'static str {
         qdqc_lang::canon::dtype_name(self.dtype())
     }
@@ -83,7 +96,7 @@ pub fn dequantize(q: i64, s: f32, z: i64) -> f32 {
 pub fn quantize_tensor(values: &[f32], dims: &[i64], axis: Option<usize>, scales: &[f32], zero_points: &[i64], t: CodeType) -> Option<Vec<i64>> {
     let (channels, inner) = match axis {
         None => (1, 1),
-        Some(a) => (usize::try_from(*dims.get(a)?).ok()?, dims.get(a + 1..)?.iter().product::<i64>().max(0) as usize),
+        Some(a) => (usize::try_from(*dims.get(a)?).ok()?, usize::try_from(dims.get(a + 1..)?.iter().product::<i64>().max(0)).ok()?),
     };
     if channels == 0 || scales.len() != channels || zero_points.len() != channels || inner == 0 && !values.is_empty() {
         return None;
@@ -108,8 +121,11 @@ pub fn quantize(x: f32, s: f32, z: i64, t: CodeType) -> i64 {
     if v.is_nan() {
         return lo;
     }
-    // `as i64` saturates ±inf and huge values; the clamp then saturates to the type.
-    (v.round_ties_even() as i64).saturating_add(z).clamp(lo, hi)
+    // `as i64` saturates ±inf and huge values; the clamp then saturates to the type. The value is
+    // already rounded to an integer, so the cast drops no fraction: saturation is the intent.
+    #[allow(clippy::cast_possible_truncation)]
+    let n = v.round_ties_even() as i64;
+    n.saturating_add(z).clamp(lo, hi)
 }
 
 /// Q of an exact real value (the `real` contract): `sat_T(rne(v / s) + z)` with no f32 rounding
@@ -167,6 +183,8 @@ mod tests {
         assert_eq!(quantize(9.0, 1.0, 0, CodeType::I4), 7);
     }
 
+    // The quotient is rounded and far inside i64, so the cast keeps every bit.
+    #[allow(clippy::cast_possible_truncation)]
     #[test]
     fn quantize_divides_rather_than_multiplying_by_the_reciprocal() {
         // A value where x * (1/s) and x / s round differently (found by search, pinned here).
