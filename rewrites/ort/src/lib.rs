@@ -7,6 +7,10 @@
 //! Beside the kernel models: [`selectors`], a replay of ORT's graph optimizer on QDQ groups, and
 //! [`hazards`], what ORT's own rewrites would change in a model.
 
+// A compiler that sells bit-exactness: every narrowing cast is a checked `try_from` or an `allow`
+// saying why no bits are lost (or which kernel truncation it models).
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 pub mod binary;
 pub mod hazards;
 pub mod lut;

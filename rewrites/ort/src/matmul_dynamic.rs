@@ -222,7 +222,7 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
         "QLinearMatMul over two activations on {isa}, {contract:?} contract: {p2}P3 over the accumulators [{lo}, {hi}] (K = {}), {} in the unsaturated window",
         g.k, report.points
     );
-    let proof = Certificate { method: Method::P3RequantWindow, domain: report.points, micros: start.elapsed().as_micros() as u64, detail };
+    let proof = Certificate { method: Method::P3RequantWindow, domain: report.points, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail };
     match report.outcome {
         Outcome::Exact => Verdict::Exact { proof },
         Outcome::Unknown { reason } => Verdict::Unknown { reason: format!("P3: {reason}") },

@@ -328,7 +328,7 @@ pub fn prove(g: &GemmGroup, isa: Isa, contract: Contract) -> Verdict {
         contract,
         g.channels()
     );
-    Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: start.elapsed().as_micros() as u64, detail } }
+    Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail } }
 }
 
 /// How often the fused kernel and a non-deterministic float path can disagree: the reachable
@@ -1093,7 +1093,7 @@ pub fn synthesize(g: &GemmGroup, isas: &[Isa]) -> Result<Synthesis, String> {
         w_scales.push(m);
         points.iter_mut().zip(counts).for_each(|(total, n)| *total += n);
     }
-    let micros = start.elapsed().as_micros() as u64;
+    let micros = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
     let alpha = if matches!(g.kind, GemmKind::Gemm { .. }) { ", alpha = 1" } else { "" };
     let bits: Vec<String> = w_scales.iter().map(|m| format!("0x{:08x}", m.to_bits())).collect();
     let proofs = isas
