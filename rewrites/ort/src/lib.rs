@@ -25,6 +25,12 @@ pub mod weight_bias;
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Instant;
+
+/// A proof's running time in microseconds for its certificate (saturating, after 584,000 years).
+fn elapsed_micros(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
 
 /// The CPU instruction-set profiles whose kernels differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -576,7 +576,7 @@ fn search_counterexample(p: &PoolParams, class: Class, contract: Contract, fused
     }
     Verdict::Refuted {
         counterexample: Counterexample { inputs, unfused, fused, exact: exact_text(p, acc, class.divisor), differing },
-        proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail },
+        proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: crate::elapsed_micros(start), detail },
     }
 }
 

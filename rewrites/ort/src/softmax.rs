@@ -225,7 +225,7 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
             let exact = format!("y[{i}]: p/sY ≈ {real:.6} (real softmax; fused {:.6} before rounding)", fused.pre_round);
             Verdict::Refuted {
                 counterexample: Counterexample { inputs, unfused, fused: fused.code, exact: Some(exact), differing },
-                proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail },
+                proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: crate::elapsed_micros(start), detail },
             }
         }
     }

@@ -113,9 +113,7 @@ pub fn prove(p: &FloatPath, contract: Contract) -> Verdict {
     if changed.is_empty() {
         let detail =
             format!("WeightBiasQuantization: every one of {channels} bias values is round(b/fl(sx·sw))·fl(sx·sw) itself; the float path reads the same values");
-        return Verdict::Exact {
-            proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail },
-        };
+        return Verdict::Exact { proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: crate::elapsed_micros(start), detail } };
     }
     let mut points = 0u64;
     for &c in &changed {
@@ -126,7 +124,7 @@ pub fn prove(p: &FloatPath, contract: Contract) -> Verdict {
                 "WeightBiasQuantization: channel {c}'s bias {:e} becomes {:e} (code {} at scale fl(sx·sw)); inputs with one nonzero product searched, where every summation order gives one code",
                 p.bias[c], rounded[c], quantized.codes[c]
             );
-            let proof = Certificate { method: Method::P1Exhaustive, domain: points, micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX), detail };
+            let proof = Certificate { method: Method::P1Exhaustive, domain: points, micros: crate::elapsed_micros(start), detail };
             return Verdict::Refuted { counterexample: Counterexample { differing, ..cx }, proof };
         }
     }
@@ -230,7 +228,11 @@ fn one_hot_witness(p: &FloatPath, c: usize, rounded: f32, contract: Contract) ->
             }
             differing += 1;
             if best.as_ref().is_none_or(|(_, a)| (acc.unsigned_abs(), acc < 0) < (a.unsigned_abs(), *a < 0)) {
-                let mut inputs = vec![("channel".to_string(), i64::try_from(c).expect("a channel index is a slice index, below i64::MAX")), ("acc".to_string(), acc), ("x[*]".to_string(), zx)];
+                let mut inputs = vec![
+                    ("channel".to_string(), i64::try_from(c).expect("a channel index is a slice index, below i64::MAX")),
+                    ("acc".to_string(), acc),
+                    ("x[*]".to_string(), zx),
+                ];
                 if xk != zx {
                     inputs.push((format!("x[{k}]"), xk));
                 }
