@@ -267,6 +267,10 @@ fn add_neon(a: QParam, b: QParam, c: QParam, build: Contractions) -> Arith {
 }
 
 /// `(MultiplierA, MultiplierB, Shift)` as `MlasCalcQLinearAddParameters` computes them.
+// `to_bits() >> 23` has 9 bits and `shift` is checked to 13..=31: those casts are lossless. The
+// `lrintf` casts model the kernel (NaN gives 0, as ARM's conversion does); in range the products
+// are below 2^22 (checked after).
+#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss, clippy::cast_possible_truncation)]
 fn neon_fixed_point(ra: f32, rb: f32) -> Option<(i64, i64, u32)> {
     const MIN_RATIO: f32 = 1.0 / 16384.0;
     const MAX_RATIO: f32 = 256.0;
@@ -321,23 +325,27 @@ fn neon_raw_add(x: i64, y: i64, a: QParam, b: QParam, sc: f32, zc: i64, fma: Opt
 }
 
 /// x86 `cvtps2dq` (round to nearest even): NaN and values outside int32 give `i32::MIN`.
+#[allow(clippy::cast_possible_truncation)] // `r` is integral and checked inside int32 first.
 pub(crate) fn cvt_rne_x86(v: f32) -> i32 {
     let r = v.round_ties_even();
     if (-2147483648.0..2147483648.0).contains(&r) { r as i32 } else { i32::MIN }
 }
 
 /// ARM `fcvtns` (`vcvtnq_s32_f32`): round to nearest even, saturating, NaN gives 0.
+#[allow(clippy::cast_possible_truncation)] // The model: `as` saturates like `fcvtns`.
 pub(crate) fn cvt_rne_arm(v: f32) -> i32 {
     // Rust's `as` saturates and maps NaN to 0, as the instruction does.
     v.round_ties_even() as i32
 }
 
 /// ARM `fcvtzs` (a C++ float→int32 cast): truncating, saturating, NaN gives 0.
+#[allow(clippy::cast_possible_truncation)] // The model: `as` truncates and saturates like `fcvtzs`.
 pub(crate) fn truncate_arm(v: f32) -> i32 {
     v as i32
 }
 
 /// x86 `cvttss2si` (a C++ float→int32 cast): truncating; NaN and out-of-range give `i32::MIN`.
+#[allow(clippy::cast_possible_truncation)] // `t` is integral and checked inside int32 first.
 pub(crate) fn truncate_x86(v: f32) -> i32 {
     let t = v.trunc();
     if (-2147483648.0..2147483648.0).contains(&t) { t as i32 } else { i32::MIN }
@@ -354,9 +362,10 @@ pub fn reference(op: BinaryOp, p: &BinaryParams, contract: Contract) -> Option<i
         Contract::Real => Some(real_table(op, p)?),
     };
     let c = p.c;
-    let width = (p.b.code.range().1 - lb + 1) as usize;
+    let width = usize::try_from(p.b.code.range().1 - lb + 1).expect("a code range is non-empty");
     Some(move |a: i64, b: i64| {
-        let (ia, ib) = ((a - la) as usize, (b - lb) as usize);
+        let code_index = |q: i64, lo: i64| usize::try_from(q - lo).expect("inputs are codes of their type, at least its lowest code");
+        let (ia, ib) = (code_index(a, la), code_index(b, lb));
         match &real {
             Some(t) => t[ia * width + ib],
             None => {
@@ -380,7 +389,7 @@ fn code_table<T>(q: QParam, f: impl Fn(i64) -> T) -> Vec<T> {
 fn real_table(op: BinaryOp, p: &BinaryParams) -> Option<Vec<i64>> {
     let (alo, ahi) = p.a.code.range();
     let (blo, bhi) = p.b.code.range();
-    let mut out = Vec::with_capacity(((ahi - alo + 1) * (bhi - blo + 1)) as usize);
+    let mut out = Vec::with_capacity(usize::try_from((ahi - alo + 1) * (bhi - blo + 1)).expect("code ranges are non-empty"));
     for a in alo..=ahi {
         for b in blo..=bhi {
             out.push(quantize_real(exact_value(op, p, a, b)?, p.c.scale, p.c.zero_point, p.c.code)?);
@@ -467,7 +476,7 @@ pub(crate) fn ratio_text(n: Dyadic, d: Dyadic) -> Option<String> {
     if q < 0 {
         (p, q) = (-p, -q);
     }
-    let g = gcd(p.unsigned_abs(), q.unsigned_abs()) as i128;
+    let g = i128::try_from(gcd(p.unsigned_abs(), q.unsigned_abs())).expect("the gcd divides q, a positive i128");
     (p, q) = (p / g, q / g);
     Some(format!("{p}/{q} ≈ {:.9}", p as f64 / q as f64))
 }
@@ -610,6 +619,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation)] // 0.1·2^22 rounds to 419430, well inside i64.
     fn neon_multipliers_follow_the_greater_ratio() {
         // rA = 0.75 (exponent −1): Shift 22, MA = 0.75·2^22, MB = lrintf(0.1·2^22) rounded to even.
         let (ma, mb, shift) = neon_fixed_point(0.75, 0.1).unwrap();

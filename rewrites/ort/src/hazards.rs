@@ -121,7 +121,8 @@ impl<'m> Level<'_, '_, 'm> {
         };
         let code = CodeType::from_dtype(self.dtype(name)?)?;
         let axis = q.attribute.iter().find(|a| a.name.as_deref() == Some("axis")).and_then(|a| a.i).unwrap_or(1);
-        let axis = (scales.len() > 1).then(|| if axis < 0 { axis + dims.len() as i64 } else { axis } as usize);
+        // A negative axis after normalization is out of range: no codes, as `quantize_tensor` would say.
+        let axis = if scales.len() > 1 { Some(usize::try_from(if axis < 0 { axis + i64::try_from(dims.len()).ok()? } else { axis }).ok()?) } else { None };
         let codes = qdqc_exact::reference::quantize_tensor(&values, &dims, axis, &scales, &zps, code)?;
         Some((dims, codes))
     }
@@ -134,9 +135,9 @@ impl<'m> Level<'_, '_, 'm> {
         match n.op_type.as_deref().unwrap_or("") {
             "QuantizeLinear" => match self.input(n, 2) {
                 Some(zp) => self.dtype(&zp),
-                None => DataType::try_from(attr("output_dtype").filter(|&t| t != 0).unwrap_or(DataType::Uint8 as i64) as i32).ok(),
+                None => i32::try_from(attr("output_dtype").filter(|&t| t != 0).unwrap_or(DataType::Uint8 as i64)).ok().and_then(|t| DataType::try_from(t).ok()),
             },
-            "Cast" => attr("to").and_then(|t| DataType::try_from(t as i32).ok()),
+            "Cast" => attr("to").and_then(|t| DataType::try_from(i32::try_from(t).ok()?).ok()),
             _ => self.scope.dtype(name),
         }
     }
@@ -209,7 +210,7 @@ impl<'m> Level<'_, '_, 'm> {
         }
         let output_dtype = node.attribute.iter().find(|a| a.name.as_deref() == Some("output_dtype")).and_then(|a| a.i).unwrap_or(0);
         if self.input(node, 2).is_none() && output_dtype != 0 && output_dtype != DataType::Uint8 as i64 {
-            let dt = DataType::try_from(output_dtype as i32).map(qdqc_lang::canon::dtype_name).unwrap_or("?");
+            let dt = i32::try_from(output_dtype).ok().and_then(|t| DataType::try_from(t).ok()).map(qdqc_lang::canon::dtype_name).unwrap_or("?");
             let message = format!(
                 "has no zero point but output_dtype {dt}: when ORT fuses it, SetOptionalZeroPoint (qdq_actions.cc) supplies a uint8 zero point, so the fused kernel writes uint8 codes; add an explicit {dt} zero point"
             );
@@ -486,7 +487,7 @@ impl<'m> Level<'_, '_, 'm> {
 /// (see `pair_overflow`): one arithmetic progression per (channel, pairing), as
 /// `(channel, first index, stride, count)`, so a weight of any size costs a few words a row.
 fn weight_rows(rule: &str, dims: &[i64], target: &NodeProto) -> Vec<(usize, usize, usize, usize)> {
-    let d: Vec<usize> = dims.iter().map(|&x| x.max(0) as usize).collect();
+    let d: Vec<usize> = dims.iter().map(|&x| usize::try_from(x.max(0)).expect("a loaded weight's dimensions fit usize")).collect();
     let trans_b = target.attribute.iter().any(|a| a.name.as_deref() == Some("transB") && a.i == Some(1));
     let mut rows = Vec::new();
     match (rule, &d[..]) {

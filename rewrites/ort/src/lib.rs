@@ -7,6 +7,10 @@
 //! Beside the kernel models: [`selectors`], a replay of ORT's graph optimizer on QDQ groups, and
 //! [`hazards`], what ORT's own rewrites would change in a model.
 
+// A compiler that sells bit-exactness: every narrowing cast is a checked `try_from` or an `allow`
+// saying why no bits are lost (or which kernel truncation it models).
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
 pub mod binary;
 pub mod hazards;
 pub mod lut;
@@ -21,6 +25,12 @@ pub mod weight_bias;
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
+use std::time::Instant;
+
+/// A proof's running time in microseconds for its certificate (saturating, after 584,000 years).
+fn elapsed_micros(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
 
 /// The CPU instruction-set profiles whose kernels differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

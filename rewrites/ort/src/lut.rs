@@ -38,7 +38,7 @@ impl Lut {
     }
 
     pub fn get(&self, code: i64) -> i64 {
-        self.out[(code - self.lo) as usize]
+        self.out[usize::try_from(code - self.lo).expect("a code of the table's type is at least its lowest code")]
     }
 }
 

@@ -68,16 +68,18 @@ impl DynamicMatMul {
     pub fn accumulators(&self) -> (i64, i64) {
         let (ua, ub) = self.offsets();
         let (lo, hi) = extreme_products(ua, ub);
-        (lo * self.k as i64, hi * self.k as i64)
+        let k = i64::try_from(self.k).expect("K is a tensor dimension, below i64::MAX");
+        (lo * k, hi * k)
     }
 
     /// The largest K whose accumulators stay in int32, at most [`K_CAP`].
     pub fn int32_bound(&self) -> usize {
         let (ua, ub) = self.offsets();
         let (lo, hi) = extreme_products(ua, ub);
-        let by_hi = if hi > 0 { i32::MAX as i64 / hi } else { K_CAP as i64 };
-        let by_lo = if lo < 0 { i32::MIN as i64 / lo } else { K_CAP as i64 };
-        by_hi.min(by_lo).clamp(1, K_CAP as i64) as usize
+        let cap = i64::try_from(K_CAP).expect("K_CAP is a small constant");
+        let by_hi = if hi > 0 { i64::from(i32::MAX) / hi } else { cap };
+        let by_lo = if lo < 0 { i64::from(i32::MIN) / lo } else { cap };
+        usize::try_from(by_hi.min(by_lo).clamp(1, cap)).expect("clamped to 1..=K_CAP")
     }
 
     /// The raw pair sum outside int16 that x86-avx2's u8×s8 kernel can meet, if any.
@@ -202,9 +204,11 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
     let Some(unit) = unit else { return Verdict::Unknown { reason: "exact scale product overflows".into() } };
     let (m, y) = (g.multiplier(), g.y);
     let (qmin, qmax) = y.code.range();
-    let kernel = |acc: i64| requantize(acc as i32, m, y.zero_point, y.code, isa);
+    let kernel = |acc: i64| requantize(i32::try_from(acc).expect("accumulators are checked inside int32 above"), m, y.zero_point, y.code, isa);
     // Under P2 `acc·sa·sb` is an f32, and f64 holds it exactly.
     let unit_f64 = g.a.scale as f64 * g.b.scale as f64;
+    // Under P2 the f64 product is an f32: `as f32` is exact.
+    #[allow(clippy::cast_possible_truncation)]
     let reference = |acc: i64| match contract {
         Contract::Exact => quantize((acc as f64 * unit_f64) as f32, y.scale, y.zero_point, y.code),
         Contract::Real => Dyadic::int(acc).checked_mul(unit).and_then(|v| quantize_real(v, y.scale, y.zero_point, y.code)).unwrap_or({
@@ -222,7 +226,7 @@ pub fn prove(g: &DynamicMatMul, isa: Isa, contract: Contract) -> Verdict {
         "QLinearMatMul over two activations on {isa}, {contract:?} contract: {p2}P3 over the accumulators [{lo}, {hi}] (K = {}), {} in the unsaturated window",
         g.k, report.points
     );
-    let proof = Certificate { method: Method::P3RequantWindow, domain: report.points, micros: start.elapsed().as_micros() as u64, detail };
+    let proof = Certificate { method: Method::P3RequantWindow, domain: report.points, micros: crate::elapsed_micros(start), detail };
     match report.outcome {
         Outcome::Exact => Verdict::Exact { proof },
         Outcome::Unknown { reason } => Verdict::Unknown { reason: format!("P3: {reason}") },
@@ -321,7 +325,10 @@ fn single_product_witness(g: &DynamicMatMul, isa: Isa) -> Option<Verdict> {
         let da = dequantize(a, g.a.scale, g.a.zero_point);
         for &(b, db) in &b_values {
             let acc = (a - g.a.zero_point) * (b - g.b.zero_point);
-            let (unfused, fused) = (quantize(da * db, y.scale, y.zero_point, y.code), requantize(acc as i32, m, y.zero_point, y.code, isa));
+            let (unfused, fused) = (
+                quantize(da * db, y.scale, y.zero_point, y.code),
+                requantize(i32::try_from(acc).expect("one product of 8-bit offsets fits int32"), m, y.zero_point, y.code, isa),
+            );
             if unfused != fused {
                 differing += 1;
                 if best.is_none_or(|(best_acc, ..)| (acc.unsigned_abs(), acc < 0) < (best_acc.unsigned_abs(), best_acc < 0)) {
@@ -383,6 +390,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Accumulators of these small cases fit int32; `as f32` rounds as the reference does.
     fn a_generic_output_scale_is_refuted_with_rows_that_reach_the_accumulator() {
         let g = attention(16, 0.3);
         let v = prove(&g, Isa::X86Avx512Vnni, Contract::Exact);
@@ -397,6 +405,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Accumulators of these small cases fit int32; `as f32` rounds as the reference does.
     fn generic_scales_fail_p2_and_are_refuted_by_a_single_product() {
         // Scales found by search: (14 − 122)² products round across a boundary.
         let (s, sy) = (f32::from_bits(0x3cc7_3ee7), f32::from_bits(0x3dc2_e95a));
@@ -467,6 +476,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Accumulators of these small cases fit int32; `as f32` rounds as the reference does.
     fn a_symbolic_k_is_decided_up_to_the_int32_bound() {
         // Power-of-two scales: u8 offsets up to 133·133, so 2^31/17689 = 121402 rows keep int32;
         // under `real` every K up to there is exact, under `exact` P2 stops at 2^24/(133·133).
@@ -482,6 +492,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Accumulators of these small cases fit int32; `as f32` rounds as the reference does.
     fn a_symbolic_k_is_refuted_at_a_concrete_length() {
         let v = prove_every_k(&attention(0, 0.3), Isa::X86Avx512Vnni, Contract::Exact);
         let Verdict::Refuted { counterexample: c, proof } = &v else { panic!("{v:?}") };
@@ -495,6 +506,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Accumulators of these small cases fit int32; `as f32` rounds as the reference does.
     fn accumulators_near_a_boundary_are_counted_where_p2_fails() {
         // Power-of-two scales pass P2: the float path is exact, nothing to count.
         assert_eq!(near_boundary(&attention(16, 0.3)), None);

@@ -98,7 +98,7 @@ pub fn round_to_f16(x: f32) -> f32 {
     if a >= 65520.0 {
         return f32::INFINITY.copysign(x);
     }
-    let exponent = ((a.to_bits() >> 23) & 0xff) as i32 - 127;
+    let exponent = i32::try_from((a.to_bits() >> 23) & 0xff).expect("8 exponent bits") - 127;
     let ulp = 2f32.powi(exponent.max(-14) - 10);
     ((a / ulp).round_ties_even() * ulp).copysign(x)
 }
@@ -119,7 +119,8 @@ pub struct Packed {
 
 impl Packed {
     pub fn b_dims(&self) -> Vec<i64> {
-        vec![self.n as i64, self.blocks as i64, (self.block_size * self.bits as usize / 8) as i64]
+        let dim = |d: usize| i64::try_from(d).expect("a weight's dimensions fit i64");
+        vec![dim(self.n), dim(self.blocks), dim(self.block_size * self.bits as usize / 8)]
     }
 
     fn zp_row_bytes(&self) -> usize {
@@ -166,6 +167,8 @@ pub fn pack(w: &Weight) -> Packed {
 /// Packs `w` storing each code and zero point plus `shift`. [`pack`] passes the shift ORT
 /// applies (2^(bits−1) for signed codes, else 0); any other value is a broken packing, which
 /// [`check`] refutes (tests/broken).
+// `as u8` then the mask keeps a code's low `bits` (≤ 8) bits, two's complement, as MLAS packs it.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn pack_shifted(w: &Weight, shift: i64) -> Packed {
     let bits = w.bits as usize;
     let bs = w.block_size();
@@ -209,12 +212,14 @@ pub fn pack_shifted(w: &Weight, shift: i64) -> Packed {
 /// the authored `DQ(W)` at every (k, n). The fusion changes the arithmetic around the weights
 /// (that is what its lossy contract is for), never the weights themselves.
 pub fn check(w: &Weight, p: &Packed) -> Verdict {
-    let domains = [Domain::new("k", (0, w.k as i64 - 1), 0), Domain::new("n", (0, w.n as i64 - 1), 0)];
+    let last = |d: usize| i64::try_from(d).expect("a weight's dimensions fit i64") - 1;
+    let domains = [Domain::new("k", (0, last(w.k)), 0), Domain::new("n", (0, last(w.n)), 0)];
+    let at_usize = |v: i64| usize::try_from(v).expect("domain points are indices 0..k and 0..n");
     exhaustive(
         &domains,
         "the packed weights dequantize to DQ(W) bit for bit at every (k, n)",
-        |at| w.dequantized(at[0] as usize, at[1] as usize).to_bits() as i64,
-        |at| p.dequantized(at[0] as usize, at[1] as usize).to_bits() as i64,
+        |at| i64::from(w.dequantized(at_usize(at[0]), at_usize(at[1])).to_bits()),
+        |at| i64::from(p.dequantized(at_usize(at[0]), at_usize(at[1])).to_bits()),
         |_| None,
     )
 }
@@ -281,6 +286,9 @@ pub fn matmul(p: &Packed, a: &[f32], rows: usize, level: AccuracyLevel) -> Vec<f
                     let amax = ks.clone().map(|k| row[k].abs()).fold(0f32, f32::max);
                     let scale_a = amax / 127.0;
                     let inverse = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                    // |row[k]·127/amax| ≤ 127: the rounded value converts exactly (a NaN activation,
+                    // which this model does not cover, would give 0).
+                    #[allow(clippy::cast_possible_truncation)]
                     let qa: Vec<i64> = ks.clone().map(|k| (row[k] * inverse).round_ties_even() as i64).collect();
                     for n in 0..p.n {
                         let dot: i64 = ks.clone().zip(&qa).map(|(k, q)| q * (p.code(k, n) - p.zero_point(k, n))).sum();
@@ -351,6 +359,7 @@ pub const RANDOM_SEED: u64 = 0x5eed_0b17;
 mod tests {
     use super::*;
 
+    #[allow(clippy::cast_possible_wrap)] // Test indices are small.
     fn weight(bits: u32, signed: bool, layout: Layout, k: usize, n: usize, zp: bool) -> Weight {
         let (lo, hi) = if signed { (-(1i64 << (bits - 1)), (1 << (bits - 1)) - 1) } else { (0, (1 << bits) - 1) };
         let span = hi - lo + 1;

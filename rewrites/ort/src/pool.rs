@@ -63,7 +63,7 @@ impl GlobalPoolKernel {
     /// `Σx − zX·N` in the kernel's wrapping int32 arithmetic.
     pub fn accumulate(&self, codes: &[i64]) -> i64 {
         debug_assert_eq!(codes.len() as u64, self.n);
-        wrap_i32(codes.iter().sum::<i64>() - self.zx * self.n as i64)
+        wrap_i32(codes.iter().sum::<i64>() - self.zx * i64::try_from(self.n).expect("image size is below 2^24 (checked by new)"))
     }
 
     /// `MlasRequantizeOutput` of one accumulator (wrapped to int32 first, as the kernel holds it).
@@ -82,6 +82,8 @@ impl GlobalPoolKernel {
     }
 }
 
+// The model: the kernel's int32 accumulator wraps, and `as i32` is that two's-complement wrap.
+#[allow(clippy::cast_possible_truncation)]
 fn wrap_i32(v: i64) -> i64 {
     v as i32 as i64
 }
@@ -155,6 +157,9 @@ impl PoolGeometry {
     }
 
     /// Output size of one dimension (`PoolAttributes::ComputeOutputSize`, dilation 1).
+    // Called after `check()`, which bounds dims, kernel, strides and pads below 2^31: they fit
+    // i64, and so does ORT's float `ceil` of a quotient below 2^32 (`static_cast<int64_t>`).
+    #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)]
     fn output_size(&self, d: usize) -> i64 {
         let (n, k, s) = (self.input[d] as i64, self.kernel[d] as i64, self.strides[d] as i64);
         let (head, tail) = (self.pads[d] as i64, self.pads[d + self.input.len()] as i64);
@@ -168,6 +173,8 @@ impl PoolGeometry {
     }
 
     /// The clipped `[start, end)` input range of output `o` along dimension `d`.
+    // Called after `check()`, which bounds dims, kernel, strides and pads below 2^31.
+    #[allow(clippy::cast_possible_wrap)]
     fn span(&self, d: usize, o: i64) -> (i64, i64) {
         let start = o * self.strides[d] as i64 - self.pads[d] as i64;
         let end = (start + self.kernel[d] as i64).min(self.input[d] as i64);
@@ -207,6 +214,8 @@ pub struct Window {
     pub divisor: u64,
 }
 
+// Spans are clipped to `[0, dim)` and dims are below 2^31 (`check()`): every index fits usize.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn flat_indices(spans: &[(i64, i64)], dims: &[u64]) -> Vec<usize> {
     let mut out = vec![0usize];
     for (&(s, e), &n) in spans.iter().zip(dims) {
@@ -399,7 +408,7 @@ impl Fused<'_> {
     /// The output for `k` copies of `code` and the rest at the zero point, in the kernel's
     /// own (sequential) summation order.
     fn family(&self, code: i64, k: u64, p: &PoolParams, divisor: u64) -> i64 {
-        let acc = (code - p.x.zero_point) * k as i64;
+        let acc = (code - p.x.zero_point) * i64::try_from(k).expect("a window holds at most 2^32 inputs (PoolParams::check)");
         match self {
             Fused::Global(g) => g.requantize(acc),
             Fused::Float(f) => {
@@ -418,9 +427,9 @@ impl Fused<'_> {
 pub fn float_sum_is_exact(x: QParam, n: u64) -> bool {
     let Some(s) = Dyadic::from_f32(x.scale).filter(|s| !s.is_zero()) else { return false };
     let (lo, hi) = x.code.range();
-    let span = (lo - x.zero_point).abs().max(hi - x.zero_point) as u128;
+    let span = u128::from((lo - x.zero_point).abs().max(hi - x.zero_point).unsigned_abs());
     let units = span * n as u128 * s.mant.unsigned_abs();
-    units <= 1 << 24 && Dyadic::new(units as i128, s.exp).is_f32()
+    units <= 1 << 24 && Dyadic::new(i128::try_from(units).expect("units are at most 2^24 here"), s.exp).is_f32()
 }
 
 fn prove_class(p: &PoolParams, class: Class, contract: Contract, fused: &Fused, name: &str) -> Verdict {
@@ -435,7 +444,7 @@ fn prove_class(p: &PoolParams, class: Class, contract: Contract, fused: &Fused, 
 /// Reference and kernel as functions of `acc`, compared at every reachable accumulator.
 fn prove_over_accumulators(p: &PoolParams, class: Class, contract: Contract, fused: &Fused, name: &str) -> Verdict {
     let (lo, hi) = p.x.code.range();
-    let n = class.n as i64;
+    let n = i64::try_from(class.n).expect("a window holds at most 2^32 inputs (PoolParams::check)");
     let domain = [Domain::new("acc", (n * (lo - p.x.zero_point), n * (hi - p.x.zero_point)), 0)];
     // Under P2 (or for the integer kernel under `real`), `acc·sX` is the exact sum; it is an
     // f32 whenever the float path is exact.
@@ -476,14 +485,14 @@ fn prove_over_accumulators(p: &PoolParams, class: Class, contract: Contract, fus
 /// `sat(rne(acc·sX / (divisor·sY)) + zY)` exactly; `None` beyond i128.
 fn real_output(p: &PoolParams, acc: i64, divisor: u64) -> Option<i64> {
     let num = Dyadic::int(acc).checked_mul(Dyadic::from_f32(p.x.scale)?)?;
-    let den = Dyadic::int(divisor as i64).checked_mul(Dyadic::from_f32(p.y.scale)?)?;
+    let den = Dyadic::int(i64::try_from(divisor).ok()?).checked_mul(Dyadic::from_f32(p.y.scale)?)?;
     let (lo, hi) = p.y.code.range();
     Some(rne_quotient(num, den)?.saturate(p.y.zero_point, lo, hi))
 }
 
 fn exact_text(p: &PoolParams, acc: i64, divisor: u64) -> Option<String> {
     let num = Dyadic::int(acc).checked_mul(Dyadic::from_f32(p.x.scale)?)?;
-    let den = Dyadic::int(divisor as i64).checked_mul(Dyadic::from_f32(p.y.scale)?)?;
+    let den = Dyadic::int(i64::try_from(divisor).ok()?).checked_mul(Dyadic::from_f32(p.y.scale)?)?;
     Some(format!("acc·sX/(count·sY) = {}", ratio_text(num, den)?))
 }
 
@@ -492,7 +501,7 @@ fn exact_text(p: &PoolParams, acc: i64, divisor: u64) -> Option<String> {
 fn witness(x: QParam, n: u64, acc: i64) -> Vec<(String, i64)> {
     let (lo, hi) = x.code.range();
     let step = if acc >= 0 { hi - x.zero_point } else { lo - x.zero_point };
-    let (full, rest) = if step == 0 { (0, 0) } else { ((acc / step) as u64, acc % step) };
+    let (full, rest) = if step == 0 { (0, 0) } else { (u64::try_from(acc / step).expect("step has the sign of acc"), acc % step) };
     let mut out = Vec::new();
     if full > 0 {
         out.push((inputs_name(0, full), x.zero_point + step));
@@ -560,14 +569,14 @@ fn search_counterexample(p: &PoolParams, class: Class, contract: Contract, fused
             if contract == Contract::Real { "the kernel's float sum is not provably exact" } else { "the unfused float sum is not provably exact (P2 fails)" };
         return Verdict::Unknown { reason: format!("{detail}: {why} and none of {tried} order-independent inputs differs") };
     };
-    let acc = (code - zx) * k as i64;
+    let acc = (code - zx) * i64::try_from(k).expect("a window holds at most 2^32 inputs (PoolParams::check)");
     let mut inputs = vec![("acc".to_string(), acc), (inputs_name(0, k), code)];
     if k < class.n {
         inputs.push((inputs_name(k, class.n), zx));
     }
     Verdict::Refuted {
         counterexample: Counterexample { inputs, unfused, fused, exact: exact_text(p, acc, class.divisor), differing },
-        proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: start.elapsed().as_micros() as u64, detail },
+        proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: crate::elapsed_micros(start), detail },
     }
 }
 
@@ -576,12 +585,12 @@ fn search_counterexample(p: &PoolParams, class: Class, contract: Contract, fused
 /// `real`, always (the exact value).
 fn family_reference(p: &PoolParams, code: i64, k: u64, divisor: u64, contract: Contract) -> Option<i64> {
     match contract {
-        Contract::Real => real_output(p, (code - p.x.zero_point) * k as i64, divisor),
+        Contract::Real => real_output(p, (code - p.x.zero_point) * i64::try_from(k).ok()?, divisor),
         Contract::Exact => {
             let d = dequantize(code, p.x.scale, p.x.zero_point);
             let dd = Dyadic::from_f32(d)?;
             let units = dd.mant.unsigned_abs().checked_mul(k as u128)?;
-            if units > 1 << 24 || !Dyadic::new(units as i128, dd.exp).is_f32() {
+            if units > 1 << 24 || !Dyadic::new(i128::try_from(units).expect("units are at most 2^24 here"), dd.exp).is_f32() {
                 return None;
             }
             Some(quantize(k as f32 * d / divisor as f32, p.y.scale, p.y.zero_point, p.y.code))

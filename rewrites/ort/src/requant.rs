@@ -181,6 +181,8 @@ pub fn requantize(v: i32, multiplier: f32, zy: i64, code: CodeType, isa: Isa) ->
 }
 
 /// `maxps(f, qmin − zy)` returns its second operand for NaN; then `minps`, `cvtps2dq`, `+ zy`.
+// `clamped` is rounded inside the code range first: `as i64` is exact.
+#[allow(clippy::cast_possible_truncation)]
 fn requantize_x86(f: f32, zy: i64, lo: i64, hi: i64) -> i64 {
     let (min, max) = ((lo - zy) as f32, (hi - zy) as f32);
     let clamped = if f.is_nan() { min } else { f.max(min).min(max) };
@@ -188,6 +190,8 @@ fn requantize_x86(f: f32, zy: i64, lo: i64, hi: i64) -> i64 {
 }
 
 /// `fcvtns` (ties to even, saturating, NaN → 0), `sqxtn` to int16, `sqadd zy`, saturating narrow.
+// The model: `as i64` saturates, then the clamp to int32 is `fcvtns`'s saturation.
+#[allow(clippy::cast_possible_truncation)]
 fn requantize_neon(f: f32, zy: i64, lo: i64, hi: i64) -> i64 {
     let i32s = if f.is_nan() { 0 } else { (f.round_ties_even() as i64).clamp(i32::MIN as i64, i32::MAX as i64) };
     let i16s = |x: i64| x.clamp(i16::MIN as i64, i16::MAX as i64);
@@ -219,6 +223,8 @@ fn int16_excess(raw: i64) -> i64 {
 
 /// The accumulator (int32, wrapping) one output of channel `c` gets from the input codes `x`
 /// (ONNX weight order), as the ISA's kernel computes it.
+// The model: `as i32` is the kernel's wrapping int32 accumulator.
+#[allow(clippy::cast_possible_truncation)]
 pub fn accumulate(g: &GemmGroup, c: usize, x: &[i64], isa: Isa) -> i32 {
     let (w, zx, zw) = (&g.weights[c], g.x.zero_point, g.w_zero_point(c));
     let exact: i64 = x.iter().zip(w).map(|(&a, &b)| (a - zx) * (b - zw)).sum();
@@ -261,6 +267,8 @@ impl<'a> OneHotPairs<'a> {
     }
 
     /// The kernel's accumulator for `x[k] = xk` and the zero point elsewhere.
+    // The model: `as i32` is the kernel's wrapping int32 accumulator.
+    #[allow(clippy::cast_possible_truncation)]
     fn accumulate(&self, k: usize, xk: i64) -> i32 {
         let pair = |a: i64| a * self.w[k] + self.partner[k].map_or(0, |j| self.zx * self.w[j]);
         let excess = self.base - int16_excess(pair(self.zx)) + int16_excess(pair(xk));
@@ -328,7 +336,7 @@ pub fn prove(g: &GemmGroup, isa: Isa, contract: Contract) -> Verdict {
         contract,
         g.channels()
     );
-    Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: start.elapsed().as_micros() as u64, detail } }
+    Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: crate::elapsed_micros(start), detail } }
 }
 
 /// How often the fused kernel and a non-deterministic float path can disagree: the reachable
@@ -412,6 +420,8 @@ impl Line {
     /// `(near, reachable)`: multiples of `step` in `[lo, hi]`, and those within `delta` of a
     /// boundary between two unsaturated codes.
     pub(crate) fn count_near(&self, (lo, hi): (i64, i64), step: i64, delta: f64) -> (u64, u64) {
+        // `first` and `last` are integral and `last ≥ first`: the count is exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let multiples = |a: f64, b: f64| -> u64 {
             let (a, b) = (a.max(lo as f64), b.min(hi as f64));
             let (first, last) = ((a / step as f64).ceil(), (b / step as f64).floor());
@@ -649,6 +659,7 @@ impl Numerator {
 
     /// The value at `acc` as an f32, exact when P2 holds (then `|a·acc + b| ≤ 2^24` and `2^exp`
     /// is normal, so the f64 product and the conversion are exact).
+    #[allow(clippy::cast_possible_truncation)] // Exact under P2 (above); otherwise f32 rounding is the value meant.
     fn f32_at(&self, acc: i64) -> f32 {
         ((self.a * acc as i128 + self.b) as f64 * 2f64.powi(self.exp)) as f32
     }
@@ -729,6 +740,8 @@ impl<'a> Channel<'a> {
     }
 
     /// The fused kernel on an accumulator that it computed exactly.
+    // The model: the kernel adds the bias in int32 (`new` refuses channels where that wraps).
+    #[allow(clippy::cast_possible_truncation)]
     fn kernel(&self, acc: i64) -> i64 {
         requantize((acc + self.bias) as i32, self.m, self.y().zero_point, self.y().code, self.isa)
     }
@@ -751,7 +764,7 @@ impl<'a> Channel<'a> {
     fn real_reference(&self, acc: i64) -> i64 {
         let (y, (lo, hi)) = (self.y(), self.y().code.range());
         if let Some(v) = self.real_form.and_then(|f| f.round(acc)) {
-            return (v + y.zero_point as i128).clamp(lo as i128, hi as i128) as i64;
+            return i64::try_from((v + i128::from(y.zero_point)).clamp(i128::from(lo), i128::from(hi))).expect("clamped to the code range");
         }
         // Beyond i128 the quotient saturates: only its sign matters.
         let negative = (acc < 0) ^ (self.unit.mant < 0) ^ (y.scale < 0.0);
@@ -790,6 +803,8 @@ impl<'a> Channel<'a> {
     }
 
     /// The kernel's output for one concrete input vector, modelling the ISA's accumulation.
+    // The model: ORT's bias is an int32 tensor, added to the int32 accumulator with wrap.
+    #[allow(clippy::cast_possible_truncation)]
     fn kernel_on(&self, x: &[i64]) -> i64 {
         let acc = accumulate(self.g, self.c, x, self.isa);
         requantize(acc.wrapping_add(self.bias as i32), self.m, self.y().zero_point, self.y().code, self.isa)
@@ -809,7 +824,11 @@ impl<'a> Channel<'a> {
 
     fn counterexample(&self, acc: i64, x: &[i64], (unfused, fused): (i64, i64), differing: u64) -> Counterexample {
         let default = self.u.0.max(0).min(self.u.1) + self.g.x.zero_point;
-        let mut inputs = vec![("channel".to_string(), self.c as i64), ("acc".to_string(), acc), ("x[*]".to_string(), default)];
+        let mut inputs = vec![
+            ("channel".to_string(), i64::try_from(self.c).expect("a channel index is a slice index, below i64::MAX")),
+            ("acc".to_string(), acc),
+            ("x[*]".to_string(), default),
+        ];
         inputs.extend(x.iter().enumerate().filter(|&(_, &v)| v != default).map(|(k, &v)| (format!("x[{k}]"), v)));
         let exact = self.value(acc).zip(Dyadic::from_f32(self.y().scale)).map(|(v, s)| rational_text(v, s));
         Counterexample { inputs, unfused, fused, exact, differing }
@@ -821,6 +840,8 @@ impl<'a> Channel<'a> {
     /// Searches those inputs for a difference.
     /// Every candidate is a few float operations: the dequantized activations are tabulated once,
     /// and the kernel's accumulator of a one-hot input needs no input vector.
+    // The model: ORT's bias is an int32 tensor, added to the int32 accumulator with wrap.
+    #[allow(clippy::cast_possible_truncation)]
     fn single_term_witness(&self) -> Option<Failure> {
         let (g, y) = (self.g, self.y());
         if self.u.0 > 0 || self.u.1 < 0 || g.alpha() != 1.0 {
@@ -905,6 +926,9 @@ impl<'a> Channel<'a> {
     /// When `[q − δ, q + δ]` (widened for the f64 evaluation of `q`) rounds to one code, that code
     /// is the output of every order; otherwise `None`. Subnormal scale products are left out (the
     /// relative bound does not cover underflow).
+    // The rounded value saturates into i64 and is then clamped to the code range: nothing the
+    // clamp keeps is lost.
+    #[allow(clippy::cast_possible_truncation)]
     fn bounded_reference(&self, x: &[i64], acc: i64) -> Option<i64> {
         let unit = self.unit.to_f64_lossy().abs();
         if unit < f64::from(f32::MIN_POSITIVE) * 2f64.powi(24) {
@@ -958,6 +982,8 @@ impl<'a> Channel<'a> {
 
     /// The f32 values nearest the exact ratio `unit/sy`, nearest first: the f64 quotient (off by
     /// one rounding) and its neighbours, normal and of the ratio's sign.
+    // The f32 nearest the exact ratio: rounding is what this cast is for.
+    #[allow(clippy::cast_possible_truncation)]
     fn multiplier_candidates(&self) -> impl Iterator<Item = f32> {
         let nearest = (self.unit.to_f64_lossy() / self.sy.to_f64_lossy()) as f32;
         let steps = std::iter::once(0).chain((1..=NEIGHBOURS).flat_map(|i| [i, -i]));
@@ -969,6 +995,8 @@ impl<'a> Channel<'a> {
     /// P3 for ORT's kernel with multiplier `m` (the channel's accumulation, bias codes and
     /// output parameters) against the `real` reference, stopping at the first difference. Both
     /// are monotone in the direction of `m`'s sign, which is the ratio's.
+    // The model: the kernel adds the bias in int32 (`new` refuses channels where that wraps).
+    #[allow(clippy::cast_possible_truncation)]
     fn agrees_with(&self, m: f32) -> Result<u64, String> {
         let (lo, hi) = (div_ceil(self.acc.0, self.step), self.acc.1.div_euclid(self.step));
         let y = self.y();
@@ -1093,7 +1121,7 @@ pub fn synthesize(g: &GemmGroup, isas: &[Isa]) -> Result<Synthesis, String> {
         w_scales.push(m);
         points.iter_mut().zip(counts).for_each(|(total, n)| *total += n);
     }
-    let micros = start.elapsed().as_micros() as u64;
+    let micros = crate::elapsed_micros(start);
     let alpha = if matches!(g.kind, GemmKind::Gemm { .. }) { ", alpha = 1" } else { "" };
     let bits: Vec<String> = w_scales.iter().map(|m| format!("0x{:08x}", m.to_bits())).collect();
     let proofs = isas
@@ -1192,6 +1220,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn the_multiplier_multiplies_then_divides_in_f32() {
         let (sx, sw, sy) = (0.1f32, 0.3f32, 0.7f32);
         let m = output_multiplier(GemmKind::MatMul, sx, sw, sy);
@@ -1255,6 +1284,7 @@ mod tests {
     }
 
     /// Power-of-two scales: P2 holds, and M = sx·sw/sy exactly.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn exact_conv(weights: Vec<Vec<i64>>) -> GemmGroup {
         let c = weights.len();
         let sx = 2f32.powi(-7);
@@ -1264,6 +1294,7 @@ mod tests {
         GemmGroup::new(GemmKind::Conv { kernel_size: 9, groups: 1 }, u8q(sx, 128), I8, weights, sw, vec![0], u8q(2f32.powi(-3), 128)).with_bias(bias)
     }
 
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn weights(c: usize, k: usize, max: i64) -> Vec<Vec<i64>> {
         (0..c).map(|i| (0..k).map(|j| ((i * 131 + j * 71) as i64 % (2 * max + 1)) - max).collect()).collect()
     }
@@ -1280,6 +1311,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn a_pair_overflow_is_refuted_on_avx2_with_a_concrete_input() {
         // Channel 1 pairs w[0] (input channel 0) with w[9] (input channel 1): 255·(127 + 120) > 32767.
         let mut w = weights(2, 18, 60);
@@ -1300,6 +1332,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn a_pair_overflow_is_refuted_on_avx2_without_p2_where_every_float_order_agrees() {
         // 24-bit scales: P2 fails, so the unfused output is pinned only by the float path's
         // error bound; the witness must be an input where every order gives one code. Codes
@@ -1351,6 +1384,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn a_float_bias_ort_made_into_codes_is_judged_against_the_float() {
         use crate::weight_bias::quantized_bias;
         // QGemm, K = 2, one column: x·2^-4 (zero point 128), w·2^-3, y·2^-2; ORT's bias scale is 2^-7.
@@ -1406,6 +1440,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn exact_contract_without_p2_is_refuted_by_a_single_product_or_unknown() {
         // Generic scales: P2 fails. One input with a single nonzero product has a unique float
         // value, Q(fl(DQ(11)·DQ(−33))) = 208, where the kernel gives 209 (found by search).
@@ -1518,6 +1553,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)] // Small test values.
     fn near_boundary_is_counted_only_where_p2_fails() {
         // Power-of-two scales: the float path is exact, nothing to count.
         assert_eq!(near_boundary(&matmul(2f32.powi(-5), vec![vec![3, -7, 5]], vec![2f32.powi(-6)], 2f32.powi(-2))), None);

@@ -260,6 +260,8 @@ fn floats(dt: DataType, payload: &Payload<'_>) -> Option<Vec<f32>> {
     }
     let halves: Vec<u16> = match payload {
         Payload::Raw(b) => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+        // ONNX stores each float16's bits in the low 16 bits of an int32_data entry.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Payload::Typed(t) => t.int32_data.iter().map(|&x| x as u16).collect(),
     };
     match dt {
@@ -387,9 +389,9 @@ fn constant_node_value(n: &NodeProto) -> Option<Const<'_>> {
     match attr.name.as_deref()? {
         "value" => Const::tensor(attr.t.as_ref()?),
         "value_float" => Some(Const::floats(vec![], vec![attr.f?])),
-        "value_floats" => Some(Const::floats(vec![attr.floats.len() as i64], attr.floats.clone())),
+        "value_floats" => Some(Const::floats(vec![i64::try_from(attr.floats.len()).ok()?], attr.floats.clone())),
         "value_int" => Some(Const::ints(DataType::Int64, vec![], vec![attr.i?])),
-        "value_ints" => Some(Const::ints(DataType::Int64, vec![attr.ints.len() as i64], attr.ints.clone())),
+        "value_ints" => Some(Const::ints(DataType::Int64, vec![i64::try_from(attr.ints.len()).ok()?], attr.ints.clone())),
         _ => None,
     }
 }
@@ -653,7 +655,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         match n.op.as_str() {
             "QuantizeLinear" => self.q_type(p),
             "DequantizeLinear" => n.input(1).and_then(|s| self.dtype(s)),
-            "Cast" => DataType::try_from(n.attr_i("to", 0) as i32).ok(),
+            "Cast" => i32::try_from(n.attr_i("to", 0)).ok().and_then(|t| DataType::try_from(t).ok()),
             _ => self.scope.dtype(name),
         }
     }
@@ -665,7 +667,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
             Some(zp) => self.dtype(zp),
             None => match n.attr_i("output_dtype", 0) {
                 0 => Some(DataType::Uint8),
-                dt => DataType::try_from(dt as i32).ok(),
+                dt => i32::try_from(dt).ok().and_then(|dt| DataType::try_from(dt).ok()),
             },
         }
     }
@@ -776,7 +778,7 @@ impl Work<'_, '_, '_> {
         let Some(zp) = n.input(2) else {
             let dt = match n.attr_i("output_dtype", 0) {
                 0 => DataType::Uint8,
-                dt => DataType::try_from(dt as i32).ok()?,
+                dt => DataType::try_from(i32::try_from(dt).ok()?).ok()?,
             };
             return Some((scale, 0, dt));
         };
@@ -812,6 +814,8 @@ impl Work<'_, '_, '_> {
         // `static_cast<int32_t>(::rint(bound / scale)) + zp`: the cast of an out-of-range value is
         // undefined; x86 (cvttsd2si) yields INT_MIN, ARM64 (fcvtzs) saturates. So a Clip with no
         // max (FLT_MAX) is never redundant on x86 (checked on onnxruntime 1.31.1).
+        // `zp` is a code of the Q's 8/16-bit type, whole in int32; the wrapping add is ORT's.
+        #[allow(clippy::cast_possible_truncation)]
         let code = |bound: f32| rint_to_i32(bound / scale, self.isa).wrapping_add(zp as i32) as i64;
         code(min) <= lo && code(max) >= hi
     }
@@ -829,7 +833,7 @@ fn clip_witness((s, z, code): (f32, i64, CodeType), (min, max): (f32, f32), min_
     (unfused != fused).then(|| {
         let mut inputs = vec![("x (f32 bits)".to_string(), x.to_bits() as i64)];
         if channels > 1 {
-            inputs.insert(0, ("channel".to_string(), channel as i64));
+            inputs.insert(0, ("channel".to_string(), i64::try_from(channel).expect("a channel index is a slice index, below i64::MAX")));
         }
         // `differing` counts this one input: the float inputs that change are not enumerated.
         Counterexample { inputs, unfused, fused, exact: Some(format!("x = {x:e}, clipped to {clipped:e}")), differing: 1 }
@@ -860,6 +864,8 @@ fn range_8_16(dt: DataType) -> Option<(i64, i64)> {
 }
 
 /// `static_cast<int32_t>(rint(x))` as the CPU executes it.
+// The model: in range the cast is exact; out of range `as` saturates as ARM's fcvtzs does.
+#[allow(clippy::cast_possible_truncation)]
 fn rint_to_i32(x: f32, isa: Isa) -> i32 {
     let r = (x as f64).round_ties_even();
     let in_range = r >= i32::MIN as f64 && r <= i32::MAX as f64;
@@ -983,6 +989,8 @@ impl<'m> Work<'m, '_, '_> {
         let scale = (real_max - real_min) / (qmax - qmin) as f32;
         // std::round (ties away from zero), then a narrowing cast, undefined out of range: clamped
         // here, so the report shows a code of the type.
+        // Saturating (NaN → 0) and then clamped to the code range: what ORT leaves undefined.
+        #[allow(clippy::cast_possible_truncation)]
         let zp = ((qmin as f32) - real_min / scale).round() as i64;
         Some(Merged::New { scale, zp: zp.clamp(qmin, qmax), old: [(s1, z1), (s2, z2)] })
     }
@@ -1113,7 +1121,7 @@ impl<'m> Work<'m, '_, '_> {
         let mut axis = d.attr_i("axis", 1);
         if axis < 0 {
             let rank = d.input(0).and_then(|w| self.constant(w, true).map(|c| c.dims.len()).or_else(|| self.scope.declared_dims(w).map(|v| v.len())))?;
-            axis += rank as i64;
+            axis += i64::try_from(rank).ok()?;
         }
         let n = &self.nodes[id];
         let expected = match n.op.as_str() {
@@ -1195,7 +1203,7 @@ impl<'m> Work<'m, '_, '_> {
             // Mul(x_scale, w_scale), constant-folded: one f32 product per weight channel.
             let x_scale = self.nodes[plan.dq0].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model));
             let scale = match (x_scale, weight_scale) {
-                (Some(x), Some(w)) => Const::floats(vec![w.len() as i64], w.iter().map(|&w| x * w).collect()),
+                (Some(x), Some(w)) => Const::floats(vec![i64::try_from(w.len()).expect("a tensor's length fits i64")], w.iter().map(|&w| x * w).collect()),
                 _ => Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
             };
             let scale = self.create_const("bias_scale", scale);
@@ -1619,7 +1627,10 @@ fn int8_weight_params(w: &[f32]) -> (f32, i64) {
     let hi = w.iter().fold(0f32, |m, &v| if m < v { v } else { m });
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zp = (-128.0 - lo / scale).clamp(-128.0, 127.0).round_ties_even();
-    (scale, zp as i64)
+    // `zp` is integral and clamped to int8 first: the cast is exact.
+    #[allow(clippy::cast_possible_truncation)]
+    let zp = zp as i64;
+    (scale, zp)
 }
 
 fn hex(v: f32) -> String {
@@ -2367,6 +2378,8 @@ pub(crate) mod testing {
     }
 
     /// An integer tensor of any width, packed as ONNX stores it (4-bit: low nibble first).
+    // Encoding: each value's low bytes (low nibble for 4-bit) in two's complement, as ONNX stores it.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn ints(name: &str, dt: DataType, dims: &[i64], vals: &[i64]) -> TensorProto {
         use DataType::*;
         let raw: Vec<u8> = match dt {
@@ -2862,6 +2875,7 @@ mod tests {
     }
 
     /// x(f32[2, 32]) → MatMul(DQ(w int4 [32, 8] blocked by `block` on axis 0)) → y.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Small test sizes.
     fn nbits(block: i64, shared: bool) -> G {
         let blocks = 32 / block;
         let g = G::new(21).typed_input("x", DataType::Float, &[2, 32]).output("y");
@@ -2962,6 +2976,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // The witness holds an f32's bits.
     fn inexact_relu_and_clip_removals_carry_an_input_that_changes() {
         // s < 0: Relu(x) then Q gives the zero point for x < 0; Q alone gives the top code.
         let l = activation_before_q(node("Relu", &["c"], &["r"]), "sneg", "z").load();
@@ -2980,6 +2995,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // The witness holds an f32's bits.
     fn double_qdq_pairs_keep_or_recompute_parameters() {
         let chain = |s2: &str| G::new(21).params().init(scalar("s2", 0.2)).input("x").output("y").qdq("x", "s", "z", "d1").qdq("d1", s2, "z", "y");
         assert_eq!(rewritten(&chain("s").load()), vec![("DoubleQDQPairsRemover", true)]);

@@ -56,6 +56,9 @@ impl SoftmaxOutput {
 }
 
 impl SoftmaxKernel {
+    // `i` runs over 0..256: `as u8` is the code's byte (int8 codes two's complement, as ORT
+    // indexes its table); the f64 `exp` is stored in ORT's float table, rounded as C does.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn new(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Result<SoftmaxKernel, String> {
         if !matches!(y.code, CodeType::U8 | CodeType::I8) || x.code != y.code {
             return Err("QLinearSoftmax takes one 8-bit type for input and output".to_string());
@@ -77,6 +80,8 @@ impl SoftmaxKernel {
     }
 
     /// The table entry of code `x` in a row whose maximum is `xmax`.
+    // `x <= xmax` are codes of the 8-bit type: the index is 0..=255 (int8 through ORT's uint8 wrap).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn entry(&self, x: i64, xmax: i64) -> f32 {
         let index = match self.y.code {
             CodeType::I8 => (127 - xmax + x) as u8 as usize,
@@ -95,6 +100,8 @@ impl SoftmaxKernel {
         Some(codes.iter().map(|&x| self.output(self.entry(x, xmax), vsum)).collect())
     }
 
+    // `zy` is an 8-bit zero point (ORT reads it as one byte): the int32/uint32 casts keep it whole.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
     fn output(&self, vt: f32, vsum: f32) -> SoftmaxOutput {
         let pre_round = vt * self.y_scale / vsum;
         let r = pre_round.round_ties_even();
@@ -118,6 +125,8 @@ impl SoftmaxKernel {
 
     /// `static_cast<uint32_t>(float)`: x86 converts through int64 and keeps the low 32 bits;
     /// ARM's `fcvtzu` saturates.
+    // These casts are the model: Rust's saturating `as` is `fcvtzu`; in range, x86's via int64 low bits.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn cast_u32(&self, v: f32) -> u32 {
         if self.arm {
             v as u32
@@ -131,6 +140,9 @@ impl SoftmaxKernel {
 
 /// The real softmax of a row `[first, rest × (d − 1)]` at its two positions, quantized:
 /// `(p/sY, code)`, from exact DQ differences and `exp` in f64.
+// The rounded quotient saturates into i64 and is then clamped to the code range: the cast loses
+// nothing the clamp keeps.
+#[allow(clippy::cast_possible_truncation)]
 fn real_pattern(x: QParam, y: QParam, first: i64, rest: i64, d: usize) -> [(f64, i64); 2] {
     let xmax = first.max(rest);
     let e = |c: i64| ((c - xmax) as f64 * x.scale as f64).exp();
@@ -213,7 +225,7 @@ pub fn prove(x: QParam, y: QParam, reduce_len: usize, isa: Isa) -> Verdict {
             let exact = format!("y[{i}]: p/sY ≈ {real:.6} (real softmax; fused {:.6} before rounding)", fused.pre_round);
             Verdict::Refuted {
                 counterexample: Counterexample { inputs, unfused, fused: fused.code, exact: Some(exact), differing },
-                proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: start.elapsed().as_micros() as u64, detail },
+                proof: Certificate { method: Method::P1Exhaustive, domain: tried, micros: crate::elapsed_micros(start), detail },
             }
         }
     }

@@ -40,6 +40,8 @@ pub fn bias_scale(sx: f32, sw: f32) -> f32 {
 }
 
 /// `Cast(Round(Div(b, s)), int32)`, or why ORT's Cast has no defined result.
+// `q` is integral (rounded) and checked finite and inside int32 first: `as i64` is exact.
+#[allow(clippy::cast_possible_truncation)]
 pub fn bias_code(b: f32, s: f32) -> Result<i64, String> {
     let q = (b / s).round_ties_even();
     if !q.is_finite() || q < i32::MIN as f32 || q >= -(i32::MIN as f32) {
@@ -111,9 +113,7 @@ pub fn prove(p: &FloatPath, contract: Contract) -> Verdict {
     if changed.is_empty() {
         let detail =
             format!("WeightBiasQuantization: every one of {channels} bias values is round(b/fl(sx·sw))·fl(sx·sw) itself; the float path reads the same values");
-        return Verdict::Exact {
-            proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: start.elapsed().as_micros() as u64, detail },
-        };
+        return Verdict::Exact { proof: Certificate { method: Method::P1Exhaustive, domain: channels as u64, micros: crate::elapsed_micros(start), detail } };
     }
     let mut points = 0u64;
     for &c in &changed {
@@ -124,7 +124,7 @@ pub fn prove(p: &FloatPath, contract: Contract) -> Verdict {
                 "WeightBiasQuantization: channel {c}'s bias {:e} becomes {:e} (code {} at scale fl(sx·sw)); inputs with one nonzero product searched, where every summation order gives one code",
                 p.bias[c], rounded[c], quantized.codes[c]
             );
-            let proof = Certificate { method: Method::P1Exhaustive, domain: points, micros: start.elapsed().as_micros() as u64, detail };
+            let proof = Certificate { method: Method::P1Exhaustive, domain: points, micros: crate::elapsed_micros(start), detail };
             return Verdict::Refuted { counterexample: Counterexample { differing, ..cx }, proof };
         }
     }
@@ -228,7 +228,11 @@ fn one_hot_witness(p: &FloatPath, c: usize, rounded: f32, contract: Contract) ->
             }
             differing += 1;
             if best.as_ref().is_none_or(|(_, a)| (acc.unsigned_abs(), acc < 0) < (a.unsigned_abs(), *a < 0)) {
-                let mut inputs = vec![("channel".to_string(), c as i64), ("acc".to_string(), acc), ("x[*]".to_string(), zx)];
+                let mut inputs = vec![
+                    ("channel".to_string(), i64::try_from(c).expect("a channel index is a slice index, below i64::MAX")),
+                    ("acc".to_string(), acc),
+                    ("x[*]".to_string(), zx),
+                ];
                 if xk != zx {
                     inputs.push((format!("x[{k}]"), xk));
                 }
