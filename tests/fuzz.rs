@@ -233,9 +233,14 @@ fn mutants_never_panic_or_hang() {
     let first: u64 = std::env::var("QDQC_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let start = Instant::now();
     let failures_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-failures");
-    // Panics are caught and reported below; the default hook would print each one's backtrace.
+    // A case's panic is caught and reported below (the default hook would print each one's
+    // backtrace); a panic of the harness itself, on this test's thread, is still printed.
     let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    std::panic::set_hook(Box::new(|info| {
+        if std::thread::current().name().is_some_and(|n| n.contains("mutants_never_panic_or_hang")) {
+            eprintln!("fuzz harness: {info}");
+        }
+    }));
     let (mut run, mut refused, mut failures) = (0u64, 0u64, Vec::new());
     for seed in first.. {
         let done = match seconds {
