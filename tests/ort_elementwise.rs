@@ -626,15 +626,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
         case.refutation = Some((last, c));
         cases.push(case);
     }
-    let geom = PoolGeometry {
-        input: vec![5, 5],
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        pads: vec![1; 4],
-        dilations: vec![1, 1],
-        ceil_mode: false,
-        count_include_pad: false,
-    };
+    let geom = common::pool_geometry_5x5();
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
     let c = pool::prove_average_pool(&params, &geom, common::host_isa(), Contract::Exact).counterexample().cloned().expect("a refutation");
     let codes = qdqc_ort::pool::counterexample_window(&c);

@@ -22,7 +22,6 @@ use qdqc::{CompileOptions, CompileReport, Contract, Isa};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Counterexample, QParam};
 use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
-use qdqc_ort::pool::PoolGeometry;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -500,19 +499,6 @@ fn global_average_pool_without_a_static_shape_is_unknown() {
     assert_eq!(ops, op_types(&m));
 }
 
-/// 3×3 windows, stride 1, pad 1, padding excluded, over 5×5 images: windows of 4, 6 and 9.
-fn geometry() -> PoolGeometry {
-    PoolGeometry {
-        input: vec![5, 5],
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        pads: vec![1; 4],
-        dilations: vec![1, 1],
-        ceil_mode: false,
-        count_include_pad: false,
-    }
-}
-
 /// Random channels, the three constant ones, and one channel for a counterexample.
 const POOL_CHANNELS: i64 = 36;
 
@@ -529,7 +515,7 @@ fn average_pool_model(p: &[QParam]) -> ModelProto {
 /// The first output whose window has the counterexample's size, and that window's inputs.
 fn counterexample_window(c: &Counterexample) -> (usize, Vec<usize>) {
     let size = qdqc_ort::pool::counterexample_window(c).len();
-    let windows = geometry().windows().unwrap();
+    let windows = pool_geometry_5x5().windows().unwrap();
     let (at, w) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == size).expect("a window of that size");
     (at, w.inputs.clone())
 }
