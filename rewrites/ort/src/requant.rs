@@ -389,8 +389,8 @@ pub fn near_boundary(g: &GemmGroup) -> Option<NearBoundary> {
         let sy = ch.sy.to_f64_lossy();
         let umax = ch.u.0.unsigned_abs().max(ch.u.1.unsigned_abs()) as f64;
         let unit = ch.unit.to_f64_lossy();
-        let sum = ch.d.iter().map(|&d| umax * d.unsigned_abs() as f64).sum::<f64>() * unit.abs() + ch.bias_value.to_f64_lossy().abs();
-        let delta = gamma(ch.d.len() + 5) * sum / sy.abs();
+        let products = ch.d.iter().map(|&d| umax * d.unsigned_abs() as f64).sum::<f64>() * unit.abs();
+        let delta = ch.float_path_error(products);
         let line = Line { slope: unit / sy, offset: ch.bias_value.to_f64_lossy() / sy, zy: g.y.zero_point, codes: g.y.code.range() };
         let (near, reachable) = line.count_near(ch.acc, ch.step, delta);
         out.accumulators += near;
@@ -919,6 +919,12 @@ impl<'a> Channel<'a> {
         Failure::Unknown(format!("{why}; no input found where the output changes"))
     }
 
+    /// The float path's error bound on `q = value/sy`, in output steps, for products whose
+    /// magnitudes sum to `products`: `γ_{K+5}·(products + |b·sb|)/|sy|` ([`near_boundary`]).
+    fn float_path_error(&self, products: f64) -> f64 {
+        gamma(self.d.len() + 5) * (products + self.bias_value.to_f64_lossy().abs()) / self.sy.to_f64_lossy().abs()
+    }
+
     /// The unfused output code for input `x` (accumulator `acc`) when P2 fails, if every
     /// evaluation order gives it: the float path computes `q = value/sy` with K + 5 roundings
     /// (as in [`near_boundary`]), so it lies within `δ = γ_{K+5}·S_x/|sy|` of the exact `q`, where
@@ -938,7 +944,7 @@ impl<'a> Channel<'a> {
         let magnitude: f64 = x.iter().zip(&self.d).map(|(&xk, &dk)| ((xk - zx) * dk).unsigned_abs() as f64).sum::<f64>() * unit;
         let sy = self.sy.to_f64_lossy();
         let q = self.value(acc)?.to_f64_lossy() / sy;
-        let delta = gamma(self.d.len() + 5) * (magnitude + self.bias_value.to_f64_lossy().abs()) / sy.abs();
+        let delta = self.float_path_error(magnitude);
         let slack = delta + (q.abs() + 1.0) * 2f64.powi(-40);
         let y = self.y();
         let (lo, hi) = y.code.range();
