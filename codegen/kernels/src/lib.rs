@@ -12,6 +12,7 @@
 //! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
 //! instances of safe code, each block with its safety argument.
 
+pub mod codes;
 pub mod conv;
 pub mod gemm;
 mod isa;
