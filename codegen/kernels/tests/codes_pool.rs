@@ -66,8 +66,11 @@ fn random_case(rng: &mut Rng) -> Case {
     Case { shape, p }
 }
 
-/// Every output of the case by the definition: (input taps as flat indices, include-pad count).
-fn reference_windows(c: &Case) -> Option<(Vec<usize>, Vec<(Vec<usize>, i128)>)> {
+/// One output's window: its input taps as flat indices, and its include-pad count.
+type Window = (Vec<usize>, i128);
+
+/// The output shape and every output's window, by the definition.
+fn reference_windows(c: &Case) -> Option<(Vec<usize>, Vec<Window>)> {
     let d = c.p.kernel.len();
     let mut outs = vec![];
     for a in 0..d {
