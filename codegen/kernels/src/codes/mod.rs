@@ -15,6 +15,7 @@
 
 pub mod binary;
 pub mod lut;
+pub mod movement;
 pub mod pool;
 pub mod qdq;
 mod rational;
