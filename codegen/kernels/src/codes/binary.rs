@@ -10,7 +10,7 @@
 //! | condition | why |
 //! |---|---|
 //! | every scale positive finite, zero points codes of their types | refused otherwise ([`CodesError`]) |
-//! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding ([`rne_clamped`]) |
+//! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
 //! | Add, exponent gap `g = p − q ≤ 91` between the terms `n1·2^p`, `n2·2^q` (over `my`) | `N = n1·2^g + n2`, `\|N\| < 2^124`, exact |
 //! | Add, `g > 91`, both terms nonzero: `n2` replaced by `sign(n2)` at exponent `p − 91` | below |
 //!

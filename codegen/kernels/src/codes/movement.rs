@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`pad`] | `i − pad_begin`; outside: constant, `edge` clamps, `reflect` mirrors without repeating the border (`pad ≤ n − 1`); negative pads crop | ONNX Pad |
 //! | [`resize_nearest`] | ONNX Runtime's f32 arithmetic: the coordinate transform, then the nearest mode, clamped to `0..n` | `upsamplebase.h` |
-//! | [`slice`] | `start + k·step`, starts/ends clamped as ONNX Slice | ONNX Slice |
+//! | [`slice()`] | `start + k·step`, starts/ends clamped as ONNX Slice | ONNX Slice |
 //! | [`gather`] | the indices (negative counts from the end) | ONNX Gather |
 
 use super::shape::{check_len, strides};
@@ -299,7 +299,7 @@ fn slice_maps(shape: &[usize], starts: &[i64], ends: &[i64], axes: &[i64], steps
     Ok(maps)
 }
 
-/// The output shape of [`slice`].
+/// The output shape of [`slice()`].
 pub fn slice_shape(shape: &[usize], starts: &[i64], ends: &[i64], axes: &[i64], steps: &[i64]) -> Result<Vec<usize>, CodesError> {
     Ok(slice_maps(shape, starts, ends, axes, steps)?.iter().map(Vec::len).collect())
 }

@@ -12,7 +12,7 @@
 //! `count` is the number of input taps, or with `count_include_pad` the taps inside the padded
 //! extent `[−pad_begin, in + pad_end)` (the ceil_mode overhang beyond the end pad never counts),
 //! per axis multiplied, as ONNX Runtime divides. A window with no input tap averages to 0 (code zy).
-//! The sum is exact in i64 and the rounding exact in i128 ([`rne_clamped`]: `|mx·Σ| < 2^24·255·count`,
+//! The sum is exact in i64 and the rounding exact in i128 (`rne_clamped`: `|mx·Σ| < 2^24·255·count`,
 //! denominator `my·count < 2^24·count`, both far inside its bounds for `count < 2^40`).
 
 use super::rational::{dyadic, rne_clamped};
