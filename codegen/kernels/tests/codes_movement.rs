@@ -103,10 +103,10 @@ fn pad_random() {
             continue;
         };
         let mut out = vec![0i8; numel(&out_shape)];
-        let reflect_ok = (0..r).all(|a| pads[a] < shape[a] as i64 && pads[a + r] < shape[a] as i64);
+        let reflect_ok = (0..r).all(|a| (0..shape[a] as i64).contains(&pads[a]) && (0..shape[a] as i64).contains(&pads[a + r]));
         let res = pad(&x, &shape, &pads, mode, &mut out);
         if mode == PadMode::Reflect && !reflect_ok {
-            assert!(res.is_err(), "reflect pads beyond n − 1 refused: {shape:?} {pads:?}");
+            assert!(res.is_err(), "reflect pads outside 0..n refused: {shape:?} {pads:?}");
             continue;
         }
         res.unwrap();
@@ -251,4 +251,33 @@ fn resize_matches_onnx_runtime() {
         cases += 1;
     }
     assert!(cases >= 100, "{cases} cases");
+}
+
+/// Pad cases from ONNX Runtime: constant (7), edge, reflect; negative pads crop.
+#[test]
+fn pad_matches_onnx_runtime() {
+    let mut r: &[u8] = include_bytes!("data/pad_ort.bin");
+    let mut cases = 0;
+    while !r.is_empty() {
+        let (mode, rank) = (r[0], r[1] as usize);
+        r = &r[2..];
+        let mut words = |n: usize| {
+            let v: Vec<u32> = r[..4 * n].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+            r = &r[4 * n..];
+            v
+        };
+        let shape: Vec<usize> = words(rank).iter().map(|&v| v as usize).collect();
+        let pads: Vec<i64> = words(2 * rank).iter().map(|&v| i64::from(v as i32)).collect();
+        let out_shape: Vec<usize> = words(rank).iter().map(|&v| v as usize).collect();
+        let (x, rest) = r.split_at(numel(&shape));
+        let (want, rest) = rest.split_at(numel(&out_shape));
+        r = rest;
+        let mode = [PadMode::Constant(7u8), PadMode::Edge, PadMode::Reflect][mode as usize];
+        assert_eq!(pad_shape(&shape, &pads).unwrap(), out_shape);
+        let mut got = vec![0u8; want.len()];
+        pad(x, &shape, &pads, mode, &mut got).unwrap();
+        assert_eq!(got, want, "{mode:?} {shape:?} pads {pads:?}");
+        cases += 1;
+    }
+    assert_eq!(cases, 120);
 }

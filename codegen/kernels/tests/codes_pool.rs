@@ -1,7 +1,8 @@
 //! Pooling on codes against a direct evaluation of the ONNX definition: windows enumerated tap by
 //! tap over the kernel, output sizes from the ceil/floor formula, the mean as an exact rational
 //! (i128 numerator and denominator, no float arithmetic), on random geometries (1-D to 3-D,
-//! strides, dilations, asymmetric pads, ceil_mode, both pad counts) and tie-prone scales.
+//! strides, dilations, asymmetric pads, ceil_mode, both pad counts) and tie-prone scales; MaxPool
+//! also against ONNX Runtime's own outputs (`data/maxpool_ort.bin`, see `movement_ort.py`).
 
 mod common;
 
@@ -207,4 +208,33 @@ fn refuses_bad_geometry() {
     assert!(average_pool(&[0u8; 4], &[1, 1, 4], &PoolParams::new(&[1]), true, Quant::new(0.0, 0), Quant::new(1.0, 0), &mut y).is_err(), "zero scale");
     let p = PoolParams { strides: vec![0], ..PoolParams::new(&[1]) };
     assert!(max_pool(&[0u8; 4], &[1, 1, 4], &p, &mut y).is_err(), "stride 0");
+}
+
+/// MaxPool cases from ONNX Runtime (u8 MaxPool, 1-3-D, strides, dilations, pads, ceil_mode).
+#[test]
+fn max_pool_matches_onnx_runtime() {
+    let mut r: &[u8] = include_bytes!("data/maxpool_ort.bin");
+    let mut cases = 0;
+    while !r.is_empty() {
+        let (d, ceil) = (r[0] as usize, r[1] == 1);
+        r = &r[2..];
+        let mut words = |n: usize| {
+            let v: Vec<usize> = r[..4 * n].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize).collect();
+            r = &r[4 * n..];
+            v
+        };
+        let shape = words(d + 2);
+        let (kernel, strides, dilations, pads) = (words(d), words(d), words(d), words(2 * d));
+        let out_shape = words(d + 2);
+        let p = PoolParams { kernel, strides, pads, dilations, ceil_mode: ceil };
+        let (x, rest) = r.split_at(numel(&shape));
+        let (want, rest) = rest.split_at(numel(&out_shape));
+        r = rest;
+        assert_eq!(pool_output_shape(&p, &shape).unwrap(), out_shape, "{p:?} on {shape:?}");
+        let mut got = vec![0u8; want.len()];
+        max_pool(x, &shape, &p, &mut got).unwrap();
+        assert_eq!(got, want, "{p:?} on {shape:?}");
+        cases += 1;
+    }
+    assert_eq!(cases, 150);
 }

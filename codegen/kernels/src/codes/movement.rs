@@ -8,7 +8,7 @@
 //!
 //! | op | index map along an axis | source |
 //! |---|---|---|
-//! | [`pad`] | `i − pad_begin`; outside: constant, `edge` clamps, `reflect` mirrors without repeating the border (`pad ≤ n − 1`); negative pads crop | ONNX Pad |
+//! | [`pad`] | `i − pad_begin`; outside: constant, `edge` clamps, `reflect` mirrors without repeating the border (`0 ≤ pad ≤ n − 1`); negative pads crop (not with reflect) | ONNX Pad |
 //! | [`resize_nearest`] | ONNX Runtime's f32 arithmetic: the coordinate transform, then the nearest mode, clamped to `0..n` | `upsamplebase.h` |
 //! | [`slice()`] | `start + k·step`, starts/ends clamped as ONNX Slice | ONNX Slice |
 //! | [`gather`] | the indices (negative counts from the end) | ONNX Gather |
@@ -136,8 +136,9 @@ fn pad_map<T>(n: usize, begin: i64, end: i64, mode: PadMode<T>, axis: usize) -> 
     if len < 0 {
         return shape_err(format!("Pad: pads ({begin}, {end}) remove more than axis {axis}'s {n}"));
     }
-    if matches!(mode, PadMode::Reflect) && (begin.max(end) > ni - 1) && begin.max(end) > 0 {
-        return shape_err(format!("Pad: reflect pads ({begin}, {end}) on axis {axis} of {n} (at most {})", ni - 1));
+    // Reflect with a crop on the same axis is ambiguous (crop first or mirror first?): refused.
+    if matches!(mode, PadMode::Reflect) && (begin.min(end) < 0 || (begin.max(end) > 0 && begin.max(end) > ni - 1)) {
+        return shape_err(format!("Pad: reflect pads ({begin}, {end}) on axis {axis} of {n} (0 to {})", ni - 1));
     }
     if matches!(mode, PadMode::Edge) && n == 0 && len > 0 {
         return shape_err(format!("Pad: edge padding of the empty axis {axis}"));
