@@ -238,3 +238,13 @@ fn max_pool_matches_onnx_runtime() {
     }
     assert_eq!(cases, 150);
 }
+
+#[test]
+fn absurd_attributes_are_refused_not_overflowed() {
+    let p = PoolParams { dilations: vec![usize::MAX], ..PoolParams::new(&[3]) };
+    assert!(pool_output_shape(&p, &[1, 1, 4]).is_err());
+    let p = PoolParams { pads: vec![usize::MAX, usize::MAX], ..PoolParams::new(&[3]) };
+    assert!(pool_output_shape(&p, &[1, 1, 4]).is_err(), "2^65 outputs");
+    let p = PoolParams { kernel: vec![usize::MAX], ..PoolParams::new(&[3]) };
+    assert!(pool_output_shape(&p, &[1, 1, 4]).is_err());
+}

@@ -43,8 +43,14 @@ impl PoolParams {
             && self.strides.len() == d
             && self.dilations.len() == d
             && self.pads.len() == 2 * d
-            && self.kernel.iter().chain(&self.strides).chain(&self.dilations).all(|&v| v >= 1);
-        if ok { Ok(()) } else { shape_err(format!("pool: {self:?} on input shape {shape:?} (1 to 3 spatial axes, kernel/strides/dilations ≥ 1)")) }
+            && self.kernel.iter().chain(&self.strides).chain(&self.dilations).all(|&v| v >= 1)
+            // Every attribute below 2^31 keeps the window arithmetic inside i64.
+            && self.kernel.iter().chain(&self.strides).chain(&self.dilations).chain(&self.pads).all(|&v| v <= i32::MAX as usize);
+        if ok {
+            Ok(())
+        } else {
+            shape_err(format!("pool: {self:?} on input shape {shape:?} (1 to 3 spatial axes, kernel/strides/dilations 1 to 2^31 − 1, pads below 2^31)"))
+        }
     }
 }
 
@@ -54,8 +60,10 @@ pub fn pool_output_shape(p: &PoolParams, shape: &[usize]) -> Result<Vec<usize>, 
     let d = p.kernel.len();
     let mut out = shape[..2].to_vec();
     for a in 0..d {
-        let (inp, s, (pb, pe)) = (shape[a + 2], p.strides[a], (p.pads[a], p.pads[a + d]));
-        let span = p.dilations[a] * (p.kernel[a] - 1) + 1;
+        // u128: nothing overflows; output sizes beyond 2^31 are refused.
+        let w = |v: usize| v as u128;
+        let (inp, s, (pb, pe)) = (w(shape[a + 2]), w(p.strides[a]), (w(p.pads[a]), w(p.pads[a + d])));
+        let span = w(p.dilations[a]) * (w(p.kernel[a]) - 1) + 1;
         if inp + pb + pe < span {
             return shape_err(format!("pool: window of {span} wider than the padded axis {a} ({inp} + {pb} + {pe})"));
         }
@@ -65,6 +73,10 @@ pub fn pool_output_shape(p: &PoolParams, shape: &[usize]) -> Result<Vec<usize>, 
         if p.ceil_mode && (o - 1) * s >= inp + pb {
             o -= 1;
         }
+        if o > i32::MAX as u128 {
+            return shape_err(format!("pool: {o} outputs along axis {a}"));
+        }
+        let o = o as usize;
         out.push(o);
     }
     Ok(out)
