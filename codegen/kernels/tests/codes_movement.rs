@@ -281,3 +281,11 @@ fn pad_matches_onnx_runtime() {
     }
     assert_eq!(cases, 120);
 }
+
+#[test]
+fn absurd_sizes_are_refused_not_overflowed() {
+    assert_eq!(numel(&[usize::MAX, 2]), usize::MAX);
+    let mut out = [0u8; 4];
+    assert!(resize_nearest(&[0u8; 4], &[2, 2], ResizeTarget::Scales(&[1e30, 1e30]), CoordinateTransform::Asymmetric, NearestMode::Floor, &mut out).is_err());
+    assert!(pad(&[0u8; 4], &[2, 2], &[i64::MAX / 2, 0, i64::MAX / 2, 0], PadMode::Edge, &mut out).is_err());
+}

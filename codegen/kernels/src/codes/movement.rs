@@ -132,7 +132,9 @@ pub enum PadMode<T> {
 
 /// Pad's index map for one axis of length `n`.
 fn pad_map<T>(n: usize, begin: i64, end: i64, mode: PadMode<T>, axis: usize) -> Result<Vec<Option<usize>>, CodesError> {
-    let (ni, len) = (n as i64, n as i64 + begin + end);
+    // i128: pads near the i64 limits cannot overflow (the caller checked the total length).
+    let (ni, begin, end) = (n as i128, i128::from(begin), i128::from(end));
+    let len = ni + begin + end;
     if len < 0 {
         return shape_err(format!("Pad: pads ({begin}, {end}) remove more than axis {axis}'s {n}"));
     }
@@ -164,7 +166,7 @@ pub fn pad_shape(shape: &[usize], pads: &[i64]) -> Result<Vec<usize>, CodesError
     let r = shape.len();
     (0..r)
         .map(|a| {
-            let len = shape[a] as i64 + pads[a] + pads[a + r];
+            let len = shape[a] as i128 + i128::from(pads[a]) + i128::from(pads[a + r]);
             usize::try_from(len).or_else(|_| shape_err(format!("Pad: pads ({}, {}) remove more than axis {a}'s {}", pads[a], pads[a + r], shape[a])))
         })
         .collect()

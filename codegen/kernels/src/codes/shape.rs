@@ -2,9 +2,10 @@
 
 use super::{CodesError, shape_err};
 
-/// The number of elements of a shape (1 for a scalar).
+/// The number of elements of a shape (1 for a scalar); saturates at `usize::MAX`, a length no
+/// buffer has, so an absurd shape fails the length checks instead of overflowing.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX)
 }
 
 /// Row-major strides.
