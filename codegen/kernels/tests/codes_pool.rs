@@ -7,7 +7,7 @@
 mod common;
 
 use common::Rng;
-use qdqc_kernels::codes::pool::{PoolParams, average_pool, global_average_pool, max_pool, pool_output_shape};
+use qdqc_kernels::codes::pool::{PoolParams, average_pool, global_average_pool, max_pool, mean_exact, pool_output_shape};
 use qdqc_kernels::codes::{QCode, Quant, numel};
 
 fn as_fraction(s: f32) -> (i128, u32) {
@@ -247,4 +247,21 @@ fn absurd_attributes_are_refused_not_overflowed() {
     assert!(pool_output_shape(&p, &[1, 1, 4]).is_err(), "2^65 outputs");
     let p = PoolParams { kernel: vec![usize::MAX], ..PoolParams::new(&[3]) };
     assert!(pool_output_shape(&p, &[1, 1, 4]).is_err());
+}
+
+/// The per-window definition over sums and counts far beyond any window, ties included.
+#[test]
+fn mean_definition() {
+    let mut rng = Rng::new(9);
+    for &(sx, sy) in &SCALES {
+        for _ in 0..20_000 {
+            let bits = 1 + rng.below(40);
+            let count = 1 + rng.below(1 << bits) as usize;
+            let sum = (rng.below(511 * count as u64 + 1) as i64) - 255 * count as i64;
+            let (qx, qy) = (Quant::new(sx, 0), Quant::new(sy, -5));
+            let got: i8 = mean_exact::<u8, i8>(sum, count, qx, qy).unwrap();
+            assert_eq!(i32::from(got), mean_code::<i8>(i128::from(sum), count as i128, sx, sy, -5), "sum {sum} count {count}");
+        }
+    }
+    assert_eq!(mean_exact::<u8, u8>(0, 0, Quant::new(1.0, 0), Quant::new(1.0, 77)).unwrap(), 77);
 }

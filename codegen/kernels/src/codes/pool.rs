@@ -12,8 +12,7 @@
 //! `count` is the number of input taps, or with `count_include_pad` the taps inside the padded
 //! extent `[−pad_begin, in + pad_end)` (the ceil_mode overhang beyond the end pad never counts),
 //! per axis multiplied, as ONNX Runtime divides. A window with no input tap averages to 0 (code zy).
-//! The sum is exact in i64 and the rounding exact in i128 (`rne_clamped`: `|mx·Σ| < 2^24·255·count`,
-//! denominator `my·count < 2^24·count`, both far inside its bounds for `count < 2^40`).
+//! The sum is exact in i64 and the rounding exact in i128 ([`mean_exact`], the definition).
 
 use super::rational::{dyadic, rne_clamped};
 use super::shape::check_len;
@@ -168,7 +167,14 @@ impl Mean {
     }
 }
 
-/// Largest window count: keeps the sum and the denominator inside [`rne_clamped`]'s bounds.
+/// The definition [`average_pool`] and [`global_average_pool`] apply to each window (the function
+/// the proofs call): `sat(rne(sx·sum/(count·sy)) + zy)` with `sum = Σ(x − zx)`; count 0 gives zy.
+/// Exact for every i64 sum and usize count (`|mx·sum| < 2^87`, `my·count < 2^88`).
+pub fn mean_exact<X: QCode, Y: QCode>(sum: i64, count: usize, qx: Quant, qy: Quant) -> Result<Y, CodesError> {
+    Ok(Mean::new::<X, Y>(qx, qy)?.code(sum, count))
+}
+
+/// Largest window count: keeps the i64 window sum (at most 255·count) far from overflow.
 const MAX_COUNT: usize = 1 << 40;
 
 /// AveragePool on codes, requantized from `qx` to `qy` (see the module header).
