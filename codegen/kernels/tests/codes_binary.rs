@@ -53,7 +53,7 @@ fn exhaustive<A: QCode, B: QCode, Y: QCode>(sa: f32, sb: f32, sy: f32, za: i32, 
                 let want = (rne(num, den) + i128::from(zy)).clamp(i128::from(Y::MIN), i128::from(Y::MAX)) as i32;
                 let got = t.code(a, b).value();
                 assert_eq!(got, want, "{op:?} a={a:?} b={b:?} scales ({sa:e}, {sb:e}, {sy:e}) zps ({za}, {zb}, {zy})");
-                assert_eq!(binary_exact::<Y>(op, a.value(), qa, b.value(), qb, qy).unwrap().value(), want);
+                assert_eq!(binary_exact::<A, B, Y>(op, a, qa, b, qb, qy).unwrap().value(), want);
                 // An exact tie: twice the value is an odd integer.
                 if (2 * num) % den == 0 && (2 * num / den) % 2 != 0 {
                     ties += 1;

@@ -57,10 +57,11 @@ fn centred(op: BinaryOp, a: i32, b: i32, (ma, ea): Dyadic, (mb, eb): Dyadic, (my
     }
 }
 
-/// The definition: `y` for one pair of codes (see the module header), for output type `Y`.
-pub fn binary_exact<Y: QCode>(op: BinaryOp, a: i32, qa: Quant, b: i32, qb: Quant, qy: Quant) -> Result<Y, CodesError> {
-    let qy = qy.check::<Y>("output")?;
-    let r = centred(op, a - qa.zero_point, b - qb.zero_point, dyadic(qa.scale)?, dyadic(qb.scale)?, dyadic(qy.scale)?);
+/// The definition: `y` for one pair of codes (see the module header). The codes are typed, so
+/// `|a − za|, |b − zb| ≤ 255` and the header's bounds hold.
+pub fn binary_exact<A: QCode, B: QCode, Y: QCode>(op: BinaryOp, a: A, qa: Quant, b: B, qb: Quant, qy: Quant) -> Result<Y, CodesError> {
+    let (qa, qb, qy) = (qa.check::<A>("input A")?, qb.check::<B>("input B")?, qy.check::<Y>("output")?);
+    let r = centred(op, a.value() - qa.zero_point, b.value() - qb.zero_point, dyadic(qa.scale)?, dyadic(qb.scale)?, dyadic(qy.scale)?);
     Ok(Y::saturate((r + i128::from(qy.zero_point)) as i64))
 }
 
