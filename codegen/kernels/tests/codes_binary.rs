@@ -232,3 +232,28 @@ fn broadcasting() {
         }
     }
 }
+
+/// Subnormal scales (mantissas without the hidden bit, exponent −149), against integer ratios.
+#[test]
+fn subnormal_scales() {
+    let sub = |m: u32| f32::from_bits(m); // m·2^-149
+    for (ma, mb, my) in [(1u32, 1u32, 1u32), (2, 1, 3), (5, 7, 6), (1000, 3, 4096)] {
+        let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, Quant::new(sub(ma), 1), Quant::new(sub(mb), -2), Quant::new(sub(my), 3)).unwrap();
+        for a in -128i32..=127 {
+            for b in -128i32..=127 {
+                let num = i128::from(ma as i32 * (a - 1) + mb as i32 * (b + 2));
+                let want = (rne(num, i128::from(my)) + 3).clamp(-128, 127) as i32;
+                assert_eq!(i32::from(t.code(a as i8, b as i8)), want, "({ma}, {mb}, {my}) a={a} b={b}");
+            }
+        }
+    }
+    // Mul: 2^-75 · 2^-75 / (3·2^-149) = 1/6: ties at products 3, 9, 15, ...
+    let s = 2f32.powi(-75);
+    let t = Binary::<u8, u8, u8>::new(BinaryOp::Mul, Quant::new(s, 128), Quant::new(s, 128), Quant::new(sub(3), 128)).unwrap();
+    for a in 0i32..=255 {
+        for b in 0i32..=255 {
+            let want = (rne(i128::from((a - 128) * (b - 128)), 6) + 128).clamp(0, 255) as i32;
+            assert_eq!(i32::from(t.code(a as u8, b as u8)), want, "a={a} b={b}");
+        }
+    }
+}
