@@ -6,12 +6,15 @@
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
+//! - [`codes`]: ops on u8/i8 codes — Add/Mul, pooling, lookup tables, data movement,
+//!   QuantizeLinear/DequantizeLinear — correctly rounded where they requantize.
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
 //!
 //! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
 //! instances of safe code, each block with its safety argument.
 
+pub mod codes;
 pub mod conv;
 pub mod gemm;
 mod isa;
