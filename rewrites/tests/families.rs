@@ -23,6 +23,7 @@ use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
 use qdqc_ort::lut;
 use qdqc_ort::nbits::{AccuracyLevel, Packed};
 use qdqc_ort::pool::{self, GlobalPoolKernel, PoolParams};
+use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, column_channels, output_multiplier, requantize};
 use qdqc_rewrites::rules::{Allow, Decision, RuleOptions};
 use qdqc_rewrites::{Log, catalog};
 
@@ -264,9 +265,29 @@ fn binary(op: &str, p: [P; 3]) -> ModelProto {
 
 /// u8 x[3, 4] × i8 W[4, 2] (small weights, per tensor) → u8 y[3, 2].
 fn matmul(sx: f32, sw: f32, sy: f32) -> ModelProto {
-    let w: Vec<u8> = [3i8, -7, 12, 1, -5, 9, 2, -11].iter().map(|&v| v as u8).collect();
+    matmul_of([3, -7, 12, 1, -5, 9, 2, -11], sx, sw, sy)
+}
+
+/// [`matmul`] with these weights (row-major `[4, 2]`, zero point 0).
+fn matmul_of(w: [i8; 8], sx: f32, sw: f32, sy: f32) -> ModelProto {
+    let w: Vec<u8> = w.iter().map(|&v| v as u8).collect();
     let op = node("MatMul", &["dq_x", "dq_w"], &["r"]);
     group(&[("x", u8p(sx, 128), vec![3, 4])], &[("w", P(sw, 0, I8), vec![4, 2], w)], vec![op], u8p(sy, 128), &[3, 2])
+}
+
+/// Column 0 holds 127 and 120 in rows 0 and 1, one pair of x86-avx2's u8×s8 kernel:
+/// 255·127 + 255·120 leaves int16 there.
+const SATURATING: [i8; 8] = [127, -7, 120, 1, -5, 9, 2, -11];
+
+/// The activation scale (and zero point) of both operands of [`two_activations`].
+const ATTENTION: P = u8p(0.03125, 122);
+const K: i64 = 16;
+
+/// Attention's `Q·Kᵀ`: `Q(MatMul(DQ(a u8[1, 2, 4, K]), DQ(b u8[1, 2, K, 4])))`, both operands
+/// activations, output zero point 136.
+fn two_activations(sy: f32) -> ModelProto {
+    let inputs = [("a", ATTENTION, vec![1, 2, 4, K]), ("b", ATTENTION, vec![1, 2, K, 4])];
+    group(&inputs, &[], vec![node("MatMul", &["dq_a", "dq_b"], &["r"])], u8p(sy, 136), &[1, 2, 4, 4])
 }
 
 fn transpose(x: P, y: P) -> ModelProto {
@@ -475,6 +496,63 @@ fn window_reproduces(x: P, y: P) -> impl Fn(&Run) {
     }
 }
 
+/// The u8-weight form reads `w + 128` and zero point 128 at every element, and on the saturating
+/// pair's row every profile's kernel model accumulates the exact `Σ(x − zx)(w − zw)`.
+fn shifted_weights_match(run: &Run) {
+    let (dims, w) = run.constant("w/qdqc_u8");
+    assert_eq!(dims, [4, 2]);
+    assert!(w.iter().zip(SATURATING).all(|(&u, s)| i64::from(u) == i64::from(s) + 128), "{w:?}");
+    assert_eq!(run.constant("z_w/qdqc_u8").1, [128]);
+    let (x, y) = (qparam(u8p(2f32.powi(-7), 128)), qparam(u8p(2f32.powi(-3), 128)));
+    let weights = column_channels(&w.iter().map(|&u| i64::from(u)).collect::<Vec<_>>(), 4, 2);
+    let shifted = GemmGroup::new(GemmKind::MatMul, x, CodeType::U8, weights, vec![2f32.powi(-6)], vec![128], y);
+    let row = [255, 255, 0, 17];
+    let exact: i64 = row.iter().zip([127, 120, -5, 2]).map(|(&q, w)| (q - 128) * w).sum();
+    for isa in Isa::ALL {
+        assert_eq!(i64::from(accumulate(&shifted, 0, &row, isa)), exact, "{isa}");
+    }
+}
+
+/// The unfused `Q(Σ DQ(a)·DQ(b))` of two activation rows: every product and the sum are exact
+/// in f32 at 2^-5 scales (P2), so the sum is the accumulator times 2^-10.
+fn attention_reference(acc: i64, sy: f32) -> i64 {
+    quantize(acc as f32 * ATTENTION.0 * ATTENTION.0, sy, 136, CodeType::U8)
+}
+
+/// Every profile's requantization equals the unfused group at every accumulator `K` products of
+/// the two code ranges reach.
+fn every_accumulator_matches(sy: f32) -> impl Fn(&Run) {
+    move |_| {
+        let (lo, hi) = (-ATTENTION.1, 255 - ATTENTION.1);
+        let (pmin, pmax) = (lo * hi, (lo * lo).max(hi * hi));
+        let m = output_multiplier(GemmKind::MatMul, ATTENTION.0, ATTENTION.0, sy);
+        for isa in Isa::ALL {
+            for acc in K * pmin..=K * pmax {
+                assert_eq!(requantize(acc as i32, m, 136, CodeType::U8, isa), attention_reference(acc, sy), "{isa}: acc = {acc}");
+            }
+        }
+    }
+}
+
+/// Each counterexample's rows give its accumulator, its unfused code in f32 (summed in order)
+/// and its fused code in its profile's requantization.
+fn rows_reproduce(sy: f32) -> impl Fn(&Run) {
+    move |run| {
+        let m = output_multiplier(GemmKind::MatMul, ATTENTION.0, ATTENTION.0, sy);
+        for (isa, c) in run.counterexamples() {
+            let get = |n: &str| c.inputs.iter().find(|(m, _)| m == n).map(|(_, v)| *v);
+            let row = |name: &str| (0..K).map(|t| get(&format!("{name}[{t}]")).or(get(&format!("{name}[*]"))).expect("a code")).collect::<Vec<i64>>();
+            let (a, b) = (row("a"), row("b"));
+            let dq = |q: i64| dequantize(q, ATTENTION.0, ATTENTION.1);
+            let value: f32 = a.iter().zip(&b).map(|(&x, &w)| dq(x) * dq(w)).sum();
+            assert_eq!(quantize(value, sy, 136, CodeType::U8), c.unfused, "{isa}: {c}");
+            let acc: i64 = a.iter().zip(&b).map(|(x, w)| (x - ATTENTION.1) * (w - ATTENTION.1)).sum();
+            assert_eq!(Some(acc), get("acc"), "{isa}: {c}");
+            assert!(requantize(acc as i32, m, 136, CodeType::U8, isa) == c.fused && c.fused != c.unfused, "{isa}: {c}");
+        }
+    }
+}
+
 /// ONNX LeakyRelu in f32.
 fn leaky(v: f32) -> f32 {
     if v < 0.0 { 0.25 * v } else { v }
@@ -601,10 +679,19 @@ rule_test!(qlinear_mul_next_to_a_tie: binary("Mul", MUL_TIE) => "qlinear-mul" re
 // 24-bit scales fail P2: under `exact` the float path then has no unique value to match, and no
 // one-product input differs here, so the verdict is unknown (it never fires).
 rule_test!(qlinear_matmul_of_power_of_two_scales: matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul" fired);
-rule_test!(qlinear_matmul_of_24_bit_scales: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" refused "unknown");
+rule_test!(qlinear_matmul_of_24_bit_scales: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" refused "unknown", reason("P2: DQ of activations"));
+// u8_weights.rs (tried from gemm.rs): weights that saturate x86-avx2's u8×s8 pairs run as
+// uint8 weights on every profile; at 24-bit scales the shifted form is no more provable.
+rule_test!(qlinear_matmul_u8_weights_of_a_saturating_pair: matmul_of(SATURATING, 2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul-u8-weights" fired, shifted_weights_match);
+rule_test!(qlinear_matmul_u8_weights_of_24_bit_scales: matmul_of(SATURATING, 0.0123, 0.0071, 0.0456) => "qlinear-matmul-u8-weights" refused "unknown", reason("P2: DQ of activations: up to 128 × 825439·2^-26 needs more than 24 significant bits or leaves the normal range; uint8 weights"));
+// matmul_dynamic.rs (the `qlinear-matmul` rule with two activations): at 2^-5 scales and K = 16
+// the float sum is exact and sY = 2^-3 divides it exactly; sY = 0.3 puts some reachable
+// accumulator next to a tie.
+rule_test!(qlinear_matmul_of_two_activations: two_activations(0.125) => "qlinear-matmul" fired, every_accumulator_matches(0.125));
+rule_test!(qlinear_matmul_of_two_activations_with_a_generic_output_scale: two_activations(0.3) => "qlinear-matmul" refused "refuted", rows_reproduce(0.3));
 // drop.rs: data movement on codes needs bitwise-equal parameters on both sides.
 rule_test!(transpose_on_codes_with_equal_parameters: transpose(u8p(0.1, 128), u8p(0.1, 128)) => "on-codes-transpose-0" fired, every_code_round_trips(u8p(0.1, 128)));
-rule_test!(transpose_on_codes_with_a_new_scale: transpose(u8p(0.1, 128), u8p(0.2, 128)) => "on-codes-transpose-0" refused "unknown");
+rule_test!(transpose_on_codes_with_a_new_scale: transpose(u8p(0.1, 128), u8p(0.2, 128)) => "on-codes-transpose-0" refused "unknown", reason("parameters differ (bitwise)"));
 // pool.rs: sX = 2^-4 sums exactly; sY = 2^-6 makes the multiplier 1, sY = 0.075 rounds it near a tie.
 rule_test!(qlinear_global_average_pool_with_a_unit_multiplier: global_pool(u8p(0.0625, 128), u8p(0.015625, 128)) => "qlinear-global-average-pool" fired, every_total_matches(u8p(0.0625, 128), u8p(0.015625, 128)));
 rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(u8p(0.0625, 128), u8p(0.075, 128)) => "qlinear-global-average-pool" refused "refuted", window_reproduces(u8p(0.0625, 128), u8p(0.075, 128)));
