@@ -4,6 +4,9 @@
 
 mod activations;
 mod codes;
+// The model builders and fixtures the facade's tests share (the 5×5 pool geometry).
+#[path = "../common/mod.rs"]
+mod common;
 mod gemm;
 mod kernels;
 mod nbits;
