@@ -7,10 +7,15 @@
 //! loop. (The end-to-end tests against ONNX Runtime, with the same instances, are
 //! `tests/rules*.rs` of the facade.)
 
+// The 5×5 pool geometry of [`average_pool`], shared with the facade's tests.
+#[path = "../../tests/common/geometry.rs"]
+mod geometry;
+
+use geometry::pool_geometry_5x5;
 use prost::Message;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use qdqc_exact::{Contract, Counterexample, QParam, Verdict};
+use qdqc_exact::{Contract, Counterexample, Method, QParam, Verdict};
 use qdqc_lang::Model;
 use qdqc_lang::onnx::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
@@ -20,9 +25,9 @@ use qdqc_lower::facts::Scopes;
 use qdqc_lower::{Limits, lift, region};
 use qdqc_ort::Isa;
 use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
-use qdqc_ort::lut;
+use qdqc_ort::lut::{self, Requant};
 use qdqc_ort::nbits::{AccuracyLevel, Packed};
-use qdqc_ort::pool::{self, GlobalPoolKernel, PoolParams};
+use qdqc_ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolParams};
 use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, column_channels, output_multiplier, requantize};
 use qdqc_rewrites::rules::{Allow, Decision, RuleOptions};
 use qdqc_rewrites::{Log, catalog};
@@ -31,6 +36,7 @@ const F32: i32 = 1;
 const U8: i32 = 2;
 const I8: i32 = 3;
 const I64: i32 = 7;
+const BOOL: i32 = 9;
 const I4: i32 = 22;
 
 /// `rule_test!(name: model[, options] => "rule" fired[, check])`,
@@ -81,6 +87,11 @@ fn exact() -> RuleOptions {
 
 fn real() -> RuleOptions {
     options(Contract::Real)
+}
+
+/// The x86 profiles only.
+fn x86() -> RuleOptions {
+    RuleOptions { isas: vec![Isa::X86Sse2, Isa::X86Avx2, Isa::X86Avx512Vnni], ..exact() }
 }
 
 /// `--fold-weights`.
@@ -303,6 +314,33 @@ fn leaky_relu(x: P, y: P) -> ModelProto {
 
 fn global_pool(x: P, y: P) -> ModelProto {
     group(&[("x", x, vec![1, 8, 2, 2])], &[], vec![node("GlobalAveragePool", &["dq_x"], &["r"])], y, &[1, 8, 1, 1])
+}
+
+fn sigmoid(x: P, y: P) -> ModelProto {
+    group(&[("x", x, vec![256])], &[], vec![node("Sigmoid", &["dq_x"], &["r"])], y, &[256])
+}
+
+/// `Q(Concat(DQ(x0), DQ(x1)), axis 0)`, 16 codes each.
+fn concat(x: [P; 2], y: P) -> ModelProto {
+    let op = NodeProto { attribute: vec![int_attr("axis", 0)], ..node("Concat", &["dq_x0", "dq_x1"], &["r"]) };
+    group(&[("x0", x[0], vec![16]), ("x1", x[1], vec![16])], &[], vec![op], y, &[32])
+}
+
+/// `Q(Where(c, DQ(x0), DQ(x1)))` with a boolean graph input `c`.
+fn where_(x: [P; 2], y: P) -> ModelProto {
+    let mut m = group(&[("x0", x[0], vec![16]), ("x1", x[1], vec![16])], &[], vec![node("Where", &["c", "dq_x0", "dq_x1"], &["r"])], y, &[16]);
+    m.graph.as_mut().expect("a graph").input.push(value("c", BOOL, &[16]));
+    m
+}
+
+/// `Q(AveragePool(DQ(x[1, 1, 5, 5])))`, 3×3 windows, stride 1, pad 1, padding excluded: windows
+/// of 4, 6 and 9 codes.
+fn average_pool(x: P, y: P) -> ModelProto {
+    let ints =
+        |name: &str, v: &[i64]| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() };
+    let op =
+        NodeProto { attribute: vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1; 4]), ints("strides", &[1, 1])], ..node("AveragePool", &["dq_x"], &["r"]) };
+    group(&[("x", x, vec![1, 1, 5, 5])], &[], vec![op], y, &[1, 1, 5, 5])
 }
 
 /// `Q(Mul(Relu(DQ(x)), 0.5))`: a chain of two IEEE-determined steps, one with a scalar constant.
@@ -553,6 +591,76 @@ fn rows_reproduce(sy: f32) -> impl Fn(&Run) {
     }
 }
 
+/// Every verdict is the named target axiom (MLAS builds the table with the float Sigmoid's
+/// routine: nothing to recompute without the routine itself).
+fn sigmoid_axiom(run: &Run) {
+    for (isa, v) in &run.decision().verdicts {
+        assert!(matches!(v, Verdict::Exact { proof } if proof.method == Method::TargetAxiom(lut::SIGMOID_AXIOM.into())), "{isa}: {v:?}");
+    }
+}
+
+/// Each input's copy or identity table (what QLinearConcat and QLinearWhere run) equals
+/// `Q(DQ(q))` in f32 at every code.
+fn every_input_code_matches(x: [P; 2], y: P) -> impl Fn(&Run) {
+    move |_| {
+        for p in x {
+            let kernel = Requant::new(qparam(p), qparam(y));
+            (0..=255).for_each(|q| assert_eq!(kernel.eval(q), quantize(dequantize(q, p.0, p.1), y.0, y.1, CodeType::U8), "x = {q}"));
+        }
+    }
+}
+
+/// Each counterexample's input code gives its fused code in the copy or table and its unfused
+/// code in f32.
+fn input_code_reproduces(x: [P; 2], y: P) -> impl Fn(&Run) {
+    move |run| {
+        for (isa, c) in run.counterexamples() {
+            let (name, q) = &c.inputs[0];
+            // QLinearConcat names its inputs x0, x1; QLinearWhere x, y.
+            let p = x[usize::from(matches!(name.as_str(), "x1" | "y"))];
+            assert_eq!(quantize(dequantize(*q, p.0, p.1), y.0, y.1, CodeType::U8), c.unfused, "{isa}: {c}");
+            assert!(Requant::new(qparam(p), qparam(y)).eval(*q) == c.fused && c.fused != c.unfused, "{isa}: {c}");
+        }
+    }
+}
+
+/// `count` codes summing to `total` units above the zero point `z`.
+fn window(count: i64, total: i64, z: i64) -> Vec<i64> {
+    (0..count).map(|i| z + total.div_euclid(count) + i64::from(i < total.rem_euclid(count))).collect()
+}
+
+/// Every profile's kernel equals the unfused pool for every window size and every total (at
+/// sX = 0.5 the f32 sum is exact in any order, so the reference depends on the total only).
+fn every_window_total_matches(x: P, y: P) -> impl Fn(&Run) {
+    move |_| {
+        for isa in Isa::ALL {
+            let kernel = AveragePoolKernel::new(&PoolParams { x: qparam(x), y: qparam(y) }, &pool_geometry_5x5(), isa).expect("a kernel");
+            for count in [4, 6, 9] {
+                for total in -x.1 * count..=(255 - x.1) * count {
+                    let codes = window(count, total, x.1);
+                    assert_eq!(codes.iter().map(|q| q - x.1).sum::<i64>(), total);
+                    let unfused = quantize(total as f32 * x.0 / count as f32, y.0, y.1, CodeType::U8);
+                    assert_eq!(kernel.eval(&codes, count as u64), unfused, "{isa}: {count} codes, Σ(x − zx) = {total}");
+                }
+            }
+        }
+    }
+}
+
+/// Each counterexample's window gives its fused code in its profile's kernel and its unfused code
+/// in f32 (the window's size is its divisor: padding is excluded).
+fn average_window_reproduces(x: P, y: P) -> impl Fn(&Run) {
+    move |run| {
+        for (isa, c) in run.counterexamples() {
+            let codes = pool::counterexample_window(c);
+            let kernel = AveragePoolKernel::new(&PoolParams { x: qparam(x), y: qparam(y) }, &pool_geometry_5x5(), isa).expect("a kernel");
+            let sum: f32 = codes.iter().map(|&q| dequantize(q, x.0, x.1)).sum();
+            assert_eq!(quantize(sum / codes.len() as f32, y.0, y.1, CodeType::U8), c.unfused, "{isa}: {c}");
+            assert!(kernel.eval(&codes, codes.len() as u64) == c.fused && c.fused != c.unfused, "{isa}: {c}");
+        }
+    }
+}
+
 /// ONNX LeakyRelu in f32.
 fn leaky(v: f32) -> f32 {
     if v < 0.0 { 0.25 * v } else { v }
@@ -664,6 +772,9 @@ fn packed_weights_match(run: &Run) {
 // ------------------------------------------------------------------------------------------------
 // The families (`FAMILIES`, rewrites/README.md's catalog), each both ways.
 
+/// Concat/Where inputs: one quantized like the output (copied), one not (a table).
+const CONCAT: [P; 2] = [u8p(0.05, 128), u8p(0.1, 120)];
+const OVERFLOWING: [P; 2] = [u8p(3.0e38, 128), u8p(3.0e38, 128)];
 const ADD_EQUAL: [P; 3] = [u8p(0.1, 128), u8p(0.1, 100), u8p(0.1, 120)];
 const ADD2: [P; 3] = [u8p(0.15, 128), u8p(0.37, 128), u8p(0.38, 128)];
 const MUL_AWAY: [P; 3] = [u8p(f32::from_bits(0x3c24_11c2), 128), u8p(0.02, 128), u8p(0.02, 128)];
@@ -700,6 +811,19 @@ rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(u8p(0.0625, 128),
 // DQ value −0.15 is not −15·0.01: the float path lands beside the tie.
 rule_test!(qlinear_leaky_relu_table: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired, every_leaky_code_matches(u8p(0.01, 128), u8p(0.005, 128)));
 rule_test!(qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)), real() => "qlinear-leaky-relu" refused "refuted", leaky_code_reproduces(u8p(0.01, 128), u8p(0.005, 128)));
+// lut.rs: Sigmoid's table is MLAS's own routine on x86 (a target axiom), unknown on arm64-neon.
+rule_test!(qlinear_sigmoid_on_x86: sigmoid(u8p(0.05, 128), u8p(1.0 / 256.0, 0)), x86() => "qlinear-sigmoid" fired, sigmoid_axiom);
+rule_test!(qlinear_sigmoid_with_arm64: sigmoid(u8p(0.05, 128), u8p(1.0 / 256.0, 0)) => "qlinear-sigmoid" refused "unknown", reason("arm64-neon: MlasLogisticKernel"));
+// lut.rs: QLinearConcat and QLinearWhere copy an input quantized like the output and map the
+// others through a table; at sY = 3·10^38 DQ overflows to ±Inf, and the copy is not Q(DQ(q)).
+rule_test!(qlinear_concat_copy_and_table: concat(CONCAT, u8p(0.05, 128)) => "qlinear-concat-2" fired, every_input_code_matches(CONCAT, u8p(0.05, 128)));
+rule_test!(qlinear_concat_copy_with_overflowing_scale: concat(OVERFLOWING, u8p(3.0e38, 128)) => "qlinear-concat-2" refused "refuted", input_code_reproduces(OVERFLOWING, u8p(3.0e38, 128)));
+rule_test!(qlinear_where_copy_and_table: where_(CONCAT, u8p(0.05, 128)) => "qlinear-where" fired, every_input_code_matches(CONCAT, u8p(0.05, 128)));
+rule_test!(qlinear_where_copy_with_overflowing_scale: where_(OVERFLOWING, u8p(3.0e38, 128)) => "qlinear-where" refused "refuted", input_code_reproduces(OVERFLOWING, u8p(3.0e38, 128)));
+// pool.rs: sX = 0.5 sums exactly; with zY = 0 rounding the quotient ignores the zero point, with
+// zY = 128 ORT's fl(y/sY + zY) moves a value next to a tie onto it.
+rule_test!(qlinear_average_pool_with_zero_output_zero_point: average_pool(u8p(0.5, 128), u8p(0.3, 0)) => "qlinear-average-pool" fired, every_window_total_matches(u8p(0.5, 128), u8p(0.3, 0)));
+rule_test!(qlinear_average_pool_zero_point_before_rounding: average_pool(u8p(0.5, 128), u8p(0.3, 128)) => "qlinear-average-pool" refused "refuted", average_window_reproduces(u8p(0.5, 128), u8p(0.3, 128)));
 // lookup.rs: a chain of correctly rounded steps is its own table; Sqrt of a negative code is NaN,
 // which runtimes quantize differently.
 rule_test!(lookup_table_of_relu_then_half: relu_then_half(u8p(0.05, 128), u8p(0.025, 100)) => "lookup-table" fired, table_is_the_chain(u8p(0.05, 128), u8p(0.025, 100)));
