@@ -35,6 +35,7 @@ use qdqc_rewrites::{Log, catalog};
 const F32: i32 = 1;
 const U8: i32 = 2;
 const I8: i32 = 3;
+const I32: i32 = 6;
 const I64: i32 = 7;
 const BOOL: i32 = 9;
 const I4: i32 = 22;
@@ -216,7 +217,8 @@ const fn u8p(s: f32, z: i64) -> P {
 
 fn scalar(name: &str, p: P) -> [TensorProto; 2] {
     let s = TensorProto { name: Some(format!("s_{name}")), data_type: Some(F32), raw_data: Some(p.0.to_le_bytes().to_vec().into()), ..Default::default() };
-    let z = TensorProto { name: Some(format!("z_{name}")), data_type: Some(p.2), raw_data: Some(vec![p.1 as u8].into()), ..Default::default() };
+    let z = if p.2 == I32 { (p.1 as i32).to_le_bytes().to_vec() } else { vec![p.1 as u8] };
+    let z = TensorProto { name: Some(format!("z_{name}")), data_type: Some(p.2), raw_data: Some(z.into()), ..Default::default() };
     [s, z]
 }
 
@@ -276,7 +278,7 @@ fn binary(op: &str, p: [P; 3]) -> ModelProto {
 
 /// u8 x[3, 4] × i8 W[4, 2] (small weights, per tensor) → u8 y[3, 2].
 fn matmul(sx: f32, sw: f32, sy: f32) -> ModelProto {
-    matmul_of([3, -7, 12, 1, -5, 9, 2, -11], sx, sw, sy)
+    matmul_of(SMALL, sx, sw, sy)
 }
 
 /// [`matmul`] with these weights (row-major `[4, 2]`, zero point 0).
@@ -284,6 +286,28 @@ fn matmul_of(w: [i8; 8], sx: f32, sw: f32, sy: f32) -> ModelProto {
     let w: Vec<u8> = w.iter().map(|&v| v as u8).collect();
     let op = node("MatMul", &["dq_x", "dq_w"], &["r"]);
     group(&[("x", u8p(sx, 128), vec![3, 4])], &[("w", P(sw, 0, I8), vec![4, 2], w)], vec![op], u8p(sy, 128), &[3, 2])
+}
+
+/// The weights of [`matmul`], row-major `[4, 2]`, and their columns (the output channels).
+const SMALL: [i8; 8] = [3, -7, 12, 1, -5, 9, 2, -11];
+const SMALL_COLUMNS: [[i64; 4]; 2] = [[3, 12, -5, 2], [-7, 1, 9, -11]];
+const BIAS: [i32; 2] = [-300, 1000];
+
+/// `Q(Gemm(DQ(x u8[3, 4]), DQ(W), DQ(b int32[2], scale sb)))` with W of [`matmul`].
+fn gemm_with_bias(sx: f32, sw: f32, sy: f32, sb: f32) -> ModelProto {
+    let w: Vec<u8> = SMALL.iter().map(|&v| v as u8).collect();
+    let b: Vec<u8> = BIAS.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let op = node("Gemm", &["dq_x", "dq_w", "dq_b"], &["r"]);
+    let weights = [("w", P(sw, 0, I8), vec![4, 2], w), ("b", P(sb, 0, I32), vec![2], b)];
+    group(&[("x", u8p(sx, 128), vec![3, 4])], &weights, vec![op], u8p(sy, 128), &[3, 2])
+}
+
+/// `Q(Conv(DQ(x u8[1, 1, 3, 3]), DQ(W i8[2, 1, 2, 2])))`: two output channels of 2×2 kernels,
+/// the weights of [`matmul`] read as the rows of W.
+fn conv(sx: f32, sw: f32, sy: f32) -> ModelProto {
+    let w: Vec<u8> = SMALL.iter().map(|&v| v as u8).collect();
+    let op = node("Conv", &["dq_x", "dq_w"], &["r"]);
+    group(&[("x", u8p(sx, 128), vec![1, 1, 3, 3])], &[("w", P(sw, 0, I8), vec![2, 1, 2, 2], w)], vec![op], u8p(sy, 128), &[1, 2, 2, 2])
 }
 
 /// Column 0 holds 127 and 120 in rows 0 and 1, one pair of x86-avx2's u8×s8 kernel:
@@ -551,6 +575,25 @@ fn shifted_weights_match(run: &Run) {
     }
 }
 
+/// Every profile's requantization of every accumulator a channel reaches (uint8 x at zero point
+/// 128, these weights, plus the bias code) equals the unfused group's `Q((acc + b)·sx·sw)`: at
+/// power-of-two scales every product and sum of the float path is exact (P2), so that is its
+/// value, whatever the activations behind the accumulator.
+fn every_channel_accumulator_matches(kind: GemmKind, channels: [[i64; 4]; 2], bias: [i32; 2], [sx, sw, sy]: [f32; 3]) -> impl Fn(&Run) {
+    move |_| {
+        let m = output_multiplier(kind, sx, sw, sy);
+        for (weights, b) in channels.iter().zip(bias) {
+            let (lo, hi) = weights.iter().fold((0, 0), |(lo, hi), &w| (lo + (-128 * w).min(127 * w), hi + (-128 * w).max(127 * w)));
+            for isa in Isa::ALL {
+                for acc in lo..=hi {
+                    let v = acc + i64::from(b);
+                    assert_eq!(requantize(v as i32, m, 128, CodeType::U8, isa), quantize(v as f32 * sx * sw, sy, 128, CodeType::U8), "{isa}: acc + b = {v}");
+                }
+            }
+        }
+    }
+}
+
 /// The unfused `Q(Σ DQ(a)·DQ(b))` of two activation rows: every product and the sum are exact
 /// in f32 at 2^-5 scales (P2), so the sum is the accumulator times 2^-10.
 fn attention_reference(acc: i64, sy: f32) -> i64 {
@@ -772,6 +815,8 @@ fn packed_weights_match(run: &Run) {
 // ------------------------------------------------------------------------------------------------
 // The families (`FAMILIES`, rewrites/README.md's catalog), each both ways.
 
+/// sx, sw, sy of the proven Conv/MatMul/Gemm groups.
+const POWERS_OF_TWO: [f32; 3] = [0.0078125, 0.015625, 0.125];
 /// Concat/Where inputs: one quantized like the output (copied), one not (a table).
 const CONCAT: [P; 2] = [u8p(0.05, 128), u8p(0.1, 120)];
 const OVERFLOWING: [P; 2] = [u8p(3.0e38, 128), u8p(3.0e38, 128)];
@@ -789,8 +834,15 @@ rule_test!(qlinear_mul_next_to_a_tie: binary("Mul", MUL_TIE) => "qlinear-mul" re
 // gemm.rs: power-of-two scales keep the float path exact (P2) and the requantization P3-exact;
 // 24-bit scales fail P2: under `exact` the float path then has no unique value to match, and no
 // one-product input differs here, so the verdict is unknown (it never fires).
-rule_test!(qlinear_matmul_of_power_of_two_scales: matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul" fired);
+rule_test!(qlinear_matmul_of_power_of_two_scales: matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul" fired, every_channel_accumulator_matches(GemmKind::MatMul, SMALL_COLUMNS, [0; 2], POWERS_OF_TWO));
 rule_test!(qlinear_matmul_of_24_bit_scales: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" refused "unknown", reason("P2: DQ of activations"));
+// gemm.rs: QGemm adds the int32 bias codes and never reads the bias scale, so the bias must be
+// on the accumulator's scale sx·sw bit for bit.
+rule_test!(qgemm_bias_on_the_accumulator_scale: gemm_with_bias(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3), 2f32.powi(-13)) => "qgemm-bias" fired, every_channel_accumulator_matches(GemmKind::Gemm { alpha: 1.0 }, SMALL_COLUMNS, BIAS, POWERS_OF_TWO));
+rule_test!(qgemm_bias_on_another_scale: gemm_with_bias(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3), 2f32.powi(-12)) => "qgemm-bias" refused "unknown", reason("bias scale"));
+// gemm.rs: QLinearConv, channels along W's rows.
+rule_test!(qlinear_conv_of_power_of_two_scales: conv(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-conv" fired, every_channel_accumulator_matches(GemmKind::Conv { kernel_size: 4, groups: 1 }, [[3, -7, 12, 1], [-5, 9, 2, -11]], [0; 2], POWERS_OF_TWO));
+rule_test!(qlinear_conv_of_24_bit_scales: conv(0.0123, 0.0071, 0.0456) => "qlinear-conv" refused "unknown", reason("P2: DQ of activations"));
 // u8_weights.rs (tried from gemm.rs): weights that saturate x86-avx2's u8×s8 pairs run as
 // uint8 weights on every profile; at 24-bit scales the shifted form is no more provable.
 rule_test!(qlinear_matmul_u8_weights_of_a_saturating_pair: matmul_of(SATURATING, 2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul-u8-weights" fired, shifted_weights_match);
