@@ -3,7 +3,7 @@
 //! of `qdqc_ort`.
 
 use crate::Broken;
-use crate::common::pool_geometry_5x5;
+use crate::geometry::pool_geometry_5x5;
 use qdqc_exact::p1::exhaustive;
 use qdqc_exact::reference::{CodeType, dequantize, quantize};
 use qdqc_exact::{Contract, QParam, Verdict};

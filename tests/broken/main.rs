@@ -4,10 +4,10 @@
 
 mod activations;
 mod codes;
-// The model builders and fixtures the facade's tests share (the 5×5 pool geometry).
-#[path = "../common/mod.rs"]
-mod common;
+// The 5×5 pool geometry the facade's tests share.
 mod gemm;
+#[path = "../common/geometry.rs"]
+mod geometry;
 mod kernels;
 mod nbits;
 mod pairs;
