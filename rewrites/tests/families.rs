@@ -26,7 +26,7 @@ use qdqc_lower::{Limits, lift, region};
 use qdqc_ort::Isa;
 use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
 use qdqc_ort::lut::{self, Requant};
-use qdqc_ort::nbits::{AccuracyLevel, Packed};
+use qdqc_ort::nbits::{AccuracyLevel, Packed, f16_to_f32};
 use qdqc_ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolParams};
 use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, column_channels, output_multiplier, requantize};
 use qdqc_rewrites::rules::{Allow, Decision, RuleOptions};
@@ -450,19 +450,58 @@ fn weight_read_by(op: &str) -> ModelProto {
     weight_group(weight, vec![int_attr("axis", 1)], node(op, &["x", "dq_w"], &["out"]), vec![value("x", F32, x)], out)
 }
 
-/// `W[32, 2]` int4 codes for [`matmul_of_int4_blocks`], row-major.
+/// `W[32, 2]` int4 codes of the MatMulNBits groups, row-major.
 fn nbits_codes() -> Vec<i64> {
     (0..64).map(|i| (i * 7 + i / 2) % 16 - 8).collect()
 }
 
-/// `MatMul(A[1, 32], DQ(W[32, 2] int4, blocks of `block` rows))`: weight-only quantization.
-fn matmul_of_int4_blocks(block: i64) -> ModelProto {
+/// Scale `i` of a MatMulNBits group's DQ: f32, or an f16 (given by its bits, read exactly).
+fn nbits_scale(i: i64, f16: bool) -> f32 {
+    if f16 { f16_to_f32(nbits_f16_scale(i)) } else { 0.013 + 0.0021 * i as f32 }
+}
+
+fn nbits_f16_scale(i: i64) -> u16 {
+    0x2200 + 0x37 * i as u16
+}
+
+fn nbits_zero_point(i: i64) -> i64 {
+    i % 5 - 2
+}
+
+/// `reader(A[1, 32], DQ(W[32, 2] int4, blocks of `block` rows, f32 or f16 scales))` writing
+/// `out[1, 2]`: weight-only quantization. `extra`: the reader's other graph inputs.
+fn weight_only(block: i64, f16: bool, readers: Vec<NodeProto>, extra: Vec<ValueInfoProto>) -> ModelProto {
     let blocks = 32 / block;
-    let scales: Vec<f32> = (0..2 * blocks).map(|i| 0.013 + 0.0021 * i as f32).collect();
-    let zero_points: Vec<i64> = (0..2 * blocks).map(|i| i % 5 - 2).collect();
-    let weight = [int4s("w", &[32, 2], &nbits_codes()), f32s("s_w", &[blocks, 2], &scales), int4s("z_w", &[blocks, 2], &zero_points)];
-    let dq = vec![int_attr("axis", 0), int_attr("block_size", block)];
-    weight_group(weight, dq, node("MatMul", &["a", "dq_w"], &["out"]), vec![value("a", F32, &[1, 32])], &[1, 2])
+    let scales = if f16 {
+        tensor("s_w", 10, &[blocks, 2], (0..2 * blocks).flat_map(|i| nbits_f16_scale(i).to_le_bytes()).collect())
+    } else {
+        f32s("s_w", &[blocks, 2], &(0..2 * blocks).map(|i| nbits_scale(i, false)).collect::<Vec<_>>())
+    };
+    let zero_points: Vec<i64> = (0..2 * blocks).map(nbits_zero_point).collect();
+    let weight = vec![int4s("w", &[32, 2], &nbits_codes()), scales, int4s("z_w", &[blocks, 2], &zero_points)];
+    let nodes = [vec![dq_w(vec![int_attr("axis", 0), int_attr("block_size", block)])], readers].concat();
+    let inputs = [vec![value("a", F32, &[1, 32])], extra].concat();
+    model(nodes, inputs, vec![value("out", F32, &[1, 2])], weight)
+}
+
+/// `MatMul(A, DQ(W))` of [`weight_only`].
+fn matmul_of_int4_blocks(block: i64) -> ModelProto {
+    weight_only(block, false, vec![node("MatMul", &["a", "dq_w"], &["out"])], vec![])
+}
+
+/// `Gemm(A, DQ(W)[, c[2]])` of [`weight_only`], blocks of 16, with these float attributes.
+fn gemm_of_int4_blocks(bias: bool, attributes: &[(&str, f32)]) -> ModelProto {
+    let float =
+        |(name, f): &(&str, f32)| AttributeProto { name: Some(name.to_string()), r#type: Some(AttributeType::Float as i32), f: Some(*f), ..Default::default() };
+    let inputs: &[&str] = if bias { &["a", "dq_w", "c"] } else { &["a", "dq_w"] };
+    let gemm = NodeProto { attribute: attributes.iter().map(float).collect(), ..node("Gemm", inputs, &["out"]) };
+    weight_only(16, false, vec![gemm], if bias { vec![value("c", F32, &[2])] } else { vec![] })
+}
+
+/// `MatMul(A, Cast(DQ(W), to float))` of [`weight_only`], blocks of 16, f16 or f32 scales.
+fn matmul_of_cast_int4_blocks(f16: bool) -> ModelProto {
+    let cast = NodeProto { attribute: vec![int_attr("to", 1)], ..node("Cast", &["dq_w"], &["w32"]) };
+    weight_only(16, f16, vec![cast, node("MatMul", &["a", "w32"], &["out"])], vec![])
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -793,22 +832,24 @@ fn folded_values_match(run: &Run) {
 }
 
 /// The lossy record holds the weights' proof and a deviation, and the packed B, scales and zero
-/// points, read back by the kernel model, dequantize to `DQ(W)` bit for bit at every (k, n).
-fn packed_weights_match(run: &Run) {
-    let lossy = run.decision().lossy.as_ref().expect("a lossy record");
-    assert!(lossy.weights.domain == 64 && lossy.bits == 4 && lossy.block_size == 16 && !lossy.deviation.is_empty(), "{lossy:?}");
-    let (b_dims, b) = run.constant("w/qdqc_nbits_B_32x2_bs16");
-    assert_eq!(b_dims, [2, 2, 8]);
-    let (_, scales) = run.constant("s_w/qdqc_nbits_scales_32x2_bs16");
-    let (_, zero_points) = run.constant("z_w/qdqc_nbits_zero_points_32x2_bs16");
-    let packed = Packed { k: 32, n: 2, bits: 4, block_size: 16, blocks: 2, b: b.to_vec(), scales: f32_values(scales), zero_points: Some(zero_points.to_vec()) };
-    let model = matmul_of_int4_blocks(16);
-    let inits = &model.graph.as_ref().expect("a graph").initializer;
-    let (s, z): (Vec<f32>, Vec<i64>) = (f32_values(inits[1].raw_data()), (0..4).map(|i| i % 5 - 2).collect());
-    let codes = nbits_codes();
-    for (k, n) in (0..32).flat_map(|k| (0..2).map(move |n| (k, n))) {
-        let p = (k / 16) * 2 + n;
-        assert_eq!(packed.dequantized(k, n).to_bits(), dequantize(codes[k * 2 + n], s[p], z[p]).to_bits(), "k = {k}, n = {n}");
+/// points, read back by the kernel model, dequantize to `DQ(W)` (its scales widened exactly
+/// from f16 in the Cast form) bit for bit at every (k, n).
+fn packed_weights_match(f16: bool) -> impl Fn(&Run) {
+    move |run| {
+        let lossy = run.decision().lossy.as_ref().expect("a lossy record");
+        assert!(lossy.weights.domain == 64 && lossy.bits == 4 && lossy.block_size == 16 && !lossy.deviation.is_empty(), "{lossy:?}");
+        let (b_dims, b) = run.constant("w/qdqc_nbits_B_32x2_bs16");
+        assert_eq!(b_dims, [2, 2, 8]);
+        let (_, scales) = run.constant("s_w/qdqc_nbits_scales_32x2_bs16");
+        let (_, zero_points) = run.constant("z_w/qdqc_nbits_zero_points_32x2_bs16");
+        let packed =
+            Packed { k: 32, n: 2, bits: 4, block_size: 16, blocks: 2, b: b.to_vec(), scales: f32_values(scales), zero_points: Some(zero_points.to_vec()) };
+        let codes = nbits_codes();
+        for (k, n) in (0..32).flat_map(|k| (0..2).map(move |n| (k, n))) {
+            let p = ((k / 16) * 2 + n) as i64;
+            let unfused = dequantize(codes[k * 2 + n], nbits_scale(p, f16), nbits_zero_point(p));
+            assert_eq!(packed.dequantized(k, n).to_bits(), unfused.to_bits(), "k = {k}, n = {n}");
+        }
     }
 }
 
@@ -891,6 +932,14 @@ rule_test!(fold_weights_read_by_matmul: weight_read_by("MatMul"), folding() => "
 rule_test!(fold_weights_not_asked_for: weight_read_by("Add") => "fold-weights" absent);
 // nbits.rs (lossy, `--allow matmulnbits` only): int4 blocks of 16 pack bit for bit; blocks of 8
 // are not a MatMulNBits layout; without the allowance the rule is not in the catalog.
-rule_test!(matmulnbits_of_int4_blocks_of_16: matmul_of_int4_blocks(16), matmulnbits() => "matmulnbits-matmul" fired, packed_weights_match);
+rule_test!(matmulnbits_of_int4_blocks_of_16: matmul_of_int4_blocks(16), matmulnbits() => "matmulnbits-matmul" fired, packed_weights_match(false));
 rule_test!(matmulnbits_of_int4_blocks_of_8: matmul_of_int4_blocks(8), matmulnbits() => "matmulnbits-matmul" refused "unknown", reason("block size 8 is not a power of two ≥ 16"));
 rule_test!(matmulnbits_not_allowed: matmul_of_int4_blocks(16) => "matmulnbits-matmul" absent);
+// nbits.rs: MatMulNBits has no alpha, no transposes and adds a bias of [N] once (beta 1).
+rule_test!(matmulnbits_gemm: gemm_of_int4_blocks(false, &[]), matmulnbits() => "matmulnbits-gemm" fired, packed_weights_match(false));
+rule_test!(matmulnbits_gemm_with_alpha: gemm_of_int4_blocks(false, &[("alpha", 0.5)]), matmulnbits() => "matmulnbits-gemm" refused "unknown", reason("alpha = 0.5 ≠ 1"));
+rule_test!(matmulnbits_gemm_with_bias: gemm_of_int4_blocks(true, &[]), matmulnbits() => "matmulnbits-gemm-bias" fired, packed_weights_match(false));
+rule_test!(matmulnbits_gemm_with_bias_and_beta: gemm_of_int4_blocks(true, &[("beta", 0.5)]), matmulnbits() => "matmulnbits-gemm-bias" refused "unknown", reason("beta = 0.5 ≠ 1"));
+// nbits.rs: the Cast form widens an f16 DQ; an f32 DQ cast to f32 is not that form.
+rule_test!(matmulnbits_matmul_of_a_cast_f16_weight: matmul_of_cast_int4_blocks(true), matmulnbits() => "matmulnbits-matmul-cast" fired, packed_weights_match(true));
+rule_test!(matmulnbits_matmul_of_a_cast_f32_weight: matmul_of_cast_int4_blocks(false), matmulnbits() => "matmulnbits-matmul-cast" refused "unknown", reason("not float16"));
