@@ -1,11 +1,17 @@
-//! Rule-level tests, one pair per rule family of the catalog (`FAMILIES`): a one-group model is
-//! lifted and the named rule alone is run on it (contract `exact` unless said, every ISA
-//! profile), and its decision is asserted — fired with every verdict exact, or refused with the
-//! verdict word given — and then, where a test names a check, what the rule emitted or the
-//! counterexample it gave is recomputed with the engine's reference and the kernel models. No
-//! ONNX Runtime, no Python: `cargo test -p qdqc-rewrites --test families` is the rules' inner
-//! loop. (The end-to-end tests against ONNX Runtime, with the same instances, are
-//! `tests/rules*.rs` of the facade.)
+//! Rule-level tests: every family of the catalog (`FAMILIES`) and every form a family's file
+//! documents (the u8-weight and two-activation QLinearMatMul, QGemm with bias, the lookup-table
+//! kernels, MatMulNBits' Gemm and Cast forms) has an accepted and a refused instance, and
+//! `every_family_is_tested_both_ways` keeps it so. A one-group model is lifted and the named rule
+//! alone is run on it (contract `exact` on every ISA profile unless a test says otherwise), and
+//! its decision is asserted: fired with every verdict exact, refused with the verdict word given,
+//! or absent from the catalog of the options. Then what the decision claims is recomputed with
+//! the engine's reference (`qdqc_exact::reference`) and the kernel models (`qdqc_ort`), never with
+//! the rule's own code: for a fired rule, the fused form against the unfused group on every code
+//! (or every accumulator, where the codes are too many) or the emitted constants element by
+//! element; for a refusal, the counterexample's inputs through both sides, or the unknown
+//! verdict's reason. No ONNX Runtime, no Python: `cargo test -p qdqc-rewrites --test families`
+//! is the rules' inner loop. (The end-to-end tests against ONNX Runtime are `tests/rules*.rs` of
+//! the facade.)
 
 // The 5×5 pool geometry of [`average_pool`], shared with the facade's tests.
 #[path = "../../tests/common/geometry.rs"]
@@ -29,7 +35,7 @@ use qdqc_ort::lut::{self, Requant};
 use qdqc_ort::nbits::{AccuracyLevel, Packed, f16_to_f32};
 use qdqc_ort::pool::{self, AveragePoolKernel, GlobalPoolKernel, PoolParams};
 use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, column_channels, output_multiplier, requantize};
-use qdqc_rewrites::rules::{Allow, Decision, RuleOptions};
+use qdqc_rewrites::rules::{Allow, Decision, FAMILIES, RuleOptions};
 use qdqc_rewrites::{Log, catalog};
 
 const F32: i32 = 1;
@@ -277,12 +283,12 @@ fn binary(op: &str, p: [P; 3]) -> ModelProto {
 }
 
 /// u8 x[3, 4] × i8 W[4, 2] (small weights, per tensor) → u8 y[3, 2].
-fn matmul(sx: f32, sw: f32, sy: f32) -> ModelProto {
-    matmul_of(SMALL, sx, sw, sy)
+fn matmul(scales: [f32; 3]) -> ModelProto {
+    matmul_of(SMALL, scales)
 }
 
 /// [`matmul`] with these weights (row-major `[4, 2]`, zero point 0).
-fn matmul_of(w: [i8; 8], sx: f32, sw: f32, sy: f32) -> ModelProto {
+fn matmul_of(w: [i8; 8], [sx, sw, sy]: [f32; 3]) -> ModelProto {
     let w: Vec<u8> = w.iter().map(|&v| v as u8).collect();
     let op = node("MatMul", &["dq_x", "dq_w"], &["r"]);
     group(&[("x", u8p(sx, 128), vec![3, 4])], &[("w", P(sw, 0, I8), vec![4, 2], w)], vec![op], u8p(sy, 128), &[3, 2])
@@ -294,7 +300,7 @@ const SMALL_COLUMNS: [[i64; 4]; 2] = [[3, 12, -5, 2], [-7, 1, 9, -11]];
 const BIAS: [i32; 2] = [-300, 1000];
 
 /// `Q(Gemm(DQ(x u8[3, 4]), DQ(W), DQ(b int32[2], scale sb)))` with W of [`matmul`].
-fn gemm_with_bias(sx: f32, sw: f32, sy: f32, sb: f32) -> ModelProto {
+fn gemm_with_bias([sx, sw, sy]: [f32; 3], sb: f32) -> ModelProto {
     let w: Vec<u8> = SMALL.iter().map(|&v| v as u8).collect();
     let b: Vec<u8> = BIAS.iter().flat_map(|v| v.to_le_bytes()).collect();
     let op = node("Gemm", &["dq_x", "dq_w", "dq_b"], &["r"]);
@@ -304,7 +310,7 @@ fn gemm_with_bias(sx: f32, sw: f32, sy: f32, sb: f32) -> ModelProto {
 
 /// `Q(Conv(DQ(x u8[1, 1, 3, 3]), DQ(W i8[2, 1, 2, 2])))`: two output channels of 2×2 kernels,
 /// the weights of [`matmul`] read as the rows of W.
-fn conv(sx: f32, sw: f32, sy: f32) -> ModelProto {
+fn conv([sx, sw, sy]: [f32; 3]) -> ModelProto {
     let w: Vec<u8> = SMALL.iter().map(|&v| v as u8).collect();
     let op = node("Conv", &["dq_x", "dq_w"], &["r"]);
     group(&[("x", u8p(sx, 128), vec![1, 1, 3, 3])], &[("w", P(sw, 0, I8), vec![2, 1, 2, 2], w)], vec![op], u8p(sy, 128), &[1, 2, 2, 2])
@@ -330,17 +336,25 @@ fn transpose(x: P, y: P) -> ModelProto {
 }
 
 /// LeakyRelu with alpha 0.25.
-fn leaky_relu(x: P, y: P) -> ModelProto {
+fn leaky_relu([x, y]: [P; 2]) -> ModelProto {
     let mut op = node("LeakyRelu", &["dq_x"], &["r"]);
     op.attribute.push(AttributeProto { name: Some("alpha".into()), r#type: Some(AttributeType::Float as i32), f: Some(0.25), ..Default::default() });
     group(&[("x", x, vec![256])], &[], vec![op], y, &[256])
 }
 
-fn global_pool(x: P, y: P) -> ModelProto {
+fn global_pool([x, y]: [P; 2]) -> ModelProto {
     group(&[("x", x, vec![1, 8, 2, 2])], &[], vec![node("GlobalAveragePool", &["dq_x"], &["r"])], y, &[1, 8, 1, 1])
 }
 
-fn sigmoid(x: P, y: P) -> ModelProto {
+/// `Q(MaxPool(DQ(x[1, 1, 4, 4])))`, 2×2 windows, stride 2.
+fn max_pool(x: P) -> ModelProto {
+    let ints =
+        |name: &str, v: &[i64]| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() };
+    let op = NodeProto { attribute: vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])], ..node("MaxPool", &["dq_x"], &["r"]) };
+    group(&[("x", x, vec![1, 1, 4, 4])], &[], vec![op], x, &[1, 1, 2, 2])
+}
+
+fn sigmoid([x, y]: [P; 2]) -> ModelProto {
     group(&[("x", x, vec![256])], &[], vec![node("Sigmoid", &["dq_x"], &["r"])], y, &[256])
 }
 
@@ -359,7 +373,7 @@ fn where_(x: [P; 2], y: P) -> ModelProto {
 
 /// `Q(AveragePool(DQ(x[1, 1, 5, 5])))`, 3×3 windows, stride 1, pad 1, padding excluded: windows
 /// of 4, 6 and 9 codes.
-fn average_pool(x: P, y: P) -> ModelProto {
+fn average_pool([x, y]: [P; 2]) -> ModelProto {
     let ints =
         |name: &str, v: &[i64]| AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Ints as i32), ints: v.to_vec(), ..Default::default() };
     let op =
@@ -368,7 +382,7 @@ fn average_pool(x: P, y: P) -> ModelProto {
 }
 
 /// `Q(Mul(Relu(DQ(x)), 0.5))`: a chain of two IEEE-determined steps, one with a scalar constant.
-fn relu_then_half(x: P, y: P) -> ModelProto {
+fn relu_then_half([x, y]: [P; 2]) -> ModelProto {
     let ops = vec![node("Relu", &["dq_x"], &["t"]), node("Mul", &["t", "half"], &["r"])];
     let mut m = group(&[("x", x, vec![256])], &[], ops, y, &[256]);
     m.graph.as_mut().expect("a graph").initializer.push(tensor("half", F32, &[], 0.5f32.to_le_bytes().to_vec()));
@@ -563,6 +577,28 @@ fn every_code_round_trips(p: P) -> impl Fn(&Run) {
     move |_| (0..=255).for_each(|q| assert_eq!(quantize(dequantize(q, p.0, p.1), p.0, p.1, CodeType::U8), q))
 }
 
+/// `Q(max(DQ(a), DQ(b)))` in f32, the unfused MaxPool of two codes.
+fn max_of_values(p: P, a: i64, b: i64) -> i64 {
+    quantize(dequantize(a, p.0, p.1).max(dequantize(b, p.0, p.1)), p.0, p.1, CodeType::U8)
+}
+
+/// The max of two codes is the unfused max of their values at every pair.
+fn every_max_pair_matches(p: P) -> impl Fn(&Run) {
+    move |_| {
+        for (a, b) in (0..=255).flat_map(|a| (0..=255).map(move |b| (a, b))) {
+            assert_eq!(a.max(b), max_of_values(p, a, b), "a = {a}, b = {b}");
+        }
+    }
+}
+
+/// The reason is the sign of the scale, and indeed some pair's max of codes is not the unfused max.
+fn max_order_flips(p: P) -> impl Fn(&Run) {
+    move |run| {
+        reason("is not positive")(run);
+        assert!((0..=255).any(|a| (0..=255).any(|b| a.max(b) != max_of_values(p, a, b))));
+    }
+}
+
 /// The pools of [`global_pool`] average 4 codes.
 const POOLED: u64 = 4;
 
@@ -573,7 +609,7 @@ fn pool_reference(x: P, y: P, total: i64) -> i64 {
 
 /// The kernel equals the unfused pool on every accumulator four codes reach (the reference
 /// depends on the codes only through their exact sum).
-fn every_total_matches(x: P, y: P) -> impl Fn(&Run) {
+fn every_total_matches([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |_| {
         let kernel = GlobalPoolKernel::new(&PoolParams { x: qparam(x), y: qparam(y) }, POOLED).expect("a kernel");
         let n = POOLED as i64;
@@ -584,7 +620,7 @@ fn every_total_matches(x: P, y: P) -> impl Fn(&Run) {
 }
 
 /// Each counterexample's window gives its fused code in the kernel and its unfused code in f32.
-fn window_reproduces(x: P, y: P) -> impl Fn(&Run) {
+fn window_reproduces([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |run| {
         let kernel = GlobalPoolKernel::new(&PoolParams { x: qparam(x), y: qparam(y) }, POOLED).expect("a kernel");
         for (isa, c) in run.counterexamples() {
@@ -604,9 +640,10 @@ fn shifted_weights_match(run: &Run) {
     assert_eq!(dims, [4, 2]);
     assert!(w.iter().zip(SATURATING).all(|(&u, s)| i64::from(u) == i64::from(s) + 128), "{w:?}");
     assert_eq!(run.constant("z_w/qdqc_u8").1, [128]);
-    let (x, y) = (qparam(u8p(2f32.powi(-7), 128)), qparam(u8p(2f32.powi(-3), 128)));
+    let [sx, sw, sy] = POWERS_OF_TWO;
+    let (x, y) = (qparam(u8p(sx, 128)), qparam(u8p(sy, 128)));
     let weights = column_channels(&w.iter().map(|&u| i64::from(u)).collect::<Vec<_>>(), 4, 2);
-    let shifted = GemmGroup::new(GemmKind::MatMul, x, CodeType::U8, weights, vec![2f32.powi(-6)], vec![128], y);
+    let shifted = GemmGroup::new(GemmKind::MatMul, x, CodeType::U8, weights, vec![sw], vec![128], y);
     let row = [255, 255, 0, 17];
     let exact: i64 = row.iter().zip([127, 120, -5, 2]).map(|(&q, w)| (q - 128) * w).sum();
     for isa in Isa::ALL {
@@ -713,7 +750,7 @@ fn window(count: i64, total: i64, z: i64) -> Vec<i64> {
 
 /// Every profile's kernel equals the unfused pool for every window size and every total (at
 /// sX = 0.5 the f32 sum is exact in any order, so the reference depends on the total only).
-fn every_window_total_matches(x: P, y: P) -> impl Fn(&Run) {
+fn every_window_total_matches([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |_| {
         for isa in Isa::ALL {
             let kernel = AveragePoolKernel::new(&PoolParams { x: qparam(x), y: qparam(y) }, &pool_geometry_5x5(), isa).expect("a kernel");
@@ -731,7 +768,7 @@ fn every_window_total_matches(x: P, y: P) -> impl Fn(&Run) {
 
 /// Each counterexample's window gives its fused code in its profile's kernel and its unfused code
 /// in f32 (the window's size is its divisor: padding is excluded).
-fn average_window_reproduces(x: P, y: P) -> impl Fn(&Run) {
+fn average_window_reproduces([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |run| {
         for (isa, c) in run.counterexamples() {
             let codes = pool::counterexample_window(c);
@@ -749,7 +786,7 @@ fn leaky(v: f32) -> f32 {
 }
 
 /// QLinearLeakyRelu's table (the kernel model) equals `Q(LeakyRelu(DQ(x)))` in f32 at every code.
-fn every_leaky_code_matches(x: P, y: P) -> impl Fn(&Run) {
+fn every_leaky_code_matches([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |_| {
         let table = lut::leaky_relu_table(qparam(x), qparam(y), 0.25);
         (0..=255).for_each(|q| assert_eq!(table.get(q), quantize(leaky(dequantize(q, x.0, x.1)), y.0, y.1, CodeType::U8), "x = {q}"));
@@ -758,7 +795,7 @@ fn every_leaky_code_matches(x: P, y: P) -> impl Fn(&Run) {
 
 /// Each counterexample's code gives its fused code in the table and its unfused one in exact
 /// arithmetic (`real`).
-fn leaky_code_reproduces(x: P, y: P) -> impl Fn(&Run) {
+fn leaky_code_reproduces([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |run| {
         let table = lut::leaky_relu_table(qparam(x), qparam(y), 0.25);
         for (isa, c) in run.counterexamples() {
@@ -772,7 +809,7 @@ fn leaky_code_reproduces(x: P, y: P) -> impl Fn(&Run) {
 }
 
 /// The emitted table holds `Q(0.5·Relu(DQ(q)))` in f32 at every code.
-fn table_is_the_chain(x: P, y: P) -> impl Fn(&Run) {
+fn table_is_the_chain([x, y]: [P; 2]) -> impl Fn(&Run) {
     move |run| {
         let (dims, table) = run.constant("out/qdqc_table");
         assert_eq!(dims, [256]);
@@ -856,15 +893,26 @@ fn packed_weights_match(f16: bool) -> impl Fn(&Run) {
 // ------------------------------------------------------------------------------------------------
 // The families (`FAMILIES`, rewrites/README.md's catalog), each both ways.
 
-/// sx, sw, sy of the proven Conv/MatMul/Gemm groups.
+/// sx, sw, sy of Conv/MatMul/Gemm groups: powers of two (P2 and P3 hold), 24-bit (P2 fails).
 const POWERS_OF_TWO: [f32; 3] = [0.0078125, 0.015625, 0.125];
-/// Concat/Where inputs: one quantized like the output (copied), one not (a table).
-const CONCAT: [P; 2] = [u8p(0.05, 128), u8p(0.1, 120)];
-const OVERFLOWING: [P; 2] = [u8p(3.0e38, 128), u8p(3.0e38, 128)];
+const GENERIC: [f32; 3] = [0.0123, 0.0071, 0.0456];
 const ADD_EQUAL: [P; 3] = [u8p(0.1, 128), u8p(0.1, 100), u8p(0.1, 120)];
 const ADD2: [P; 3] = [u8p(0.15, 128), u8p(0.37, 128), u8p(0.38, 128)];
 const MUL_AWAY: [P; 3] = [u8p(f32::from_bits(0x3c24_11c2), 128), u8p(0.02, 128), u8p(0.02, 128)];
 const MUL_TIE: [P; 3] = [u8p(f32::from_bits(0x3c24_11c2), 128), u8p(0.02, 128), u8p(0.013, 128)];
+const TENTH: P = u8p(0.1, 128);
+const POOL_UNIT: [P; 2] = [u8p(0.0625, 128), u8p(0.015625, 128)];
+const POOL_TIE: [P; 2] = [u8p(0.0625, 128), u8p(0.075, 128)];
+const AVERAGE_ZERO: [P; 2] = [u8p(0.5, 128), u8p(0.3, 0)];
+const AVERAGE_TIE: [P; 2] = [u8p(0.5, 128), u8p(0.3, 128)];
+const LEAKY: [P; 2] = [u8p(0.01, 128), u8p(0.005, 128)];
+const SIGMOID: [P; 2] = [u8p(0.05, 128), u8p(1.0 / 256.0, 0)];
+/// Concat/Where inputs: one quantized like the output (copied), one not (a table).
+const CONCAT: [P; 2] = [TENTH, u8p(0.05, 120)];
+const HUGE: P = u8p(3.0e38, 128);
+const CHAIN: [P; 2] = [u8p(0.05, 128), u8p(0.025, 100)];
+const GEMM: GemmKind = GemmKind::Gemm { alpha: 1.0 };
+const CONV: GemmKind = GemmKind::Conv { kernel_size: 4, groups: 1 };
 
 // binary.rs: equal scales add integers on every ISA; the seed's Add2 differs on every profile.
 rule_test!(qlinear_add_of_equal_scales: binary("Add", ADD_EQUAL) => "qlinear-add" fired, every_pair_matches(BinaryOp::Add, ADD_EQUAL));
@@ -875,56 +923,68 @@ rule_test!(qlinear_mul_next_to_a_tie: binary("Mul", MUL_TIE) => "qlinear-mul" re
 // gemm.rs: power-of-two scales keep the float path exact (P2) and the requantization P3-exact;
 // 24-bit scales fail P2: under `exact` the float path then has no unique value to match, and no
 // one-product input differs here, so the verdict is unknown (it never fires).
-rule_test!(qlinear_matmul_of_power_of_two_scales: matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul" fired, every_channel_accumulator_matches(GemmKind::MatMul, SMALL_COLUMNS, [0; 2], POWERS_OF_TWO));
-rule_test!(qlinear_matmul_of_24_bit_scales: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" refused "unknown", reason("P2: DQ of activations"));
+rule_test!(qlinear_matmul_of_power_of_two_scales: matmul(POWERS_OF_TWO) => "qlinear-matmul" fired,
+    every_channel_accumulator_matches(GemmKind::MatMul, SMALL_COLUMNS, [0; 2], POWERS_OF_TWO));
+rule_test!(qlinear_matmul_of_24_bit_scales: matmul(GENERIC) => "qlinear-matmul" refused "unknown", reason("P2: DQ of activations"));
 // gemm.rs: QGemm adds the int32 bias codes and never reads the bias scale, so the bias must be
 // on the accumulator's scale sx·sw bit for bit.
-rule_test!(qgemm_bias_on_the_accumulator_scale: gemm_with_bias(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3), 2f32.powi(-13)) => "qgemm-bias" fired, every_channel_accumulator_matches(GemmKind::Gemm { alpha: 1.0 }, SMALL_COLUMNS, BIAS, POWERS_OF_TWO));
-rule_test!(qgemm_bias_on_another_scale: gemm_with_bias(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3), 2f32.powi(-12)) => "qgemm-bias" refused "unknown", reason("bias scale"));
+rule_test!(qgemm_bias_on_the_accumulator_scale: gemm_with_bias(POWERS_OF_TWO, 2f32.powi(-13)) => "qgemm-bias" fired,
+    every_channel_accumulator_matches(GEMM, SMALL_COLUMNS, BIAS, POWERS_OF_TWO));
+rule_test!(qgemm_bias_on_another_scale: gemm_with_bias(POWERS_OF_TWO, 2f32.powi(-12)) => "qgemm-bias" refused "unknown", reason("bias scale"));
 // gemm.rs: QLinearConv, channels along W's rows.
-rule_test!(qlinear_conv_of_power_of_two_scales: conv(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-conv" fired, every_channel_accumulator_matches(GemmKind::Conv { kernel_size: 4, groups: 1 }, [[3, -7, 12, 1], [-5, 9, 2, -11]], [0; 2], POWERS_OF_TWO));
-rule_test!(qlinear_conv_of_24_bit_scales: conv(0.0123, 0.0071, 0.0456) => "qlinear-conv" refused "unknown", reason("P2: DQ of activations"));
+rule_test!(qlinear_conv_of_power_of_two_scales: conv(POWERS_OF_TWO) => "qlinear-conv" fired,
+    every_channel_accumulator_matches(CONV, [[3, -7, 12, 1], [-5, 9, 2, -11]], [0; 2], POWERS_OF_TWO));
+rule_test!(qlinear_conv_of_24_bit_scales: conv(GENERIC) => "qlinear-conv" refused "unknown", reason("P2: DQ of activations"));
 // u8_weights.rs (tried from gemm.rs): weights that saturate x86-avx2's u8×s8 pairs run as
 // uint8 weights on every profile; at 24-bit scales the shifted form is no more provable.
-rule_test!(qlinear_matmul_u8_weights_of_a_saturating_pair: matmul_of(SATURATING, 2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul-u8-weights" fired, shifted_weights_match);
-rule_test!(qlinear_matmul_u8_weights_of_24_bit_scales: matmul_of(SATURATING, 0.0123, 0.0071, 0.0456) => "qlinear-matmul-u8-weights" refused "unknown", reason("P2: DQ of activations: up to 128 × 825439·2^-26 needs more than 24 significant bits or leaves the normal range; uint8 weights"));
+rule_test!(qlinear_matmul_u8_weights_of_a_saturating_pair: matmul_of(SATURATING, POWERS_OF_TWO) => "qlinear-matmul-u8-weights" fired, shifted_weights_match);
+rule_test!(qlinear_matmul_u8_weights_of_24_bit_scales: matmul_of(SATURATING, GENERIC) => "qlinear-matmul-u8-weights" refused "unknown",
+    reason("P2: DQ of activations: up to 128 × 825439·2^-26 needs more than 24 significant bits or leaves the normal range; uint8 weights"));
 // matmul_dynamic.rs (the `qlinear-matmul` rule with two activations): at 2^-5 scales and K = 16
 // the float sum is exact and sY = 2^-3 divides it exactly; sY = 0.3 puts some reachable
 // accumulator next to a tie.
 rule_test!(qlinear_matmul_of_two_activations: two_activations(0.125) => "qlinear-matmul" fired, every_accumulator_matches(0.125));
 rule_test!(qlinear_matmul_of_two_activations_with_a_generic_output_scale: two_activations(0.3) => "qlinear-matmul" refused "refuted", rows_reproduce(0.3));
 // drop.rs: data movement on codes needs bitwise-equal parameters on both sides.
-rule_test!(transpose_on_codes_with_equal_parameters: transpose(u8p(0.1, 128), u8p(0.1, 128)) => "on-codes-transpose-0" fired, every_code_round_trips(u8p(0.1, 128)));
-rule_test!(transpose_on_codes_with_a_new_scale: transpose(u8p(0.1, 128), u8p(0.2, 128)) => "on-codes-transpose-0" refused "unknown", reason("parameters differ (bitwise)"));
+rule_test!(transpose_on_codes_with_equal_parameters: transpose(TENTH, TENTH) => "on-codes-transpose-0" fired, every_code_round_trips(TENTH));
+rule_test!(transpose_on_codes_with_a_new_scale: transpose(TENTH, u8p(0.2, 128)) => "on-codes-transpose-0" refused "unknown",
+    reason("parameters differ (bitwise)"));
+// drop.rs: MaxPool selects by order, which codes keep for a positive scale and reverse for a
+// negative one.
+rule_test!(max_pool_on_codes_with_a_positive_scale: max_pool(TENTH) => "on-codes-maxpool-0" fired, every_max_pair_matches(TENTH));
+rule_test!(max_pool_on_codes_with_a_negative_scale: max_pool(u8p(-0.1, 128)) => "on-codes-maxpool-0" refused "unknown", max_order_flips(u8p(-0.1, 128)));
 // pool.rs: sX = 2^-4 sums exactly; sY = 2^-6 makes the multiplier 1, sY = 0.075 rounds it near a tie.
-rule_test!(qlinear_global_average_pool_with_a_unit_multiplier: global_pool(u8p(0.0625, 128), u8p(0.015625, 128)) => "qlinear-global-average-pool" fired, every_total_matches(u8p(0.0625, 128), u8p(0.015625, 128)));
-rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(u8p(0.0625, 128), u8p(0.075, 128)) => "qlinear-global-average-pool" refused "refuted", window_reproduces(u8p(0.0625, 128), u8p(0.075, 128)));
+rule_test!(qlinear_global_average_pool_with_a_unit_multiplier: global_pool(POOL_UNIT) => "qlinear-global-average-pool" fired, every_total_matches(POOL_UNIT));
+rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(POOL_TIE) => "qlinear-global-average-pool" refused "refuted", window_reproduces(POOL_TIE));
+// pool.rs: sX = 0.5 sums exactly; with zY = 0 rounding the quotient ignores the zero point, with
+// zY = 128 ORT's fl(y/sY + zY) moves a value next to a tie onto it.
+rule_test!(qlinear_average_pool_with_zero_output_zero_point: average_pool(AVERAGE_ZERO) => "qlinear-average-pool" fired,
+    every_window_total_matches(AVERAGE_ZERO));
+rule_test!(qlinear_average_pool_zero_point_before_rounding: average_pool(AVERAGE_TIE) => "qlinear-average-pool" refused "refuted",
+    average_window_reproduces(AVERAGE_TIE));
 // lut.rs: the table is Q(LeakyRelu(DQ(x))) in f32, as the unfused graph computes it: exact by
 // construction. Under `real`, x = 113 gives 0.25·(−15·0.01)/0.005 = −7.5 exactly, but the f32
 // DQ value −0.15 is not −15·0.01: the float path lands beside the tie.
-rule_test!(qlinear_leaky_relu_table: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired, every_leaky_code_matches(u8p(0.01, 128), u8p(0.005, 128)));
-rule_test!(qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)), real() => "qlinear-leaky-relu" refused "refuted", leaky_code_reproduces(u8p(0.01, 128), u8p(0.005, 128)));
+rule_test!(qlinear_leaky_relu_table: leaky_relu(LEAKY) => "qlinear-leaky-relu" fired, every_leaky_code_matches(LEAKY));
+rule_test!(qlinear_leaky_relu_table_under_real: leaky_relu(LEAKY), real() => "qlinear-leaky-relu" refused "refuted", leaky_code_reproduces(LEAKY));
 // lut.rs: Sigmoid's table is MLAS's own routine on x86 (a target axiom), unknown on arm64-neon.
-rule_test!(qlinear_sigmoid_on_x86: sigmoid(u8p(0.05, 128), u8p(1.0 / 256.0, 0)), x86() => "qlinear-sigmoid" fired, sigmoid_axiom);
-rule_test!(qlinear_sigmoid_with_arm64: sigmoid(u8p(0.05, 128), u8p(1.0 / 256.0, 0)) => "qlinear-sigmoid" refused "unknown", reason("arm64-neon: MlasLogisticKernel"));
+rule_test!(qlinear_sigmoid_on_x86: sigmoid(SIGMOID), x86() => "qlinear-sigmoid" fired, sigmoid_axiom);
+rule_test!(qlinear_sigmoid_with_arm64: sigmoid(SIGMOID) => "qlinear-sigmoid" refused "unknown", reason("arm64-neon: MlasLogisticKernel"));
 // lut.rs: QLinearConcat and QLinearWhere copy an input quantized like the output and map the
 // others through a table; at sY = 3·10^38 DQ overflows to ±Inf, and the copy is not Q(DQ(q)).
-rule_test!(qlinear_concat_copy_and_table: concat(CONCAT, u8p(0.05, 128)) => "qlinear-concat-2" fired, every_input_code_matches(CONCAT, u8p(0.05, 128)));
-rule_test!(qlinear_concat_copy_with_overflowing_scale: concat(OVERFLOWING, u8p(3.0e38, 128)) => "qlinear-concat-2" refused "refuted", input_code_reproduces(OVERFLOWING, u8p(3.0e38, 128)));
-rule_test!(qlinear_where_copy_and_table: where_(CONCAT, u8p(0.05, 128)) => "qlinear-where" fired, every_input_code_matches(CONCAT, u8p(0.05, 128)));
-rule_test!(qlinear_where_copy_with_overflowing_scale: where_(OVERFLOWING, u8p(3.0e38, 128)) => "qlinear-where" refused "refuted", input_code_reproduces(OVERFLOWING, u8p(3.0e38, 128)));
-// pool.rs: sX = 0.5 sums exactly; with zY = 0 rounding the quotient ignores the zero point, with
-// zY = 128 ORT's fl(y/sY + zY) moves a value next to a tie onto it.
-rule_test!(qlinear_average_pool_with_zero_output_zero_point: average_pool(u8p(0.5, 128), u8p(0.3, 0)) => "qlinear-average-pool" fired, every_window_total_matches(u8p(0.5, 128), u8p(0.3, 0)));
-rule_test!(qlinear_average_pool_zero_point_before_rounding: average_pool(u8p(0.5, 128), u8p(0.3, 128)) => "qlinear-average-pool" refused "refuted", average_window_reproduces(u8p(0.5, 128), u8p(0.3, 128)));
+rule_test!(qlinear_concat_copy_and_table: concat(CONCAT, TENTH) => "qlinear-concat-2" fired, every_input_code_matches(CONCAT, TENTH));
+rule_test!(qlinear_concat_copy_with_overflowing_scale: concat([HUGE; 2], HUGE) => "qlinear-concat-2" refused "refuted", input_code_reproduces([HUGE; 2], HUGE));
+rule_test!(qlinear_where_copy_and_table: where_(CONCAT, TENTH) => "qlinear-where" fired, every_input_code_matches(CONCAT, TENTH));
+rule_test!(qlinear_where_copy_with_overflowing_scale: where_([HUGE; 2], HUGE) => "qlinear-where" refused "refuted", input_code_reproduces([HUGE; 2], HUGE));
 // lookup.rs: a chain of correctly rounded steps is its own table; Sqrt of a negative code is NaN,
 // which runtimes quantize differently.
-rule_test!(lookup_table_of_relu_then_half: relu_then_half(u8p(0.05, 128), u8p(0.025, 100)) => "lookup-table" fired, table_is_the_chain(u8p(0.05, 128), u8p(0.025, 100)));
+rule_test!(lookup_table_of_relu_then_half: relu_then_half(CHAIN) => "lookup-table" fired, table_is_the_chain(CHAIN));
 rule_test!(lookup_table_of_sqrt_below_zero: sqrt(u8p(0.01, 128), u8p(0.1, 0)) => "lookup-table" refused "unknown", nan_code_reproduces(u8p(0.01, 128)));
 // gather.rs: an int4 table quantized per row gathers its widened codes and its rows' parameters;
 // blocks along the gather axis would need index arithmetic.
 rule_test!(gather_before_dequantize_of_int4_rows: gather_rows() => "gather-before-dequantize" fired, gathered_rows_match);
-rule_test!(gather_before_dequantize_of_blocks_along_the_gather_axis: gather_blocked_rows() => "gather-before-dequantize" refused "unknown", reason("blocked parameters along the gather axis"));
+rule_test!(gather_before_dequantize_of_blocks_along_the_gather_axis: gather_blocked_rows() => "gather-before-dequantize" refused "unknown",
+    reason("blocked parameters along the gather axis"));
 // fold.rs (`--fold-weights` only): an elementwise reader sees the reference values; a MatMul
 // pre-packs a constant weight and sums in another order.
 rule_test!(fold_weights_read_by_add: weight_read_by("Add"), folding() => "fold-weights" fired, folded_values_match);
@@ -933,13 +993,36 @@ rule_test!(fold_weights_not_asked_for: weight_read_by("Add") => "fold-weights" a
 // nbits.rs (lossy, `--allow matmulnbits` only): int4 blocks of 16 pack bit for bit; blocks of 8
 // are not a MatMulNBits layout; without the allowance the rule is not in the catalog.
 rule_test!(matmulnbits_of_int4_blocks_of_16: matmul_of_int4_blocks(16), matmulnbits() => "matmulnbits-matmul" fired, packed_weights_match(false));
-rule_test!(matmulnbits_of_int4_blocks_of_8: matmul_of_int4_blocks(8), matmulnbits() => "matmulnbits-matmul" refused "unknown", reason("block size 8 is not a power of two ≥ 16"));
+rule_test!(matmulnbits_of_int4_blocks_of_8: matmul_of_int4_blocks(8), matmulnbits() => "matmulnbits-matmul" refused "unknown",
+    reason("block size 8 is not a power of two ≥ 16"));
 rule_test!(matmulnbits_not_allowed: matmul_of_int4_blocks(16) => "matmulnbits-matmul" absent);
 // nbits.rs: MatMulNBits has no alpha, no transposes and adds a bias of [N] once (beta 1).
 rule_test!(matmulnbits_gemm: gemm_of_int4_blocks(false, &[]), matmulnbits() => "matmulnbits-gemm" fired, packed_weights_match(false));
-rule_test!(matmulnbits_gemm_with_alpha: gemm_of_int4_blocks(false, &[("alpha", 0.5)]), matmulnbits() => "matmulnbits-gemm" refused "unknown", reason("alpha = 0.5 ≠ 1"));
+rule_test!(matmulnbits_gemm_with_alpha: gemm_of_int4_blocks(false, &[("alpha", 0.5)]), matmulnbits() => "matmulnbits-gemm" refused "unknown",
+    reason("alpha = 0.5"));
 rule_test!(matmulnbits_gemm_with_bias: gemm_of_int4_blocks(true, &[]), matmulnbits() => "matmulnbits-gemm-bias" fired, packed_weights_match(false));
-rule_test!(matmulnbits_gemm_with_bias_and_beta: gemm_of_int4_blocks(true, &[("beta", 0.5)]), matmulnbits() => "matmulnbits-gemm-bias" refused "unknown", reason("beta = 0.5 ≠ 1"));
+rule_test!(matmulnbits_gemm_with_bias_and_beta: gemm_of_int4_blocks(true, &[("beta", 0.5)]), matmulnbits() => "matmulnbits-gemm-bias" refused "unknown",
+    reason("beta = 0.5"));
 // nbits.rs: the Cast form widens an f16 DQ; an f32 DQ cast to f32 is not that form.
-rule_test!(matmulnbits_matmul_of_a_cast_f16_weight: matmul_of_cast_int4_blocks(true), matmulnbits() => "matmulnbits-matmul-cast" fired, packed_weights_match(true));
-rule_test!(matmulnbits_matmul_of_a_cast_f32_weight: matmul_of_cast_int4_blocks(false), matmulnbits() => "matmulnbits-matmul-cast" refused "unknown", reason("not float16"));
+rule_test!(matmulnbits_matmul_of_a_cast_f16_weight: matmul_of_cast_int4_blocks(true), matmulnbits() => "matmulnbits-matmul-cast" fired,
+    packed_weights_match(true));
+rule_test!(matmulnbits_matmul_of_a_cast_f32_weight: matmul_of_cast_int4_blocks(false), matmulnbits() => "matmulnbits-matmul-cast" refused "unknown",
+    reason("not float16"));
+
+/// Every family of `FAMILIES` (the opt-in and lossy ones included) has a fired and a refused test
+/// above.
+#[test]
+fn every_family_is_tested_both_ways() {
+    let source = include_str!("families.rs");
+    let tested = |outcome: &str| -> Vec<&str> {
+        let decided = source.lines().filter_map(|l| l.split_once(" => \"")?.1.split_once('"'));
+        decided.filter(|(_, rest)| rest.trim_start().starts_with(outcome)).map(|(rule, _)| rule).collect()
+    };
+    let options = RuleOptions { fold_weights: true, ..matmulnbits() };
+    for family in &FAMILIES {
+        let names = family.rule_names(&options);
+        for outcome in ["fired", "refused"] {
+            assert!(tested(outcome).iter().any(|t| names.iter().any(|n| t.starts_with(n.as_str()))), "{}: no {outcome} test of {names:?}", family.file);
+        }
+    }
+}
