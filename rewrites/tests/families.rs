@@ -54,22 +54,32 @@ macro_rules! rule_test {
     ($name:ident: $model:expr $(, $options:expr)? => $rule:literal fired $(, $check:expr)?) => {
         #[test]
         fn $name() {
-            let _run = run($model, $rule, [$($options,)? exact()].into_iter().next().unwrap(), Expect::Fired);
+            let _run = run($model, $rule, or_exact!($($options)?), Expect::Fired);
             $(($check)(&_run);)?
         }
     };
     ($name:ident: $model:expr $(, $options:expr)? => $rule:literal refused $verdict:literal $(, $check:expr)?) => {
         #[test]
         fn $name() {
-            let _run = run($model, $rule, [$($options,)? exact()].into_iter().next().unwrap(), Expect::Refused($verdict));
+            let _run = run($model, $rule, or_exact!($($options)?), Expect::Refused($verdict));
             $(($check)(&_run);)?
         }
     };
     ($name:ident: $model:expr $(, $options:expr)? => $rule:literal absent) => {
         #[test]
         fn $name() {
-            run($model, $rule, [$($options,)? exact()].into_iter().next().unwrap(), Expect::Absent);
+            run($model, $rule, or_exact!($($options)?), Expect::Absent);
         }
+    };
+}
+
+/// The options a test names, else [`exact`].
+macro_rules! or_exact {
+    () => {
+        exact()
+    };
+    ($options:expr) => {
+        $options
     };
 }
 
