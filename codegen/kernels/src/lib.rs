@@ -6,6 +6,9 @@
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
+//! - [`float`]: f32 kernels for the ops that stay float (Conv, MatMul/Gemm, elementwise, library
+//!   functions, Softmax, pools, Resize, reductions, normalizations), each with a fixed, documented
+//!   evaluation order and portable elementary functions: the same bits on every machine.
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
 //!
@@ -13,6 +16,7 @@
 //! instances of safe code, each block with its safety argument.
 
 pub mod conv;
+pub mod float;
 pub mod gemm;
 mod isa;
 mod micro;

@@ -1,0 +1,76 @@
+//! BatchNormalization (inference) and LayerNormalization in f32, in ONNX Runtime's CPU order, so
+//! that where ORT runs these kernels unfused (ORT_DISABLE_ALL) the bits are the same.
+//!
+//! Evaluation orders (every operation f32, rounded on its own, no FMA):
+//! - BatchNormalization, per channel c (`batch_norm.h`): `inv = 1/√(var + ε)`,
+//!   `a = inv·scale`, `b = bias − mean·a`; per element `y = x·a + b`.
+//! - LayerNormalization over the trailing `size` elements of each row (`layer_norm_impl.cc`):
+//!   `s = +0`, `q = +0`, then `s = s + x`, `q = q + x·x` in index order; `mean = s/size`;
+//!   `d = √(q/size − mean·mean + ε)`; per element `y = (x − mean)/d·scale + bias` (left to right).
+//!   This is ORT's one-pass variance (E[x²] − E[x]²), not ONNX's two-pass function body: it loses
+//!   accuracy when |mean| ≫ std, but it is the computation the oracle runs.
+
+use super::{ShapeError, bail, check_len};
+
+/// BatchNormalization, inference mode: `x` is `[batch][channels][spatial]`, the four parameter
+/// vectors have `channels` entries; `out` as `x`.
+#[allow(clippy::too_many_arguments)] // ONNX's five inputs plus the layout
+pub fn batch_norm(
+    x: &[f32],
+    batch: usize,
+    channels: usize,
+    spatial: usize,
+    scale: &[f32],
+    bias: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f32,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
+    check_len("BatchNormalization input", x.len(), &[batch, channels, spatial])?;
+    check_len("BatchNormalization output", out.len(), &[batch, channels, spatial])?;
+    for (what, v) in [("scale", scale), ("B", bias), ("mean", mean), ("var", var)] {
+        check_len(&format!("BatchNormalization {what}"), v.len(), &[channels])?;
+    }
+    let (a, b): (Vec<f32>, Vec<f32>) = (0..channels)
+        .map(|c| {
+            let inv = 1.0 / (var[c] + epsilon).sqrt();
+            let a = inv * scale[c];
+            (a, bias[c] - mean[c] * a)
+        })
+        .unzip();
+    for (i, (ys, xs)) in out.chunks_mut(spatial.max(1)).zip(x.chunks(spatial.max(1))).take(batch * channels).enumerate() {
+        let (a, b) = (a[i % channels], b[i % channels]);
+        ys.iter_mut().zip(xs).for_each(|(y, &v)| *y = v * a + b);
+    }
+    Ok(())
+}
+
+/// LayerNormalization over the last `size` elements: `x` is `[rows][size]`, `scale` and the
+/// optional `bias` have `size` entries; `out` as `x`.
+pub fn layer_norm(x: &[f32], rows: usize, size: usize, scale: &[f32], bias: Option<&[f32]>, epsilon: f32, out: &mut [f32]) -> Result<(), ShapeError> {
+    check_len("LayerNormalization input", x.len(), &[rows, size])?;
+    check_len("LayerNormalization output", out.len(), &[rows, size])?;
+    check_len("LayerNormalization scale", scale.len(), &[size])?;
+    if let Some(b) = bias {
+        check_len("LayerNormalization bias", b.len(), &[size])?;
+    }
+    if size == 0 {
+        bail!("LayerNormalization: empty normalized axis");
+    }
+    let n = size as f32;
+    for (ys, xs) in out.chunks_mut(size).zip(x.chunks(size)) {
+        let (mut s, mut q) = (0f32, 0f32);
+        for &v in xs {
+            s += v;
+            q += v * v;
+        }
+        let mean = s / n;
+        let d = (q / n - mean * mean + epsilon).sqrt();
+        match bias {
+            Some(b) => ys.iter_mut().zip(xs).zip(scale.iter().zip(b)).for_each(|((y, &v), (&g, &bb))| *y = (v - mean) / d * g + bb),
+            None => ys.iter_mut().zip(xs).zip(scale).for_each(|((y, &v), &g)| *y = (v - mean) / d * g),
+        }
+    }
+    Ok(())
+}
