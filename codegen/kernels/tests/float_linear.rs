@@ -87,12 +87,10 @@ fn matmul_broadcasts_batches_and_promotes_vectors() {
                 r /= batch[i];
             }
             let offset = |s: &[usize]| {
-                let mut o = 0;
-                for i in 0..rank {
+                (0..rank).fold(0, |o, i| {
                     let e = ext(s, i);
-                    o = o * e + if e == 1 { 0 } else { idx[i] };
-                }
-                o
+                    o * e + if e == 1 { 0 } else { idx[i] }
+                })
             };
             expect.extend(naive(m, n, k, &a[offset(ba) * m * k..][..m * k], &b[offset(bb) * k * n..][..k * n]));
         }
@@ -198,6 +196,7 @@ fn conv_reference(p: &ConvParams, x: &[f32], batch: usize, input: &[usize], w: &
     y
 }
 
+#[allow(clippy::too_many_arguments)] // one per Conv attribute
 fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dilations: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
     ConvParams {
         in_channels: cin,

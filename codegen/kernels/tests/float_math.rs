@@ -24,6 +24,9 @@ fn near_midpoint(v: f64, tol: f64) -> bool {
     [(f + up) / 2.0, (f + down) / 2.0].iter().any(|m| (v - m).abs() <= v.abs() * tol)
 }
 
+/// A function of f64 (ours or the reference).
+type F64Fn = fn(f64) -> f64;
+
 fn sweep(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| lo + (hi - lo) * ((rng.next() >> 11) as f64 / (1u64 << 53) as f64)).collect()
@@ -32,7 +35,7 @@ fn sweep(seed: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
 #[test]
 fn exp_ln_tanh_expm1_log1p_within_a_few_ulps_of_libm() {
     let tol = 2f64.powi(-50);
-    let cases: [(&str, fn(f64) -> f64, fn(f64) -> f64, f64, f64); 8] = [
+    let cases: [(&str, F64Fn, F64Fn, f64, f64); 8] = [
         ("exp", math::exp64, f64::exp, -745.0, 709.7),
         ("exp small", math::exp64, f64::exp, -1.0, 1.0),
         ("ln", math::ln64, f64::ln, 1e-300, 1e300),
@@ -120,7 +123,7 @@ fn f32_results_are_the_correctly_rounded_ones() {
     let tol = 2f64.powi(-40);
     let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
     let softplus = |x: f64| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
-    let cases: [(Function, fn(f64) -> f64, f32, f32); 6] = [
+    let cases: [(Function, F64Fn, f32, f32); 6] = [
         (Function::Exp, f64::exp, -103.0, 88.7),
         (Function::Log, f64::ln, 0.0, 1e6),
         (Function::Tanh, f64::tanh, -10.0, 10.0),
