@@ -104,6 +104,9 @@ fn nan_zero_and_tie_semantics() {
     assert_eq!((Map::HardSwish.apply(4.0), Map::HardSwish.apply(-4.0)), (4.0, -0.0));
     assert_eq!(Binary::PRelu.apply(-2.0, 0.25), -0.5);
     assert_eq!(Binary::PRelu.apply(3.0, 0.25), 3.0);
+    assert_eq!(Binary::PRelu.apply(0.0, -0.25).to_bits(), 0, "+0, not 0·slope = −0");
+    assert_eq!(Binary::PRelu.apply(-0.0, 0.25).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(Binary::PRelu.apply(f32::NEG_INFINITY, 0.25), f32::NEG_INFINITY);
     let round: Vec<f32> = [0.5f32, 1.5, 2.5, -0.5, -1.5, 2.4999998].iter().map(|&v| Map::Round.apply(v)).collect();
     assert_eq!(bits(&round), bits(&[0.0, 2.0, 2.0, -0.0, -2.0, 2.0]));
     assert_eq!((Map::Floor.apply(-1.5), Map::Ceil.apply(-1.5), Map::Neg.apply(0.0).to_bits()), (-2.0, -1.0, (-0.0f32).to_bits()));
@@ -276,7 +279,7 @@ fn reductions_visit_reduced_elements_in_row_major_order() {
 }
 
 #[test]
-fn normalizations_follow_onnx_runtime_formulas() {
+fn normalizations_follow_their_documented_formulas() {
     let mut rng = Rng::new(7);
     let (n, c, s) = (2, 3, 10);
     let x = rng.f32s(n * c * s, -3.0, 3.0);
@@ -299,15 +302,18 @@ fn normalizations_follow_onnx_runtime_formulas() {
     layer_norm(&x, rows, size, &g, Some(&b), 1e-5, &mut y).unwrap();
     for r in 0..rows {
         let row = &x[r * size..][..size];
-        let (mut sum, mut sq) = (0f32, 0f32);
+        let mut sum = 0f32;
         for &v in row {
             sum += v;
-            sq += v * v;
         }
         let m = sum / size as f32;
-        let d = (sq / size as f32 - m * m + 1e-5).sqrt();
+        let mut sq = 0f32;
+        for &v in row {
+            sq += (v - m) * (v - m);
+        }
+        let inv = 1.0 / (sq / size as f32 + 1e-5).sqrt();
         for j in 0..size {
-            assert_eq!(y[r * size + j].to_bits(), ((row[j] - m) / d * g[j] + b[j]).to_bits());
+            assert_eq!(y[r * size + j].to_bits(), ((row[j] - m) * inv * g[j] + b[j]).to_bits());
         }
         let m64 = row.iter().map(|&v| f64::from(v)).sum::<f64>() / size as f64;
         let v64 = row.iter().map(|&v| (f64::from(v) - m64).powi(2)).sum::<f64>() / size as f64;

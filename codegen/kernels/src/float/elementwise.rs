@@ -14,7 +14,7 @@
 //! | LeakyRelu | `x >= 0 ? x : α·x` | the same (`activations.h`) |
 //! | HardSigmoid | `t = α·x + β` (two roundings); `t = 1 < t ? 1 : t`; `t < 0 ? 0 : t` | the same (`activations.h`, min then max) |
 //! | HardSwish | `x · HardSigmoid(x; α = f32(1/6), β = 0.5)` | ONNX function body (no CPU kernel) |
-//! | PRelu | `x > 0 ? x : x·slope` | ORT computes `[x>0]·x + (1−[x>0])·x·slope`: the same except when `x·slope` overflows |
+//! | PRelu | `x >= 0 ? x : x·slope` (+0 and −0 pass unchanged, NaN stays NaN) | 1.31.1's bits on ±0, ±∞, NaN and random values (`tests/float_ort.rs`; the 1.25 sources computed `[x>0]·x + (1−[x>0])·x·slope`, which differs at +0 and +∞) |
 //! | Pow | exponent 2: `x·x`; 3: `(x·x)·x`; else [`math::pow`] | ORT's fast paths only for a scalar exponent, else `std::pow` |
 //! | Neg/Abs | sign bit | the same |
 //! | Sqrt, Reciprocal | `√x`, `1/x` (correctly rounded) | the same |
@@ -49,7 +49,7 @@ impl Binary {
             Binary::Min => min_nan(a, b),
             Binary::Pow => pow(a, b),
             Binary::PRelu => {
-                if a > 0.0 {
+                if a >= 0.0 {
                     a
                 } else {
                     a * b

@@ -1,14 +1,15 @@
-//! BatchNormalization (inference) and LayerNormalization in f32, in ONNX Runtime's CPU order, so
-//! that where ORT runs these kernels unfused (ORT_DISABLE_ALL) the bits are the same.
+//! BatchNormalization (inference) and LayerNormalization in f32.
 //!
 //! Evaluation orders (every operation f32, rounded on its own, no FMA):
-//! - BatchNormalization, per channel c (`batch_norm.h`): `inv = 1/√(var + ε)`,
+//! - BatchNormalization, per channel c, ONNX Runtime's CPU order (`batch_norm.h`), so the bits are
+//!   ORT's where it runs the op unfused (`tests/float_ort.rs`): `inv = 1/√(var + ε)`,
 //!   `a = inv·scale`, `b = bias − mean·a`; per element `y = x·a + b`.
-//! - LayerNormalization over the trailing `size` elements of each row (`layer_norm_impl.cc`):
-//!   `s = +0`, `q = +0`, then `s = s + x`, `q = q + x·x` in index order; `mean = s/size`;
-//!   `d = √(q/size − mean·mean + ε)`; per element `y = (x − mean)/d·scale + bias` (left to right).
-//!   This is ORT's one-pass variance (E[x²] − E[x]²), not ONNX's two-pass function body: it loses
-//!   accuracy when |mean| ≫ std, but it is the computation the oracle runs.
+//! - LayerNormalization over the trailing `size` elements of each row, ONNX's function body with
+//!   `stash_type = 1` (f32): `mean = (Σ x)/size`; `d = x − mean`; `var = (Σ d·d)/size`;
+//!   `inv = 1/√(var + ε)`; `y = d·inv·scale + bias` (left to right), the sums from +0 in index
+//!   order. ONNX Runtime 1.31.1 computes it otherwise (its order is not the one of its 1.25
+//!   sources, `E[x²] − E[x]²`, nor a two-pass one: probed); the deviation from it is measured in
+//!   `tests/float_ort.rs`.
 
 use super::{ShapeError, bail, check_len};
 
@@ -59,17 +60,15 @@ pub fn layer_norm(x: &[f32], rows: usize, size: usize, scale: &[f32], bias: Opti
         bail!("LayerNormalization: empty normalized axis");
     }
     let n = size as f32;
+    let mut d = vec![0f32; size];
     for (ys, xs) in out.chunks_mut(size).zip(x.chunks(size)) {
-        let (mut s, mut q) = (0f32, 0f32);
-        for &v in xs {
-            s += v;
-            q += v * v;
-        }
-        let mean = s / n;
-        let d = (q / n - mean * mean + epsilon).sqrt();
+        let mean = xs.iter().fold(0f32, |s, &v| s + v) / n;
+        d.iter_mut().zip(xs).for_each(|(d, &v)| *d = v - mean);
+        let var = d.iter().fold(0f32, |s, &v| s + v * v) / n;
+        let inv = 1.0 / (var + epsilon).sqrt();
         match bias {
-            Some(b) => ys.iter_mut().zip(xs).zip(scale.iter().zip(b)).for_each(|((y, &v), (&g, &bb))| *y = (v - mean) / d * g + bb),
-            None => ys.iter_mut().zip(xs).zip(scale).for_each(|((y, &v), &g)| *y = (v - mean) / d * g),
+            Some(b) => ys.iter_mut().zip(&d).zip(scale.iter().zip(b)).for_each(|((y, &v), (&g, &bb))| *y = v * inv * g + bb),
+            None => ys.iter_mut().zip(&d).zip(scale).for_each(|((y, &v), &g)| *y = v * inv * g),
         }
     }
     Ok(())
