@@ -37,16 +37,19 @@ enum Attr {
 
 /// One one-node model: ONNX op, opset, attributes, inputs (`None`: an optional input left out),
 /// and our kernel's output for the same inputs.
+/// A node's attributes.
+type Attrs = Vec<(&'static str, Attr)>;
+
 struct Case {
     name: String,
     op: &'static str,
     opset: u32,
-    attrs: Vec<(&'static str, Attr)>,
+    attrs: Attrs,
     inputs: Vec<Option<(Vec<usize>, Vec<f32>)>>,
     ours: Vec<f32>,
 }
 
-fn case(name: impl Into<String>, op: &'static str, opset: u32, attrs: Vec<(&'static str, Attr)>, inputs: Vec<(Vec<usize>, Vec<f32>)>, ours: Vec<f32>) -> Case {
+fn case(name: impl Into<String>, op: &'static str, opset: u32, attrs: Attrs, inputs: Vec<(Vec<usize>, Vec<f32>)>, ours: Vec<f32>) -> Case {
     Case { name: name.into(), op, opset, attrs, inputs: inputs.into_iter().map(Some).collect(), ours }
 }
 
@@ -163,7 +166,7 @@ fn elementwise_ops_are_bit_identical_to_onnx_runtime() {
         binary(Binary::Pow, &x, &[60], &[e], &[], &mut out).unwrap();
         cases.push(case(format!("Pow x^{e}"), "Pow", 15, vec![], vec![(vec![60], x), (vec![], vec![e])], out));
     }
-    let maps: Vec<(&str, Map, Vec<(&'static str, Attr)>)> = vec![
+    let maps: Vec<(&str, Map, Attrs)> = vec![
         ("Relu", Map::Relu, vec![]),
         ("LeakyRelu", Map::LeakyRelu { alpha: 0.1 }, vec![("alpha", Attr::F(0.1))]),
         ("HardSigmoid", Map::HardSigmoid { alpha: 0.2, beta: 0.5 }, vec![]),
@@ -377,7 +380,7 @@ fn ulps(a: f32, b: f32) -> u64 {
 #[test]
 fn library_functions_deviate_from_onnx_runtime_by_a_few_ulps() {
     let sweep = |lo: f32, hi: f32, n: usize| -> Vec<f32> { (0..n).map(|i| lo + (hi - lo) * (i as f32 / (n - 1) as f32)).collect() };
-    let functions: [(&str, u32, Function, f32, f32, Vec<(&'static str, Attr)>); 8] = [
+    let functions: [(&str, u32, Function, f32, f32, Attrs); 8] = [
         ("Sigmoid", 13, Function::Sigmoid, -30.0, 30.0, vec![]),
         ("Tanh", 13, Function::Tanh, -12.0, 12.0, vec![]),
         ("Exp", 13, Function::Exp, -87.0, 88.0, vec![]),
