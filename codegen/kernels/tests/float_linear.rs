@@ -1,6 +1,12 @@
 //! f32 GEMM, MatMul, Gemm and Conv against naive loops written in the documented order (s = +0,
 //! s += product over K in order, then the epilogue): bit for bit, for random (non-exact) data, so
-//! the tiling, tails, transposes, broadcasting and im2col cannot change a single rounding.
+//! the tiling, tails, transposes, broadcasting and im2col cannot change a single rounding — on
+//! every kernel path (each has its own tile shape and instruction set).
+
+/// The paths this host has (a missing one fails unless `QDQC_KERNELS_SKIP_ISA` acknowledges it).
+fn paths() -> Vec<Kernels> {
+    Isa::ALL.into_iter().filter_map(common::kernels).collect()
+}
 
 mod common;
 
@@ -8,6 +14,7 @@ use common::Rng;
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::gemm::{GemmParams, gemm, matmul, matmul_shape, sgemm};
+use qdqc_kernels::{Isa, Kernels};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -31,14 +38,29 @@ fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
 #[test]
 fn sgemm_is_the_sequential_sum_on_every_tile_and_tail() {
     let mut rng = Rng::new(1);
-    for (m, n, k) in [(1, 1, 1), (1, 200, 37), (4, 64, 9), (5, 65, 300), (7, 130, 1), (13, 3, 64), (3, 0, 5), (2, 5, 0), (33, 129, 17)] {
+    for (m, n, k) in [
+        (1, 1, 1),
+        (1, 200, 37),
+        (4, 64, 9),
+        (5, 65, 300),
+        (7, 130, 1),
+        (13, 3, 64),
+        (3, 0, 5),
+        (2, 5, 0),
+        (33, 129, 17),
+        (9, 200, 40),
+        (8, 48, 3),
+        (6, 1100, 600),
+    ] {
         let (a, b) = (rng.f32s(m * k, -1.0, 1.0), rng.f32s(k * n, -1.0, 1.0));
-        let mut c = vec![f32::NAN; m * n];
-        sgemm(m, n, k, &a, &b, &mut c).unwrap();
-        assert_eq!(bits(&c), bits(&naive(m, n, k, &a, &b)), "m={m} n={n} k={k}");
+        for kernels in paths() {
+            let mut c = vec![f32::NAN; m * n];
+            sgemm(kernels, m, n, k, &a, &b, &mut c).unwrap();
+            assert_eq!(bits(&c), bits(&naive(m, n, k, &a, &b)), "{}: m={m} n={n} k={k}", kernels.isa());
+        }
     }
     let mut c = vec![0f32; 6];
-    assert!(sgemm(2, 3, 4, &[0.0; 7], &[0.0; 12], &mut c).is_err());
+    assert!(sgemm(Kernels::detect(), 2, 3, 4, &[0.0; 7], &[0.0; 12], &mut c).is_err());
 }
 
 #[test]
@@ -46,11 +68,13 @@ fn sgemm_order_is_not_a_reassociation() {
     // 1 + 2^-24 + 2^-24 is 1 summed left to right, 1 + 2^-23 with the small terms first.
     let e = 2f32.powi(-24);
     let (a, b) = ([1.0, e, e], [1.0, 1.0, 1.0]);
-    let mut c = [0f32];
-    sgemm(1, 1, 3, &a, &b, &mut c).unwrap();
-    assert_eq!(c[0], 1.0);
-    sgemm(1, 1, 3, &[e, e, 1.0], &b, &mut c).unwrap();
-    assert_eq!(c[0], 1.0 + 2.0 * e);
+    for kernels in paths() {
+        let mut c = [0f32];
+        sgemm(kernels, 1, 1, 3, &a, &b, &mut c).unwrap();
+        assert_eq!(c[0], 1.0);
+        sgemm(kernels, 1, 1, 3, &[e, e, 1.0], &b, &mut c).unwrap();
+        assert_eq!(c[0], 1.0 + 2.0 * e);
+    }
 }
 
 #[test]
@@ -69,7 +93,7 @@ fn matmul_broadcasts_batches_and_promotes_vectors() {
         let (na, nb): (usize, usize) = (sa.iter().product(), sb.iter().product());
         let (a, b) = (rng.f32s(na, -2.0, 2.0), rng.f32s(nb, -2.0, 2.0));
         let mut out = vec![0f32; want.iter().product()];
-        matmul(&a, sa, &b, sb, &mut out).unwrap();
+        matmul(Kernels::detect(), &a, sa, &b, sb, &mut out).unwrap();
         // Reference: numpy semantics spelled out, 2-D slices multiplied by `naive`.
         let pa = if sa.len() == 1 { vec![1, sa[0]] } else { sa.to_vec() };
         let pb = if sb.len() == 1 { vec![sb[0], 1] } else { sb.to_vec() };
@@ -113,7 +137,7 @@ fn gemm_transposes_alpha_beta_and_c_broadcast() {
             let a_shape = if ta { [k, m] } else { [m, k] };
             let b_shape = if tb { [n, k] } else { [k, n] };
             let mut out = vec![0f32; m * n];
-            gemm(&p, &a, a_shape, &b, b_shape, Some((&c, &c_shape)), &mut out).unwrap();
+            gemm(Kernels::detect(), &p, &a, a_shape, &b, b_shape, Some((&c, &c_shape)), &mut out).unwrap();
             let at = |i: usize, q: usize| if ta { a[q * m + i] } else { a[i * k + q] };
             let bt = |q: usize, j: usize| if tb { b[j * k + q] } else { b[q * n + j] };
             let ct = |i: usize, j: usize| match c_shape.as_slice() {
@@ -139,11 +163,11 @@ fn gemm_transposes_alpha_beta_and_c_broadcast() {
     let (a, b) = (rng.f32s(6, -1.0, 1.0), rng.f32s(6, -1.0, 1.0));
     let mut out = vec![0f32; 4];
     let p = GemmParams { alpha: 0.5, beta: 0.0, ..GemmParams::default() };
-    gemm(&p, &a, [2, 3], &b, [3, 2], Some((&[f32::NAN], &[1])), &mut out).unwrap();
+    gemm(Kernels::detect(), &p, &a, [2, 3], &b, [3, 2], Some((&[f32::NAN], &[1])), &mut out).unwrap();
     let want: Vec<f32> = naive(2, 2, 3, &a, &b).iter().map(|s| s * 0.5).collect();
     assert_eq!(bits(&out), bits(&want));
-    assert!(gemm(&GemmParams::default(), &a, [2, 3], &b, [2, 3], None, &mut out).is_err());
-    assert!(gemm(&GemmParams::default(), &a, [2, 3], &b, [3, 2], Some((&[0.0; 3], &[3])), &mut out).is_err());
+    assert!(gemm(Kernels::detect(), &GemmParams::default(), &a, [2, 3], &b, [2, 3], None, &mut out).is_err());
+    assert!(gemm(Kernels::detect(), &GemmParams::default(), &a, [2, 3], &b, [3, 2], Some((&[0.0; 3], &[3])), &mut out).is_err());
 }
 
 /// Direct definition of Conv in the documented order: for each output, s = +0, then over
@@ -230,12 +254,12 @@ fn conv_is_the_direct_definition_in_order() {
         let x = rng.f32s(batch * p.in_channels * input.iter().product::<usize>(), -1.0, 1.0);
         let w = rng.f32s(p.out_channels * p.in_channels / p.groups * p.kernel.iter().product::<usize>(), -1.0, 1.0);
         let b = rng.f32s(p.out_channels, -1.0, 1.0);
-        for bias in [None, Some(b.as_slice())] {
+        for (bias, kernels) in [None, Some(b.as_slice())].into_iter().flat_map(|bias| paths().into_iter().map(move |k| (bias, k))) {
             let mut y = vec![f32::NAN; batch * p.out_channels * output.iter().product::<usize>()];
-            conv(&p, &x, batch, &input, &w, bias, &mut y).unwrap();
-            assert_eq!(bits(&y), bits(&conv_reference(&p, &x, batch, &input, &w, bias)), "case {i}: {p:?} bias {}", bias.is_some());
+            conv(kernels, &p, &x, batch, &input, &w, bias, &mut y).unwrap();
+            assert_eq!(bits(&y), bits(&conv_reference(&p, &x, batch, &input, &w, bias)), "{}: case {i}: {p:?} bias {}", kernels.isa(), bias.is_some());
         }
     }
     let p = params(3, 4, 2, &[3], &[1], &[1], &[0], &[0]);
-    assert!(conv(&p, &[0.0; 30], 1, &[10], &[0.0; 36], None, &mut [0.0; 32]).is_err(), "3 channels in 2 groups");
+    assert!(conv(Kernels::detect(), &p, &[0.0; 30], 1, &[10], &[0.0; 36], None, &mut [0.0; 32]).is_err(), "3 channels in 2 groups");
 }

@@ -12,6 +12,7 @@
 mod common;
 
 use common::Rng;
+use qdqc_kernels::Kernels;
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::elementwise::{Binary, Map, binary, map};
@@ -232,7 +233,7 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         let b = rng.pow2s(p.out_channels, 64, -7);
         let output = p.output(&input).unwrap();
         let mut y = vec![0f32; batch * p.out_channels * numel(&output)];
-        conv(&p, &x, batch, &input, &w, Some(&b), &mut y).unwrap();
+        conv(Kernels::detect(), &p, &x, batch, &input, &w, Some(&b), &mut y).unwrap();
         let attrs = vec![
             ("kernel_shape", ints(&p.kernel)),
             ("strides", ints(&p.strides)),
@@ -250,7 +251,7 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
     for (sa, sb) in matmuls {
         let (a, b) = (rng.pow2s(numel(sa), 16, -4), rng.pow2s(numel(sb), 16, -5));
         let mut y = vec![0f32; numel(&matmul_shape(sa, sb).unwrap())];
-        matmul(&a, sa, &b, sb, &mut y).unwrap();
+        matmul(Kernels::detect(), &a, sa, &b, sb, &mut y).unwrap();
         cases.push(case(format!("MatMul {sa:?} {sb:?}"), "MatMul", 13, vec![], vec![(sa.to_vec(), a), (sb.to_vec(), b)], y));
     }
     for (ta, tb, c_shape) in [(false, true, vec![24]), (true, false, vec![5, 1]), (false, false, vec![5, 24])] {
@@ -260,7 +261,7 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         let sa = if ta { [k, m] } else { [m, k] };
         let sb = if tb { [n, k] } else { [k, n] };
         let mut y = vec![0f32; m * n];
-        gemm(&p, &a, sa, &b, sb, Some((&c, &c_shape)), &mut y).unwrap();
+        gemm(Kernels::detect(), &p, &a, sa, &b, sb, Some((&c, &c_shape)), &mut y).unwrap();
         let attrs = vec![("alpha", Attr::F(0.5)), ("beta", Attr::F(2.0)), ("transA", Attr::I(ta.into())), ("transB", Attr::I(tb.into()))];
         cases.push(case(format!("Gemm ta={ta} tb={tb}"), "Gemm", 13, attrs, vec![(sa.to_vec(), a), (sb.to_vec(), b), (c_shape, c)], y));
     }

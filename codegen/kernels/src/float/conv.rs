@@ -8,7 +8,8 @@
 //! padded taps included as products with +0; then `y = s + bias[co]` when a bias is given. Every
 //! product and sum rounded on its own, no FMA. It runs as im2col per image and group (skipped for
 //! a 1×1 kernel with unit strides and no pads) into a `K × positions` matrix and [`sgemm`] with
-//! the weights as A, whose documented order this is.
+//! the weights as A, whose documented order this is, on the kernel path given (the same bits on
+//! every path).
 //!
 //! When the group is P2-exact (all products and partial sums exact), the result is ONNX Runtime's
 //! whatever order it uses; otherwise this is a fixed order that differs from MLAS's by rounding.
@@ -16,11 +17,22 @@
 use super::gemm::sgemm;
 use super::{ShapeError, bail, check_len, numel};
 use crate::conv::ConvParams;
+use crate::isa::Kernels;
 
 /// `out = Conv(x, w, bias)`. `x`: `[batch][in_channels][input…]`; `w`:
 /// `[out_channels][in_channels/groups][kernel…]`; `bias`: `[out_channels]`; `out`:
 /// `[batch][out_channels][ConvParams::output(input)…]`.
-pub fn conv(p: &ConvParams, x: &[f32], batch: usize, input: &[usize], w: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<(), ShapeError> {
+#[allow(clippy::too_many_arguments)] // the path, the attributes and ONNX's three inputs with the input's layout
+pub fn conv(
+    kernels: Kernels,
+    p: &ConvParams,
+    x: &[f32],
+    batch: usize,
+    input: &[usize],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
     let output = p.output(input).map_err(|e| ShapeError(e.to_string()))?;
     if p.groups == 0 || !p.in_channels.is_multiple_of(p.groups) || !p.out_channels.is_multiple_of(p.groups) {
         bail!("Conv: {} groups do not divide {} input and {} output channels", p.groups, p.in_channels, p.out_channels);
@@ -50,7 +62,7 @@ pub fn conv(p: &ConvParams, x: &[f32], batch: usize, input: &[usize], w: &[f32],
                 &col
             };
             let yg = &mut out[(n * p.out_channels + g * cog) * out_size..][..cog * out_size];
-            sgemm(cog, out_size, depth, &w[g * cog * depth..][..cog * depth], b, yg)?;
+            sgemm(kernels, cog, out_size, depth, &w[g * cog * depth..][..cog * depth], b, yg)?;
             if let Some(bias) = bias {
                 for (row, &bv) in yg.chunks_mut(out_size.max(1)).zip(&bias[g * cog..]) {
                     row.iter_mut().for_each(|y| *y += bv);
