@@ -3,8 +3,8 @@
 //! per element, or a P2-exact Conv/MatMul/Gemm/pool/reduction (power-of-two data whose sums are
 //! exact in any order), or where our order is ORT's (BatchNormalization,
 //! bilinear and nearest Resize); for library functions (Sigmoid, Tanh, Exp, Log, Erf, Gelu,
-//! Softplus, Softmax) and LayerNormalization the maximum deviation on a sweep is printed
-//! (`--nocapture`) and bounded.
+//! Softplus, Softmax, Pow), LayerNormalization and a Conv on general data the maximum deviation on
+//! a sweep is printed (`--nocapture`) and bounded.
 //!
 //! Needs the venv (`bash tests/oracle/setup.sh`, or `QDQC_PYTHON`): without it the tests fail
 //! with that message, never skip. Two NaNs count as equal whatever their payloads.
@@ -379,7 +379,7 @@ fn ulps(a: f32, b: f32) -> u64 {
 
 /// Library functions: our deviation from ONNX Runtime on a sweep, printed and bounded.
 #[test]
-fn library_functions_deviate_from_onnx_runtime_by_a_few_ulps() {
+fn library_functions_deviate_from_onnx_runtime_by_little() {
     let sweep = |lo: f32, hi: f32, n: usize| -> Vec<f32> { (0..n).map(|i| lo + (hi - lo) * (i as f32 / (n - 1) as f32)).collect() };
     let functions: [(&str, u32, Function, f32, f32, Attrs); 8] = [
         ("Sigmoid", 13, Function::Sigmoid, -30.0, 30.0, vec![]),
@@ -411,6 +411,17 @@ fn library_functions_deviate_from_onnx_runtime_by_a_few_ulps() {
     layer_norm(&x, rows, size, &g, Some(&b), 1e-5, &mut y).unwrap();
     let attrs = vec![("axis", Attr::I(-1)), ("epsilon", Attr::F(1e-5))];
     cases.push(case("LayerNorm", "LayerNormalization", 17, attrs, vec![(vec![rows, size], x), (vec![size], g), (vec![size], b)], y));
+    let (x, e) = (rng.f32s(20_000, 0.0, 10.0), rng.f32s(20_000, -3.0, 3.0));
+    let mut y = vec![0f32; x.len()];
+    binary(Binary::Pow, &x, &[20_000], &e, &[20_000], &mut y).unwrap();
+    cases.push(case("Pow", "Pow", 15, vec![], vec![(vec![20_000], x), (vec![20_000], e)], y));
+    // General (not P2-exact) data: a Conv whose sums round, in our order and in MLAS's.
+    let p = conv_params(32, 16, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]);
+    let (x, w, b) = (rng.f32s(32 * 12 * 12, -1.0, 1.0), rng.f32s(16 * 32 * 9, -0.2, 0.2), rng.f32s(16, -1.0, 1.0));
+    let mut y = vec![0f32; 16 * 12 * 12];
+    conv(Kernels::detect(), &p, &x, 1, &[12, 12], &w, Some(&b), &mut y).unwrap();
+    let attrs = vec![("kernel_shape", ints(&[3, 3])), ("pads", ints(&[1, 1, 1, 1]))];
+    cases.push(case("Conv", "Conv", 11, attrs, vec![(vec![1, 32, 12, 12], x), (vec![16, 32, 3, 3], w), (vec![16], b)], y));
     let theirs = run_ort(&cases);
     let mut bad = Vec::new();
     for (c, t) in cases.iter().zip(&theirs) {
