@@ -4,8 +4,8 @@
 //!
 //! The f32 functions ([`exp`], [`ln`], [`pow`], and `unary`'s) evaluate in f64 and round once to
 //! f32. The f64 evaluations are accurate to a few f64 ulps (≤ 2^-49 relative, checked in
-//! `tests/float_math.rs` against independent series), so the f32 result is the correctly rounded one
-//! except when the exact value lies within ~2^-49 relative of an f32 rounding boundary (about one
+//! `tests/float_math.rs` against the platform libm and CPython's erf), so the f32 result is the
+//! correctly rounded one except when the exact value lies within ~2^-49 relative of an f32 rounding boundary (about one
 //! input in 2^25): there it may be the other neighbour, still the same bits everywhere.
 //!
 //! Evaluation orders (every step a rounded basic operation, Horner left to right as written):

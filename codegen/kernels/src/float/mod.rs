@@ -15,7 +15,7 @@
 //!   to f32 — nearly always the correctly rounded result, and the same on every machine with IEEE
 //!   binary64 arithmetic (any Rust target except x87-only i586).
 //! - Where an ONNX op is one IEEE operation per element (Add, Mul, Div, Sqrt, …), the kernel does
-//!   exactly that operation, so it gives ONNX Runtime's bits; `tests/oracle/` checks some of them.
+//!   exactly that operation, so it gives ONNX Runtime's bits (`tests/float_ort.rs` checks them).
 
 pub mod conv;
 pub mod elementwise;

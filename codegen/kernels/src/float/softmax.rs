@@ -5,7 +5,7 @@
 //! index order from +0; `y_i = f32(e_i / s)`. So each output is within about one f32 ulp of the
 //! exact softmax, the same bits everywhere. ONNX Runtime (MLAS) instead sums f32 exponentials of
 //! its own polynomial and multiplies by `1/s`: its outputs differ by a few ulps (measured by
-//! `tests/oracle/test_float_kernels.py`). A slice holding +∞ or only −∞ gives NaN, as ORT does.
+//! `tests/float_ort.rs`). A slice holding +∞, or only −∞, gives NaN.
 
 use super::{ShapeError, axis, check_len, math};
 
