@@ -3,8 +3,9 @@
 //!
 //! Evaluation order, per output element, with the window's taps `i = o·stride − pad_begin + t·dilation`
 //! visited row-major (last axis fastest):
-//! - Max: `m = −∞`, then `m = v` whenever `v > m` (a NaN tap is skipped — ORT's NaN handling is
-//!   not checked; an all-padding window gives −∞).
+//! - Max: `m = −∞`, then `m = v` whenever `v > m`: a NaN tap is skipped (ORT 1.31.1 keeps or drops
+//!   a NaN depending on its place in the window: probed, not reproduced); an all-padding window
+//!   gives −∞.
 //! - Average: `s = +0`, `s = s + v` over the taps inside the input, then `y = s / count` (one
 //!   IEEE division, as MLAS and ORT's pool functors do): `count` is the number of taps inside the
 //!   input, or with `count_include_pad` the number of taps before the padded end

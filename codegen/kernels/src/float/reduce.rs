@@ -2,8 +2,8 @@
 //!
 //! Evaluation order, per output element: the reduced elements visited in row-major order of the
 //! reduced axes (last axis fastest); Sum: `s = +0`, `s = s + v`; Mean: that sum, then `s / count`
-//! (one IEEE division); Max: `m = −∞`, `m = v` whenever `v > m` (NaN skipped; ORT's NaN handling
-//! is not checked). Axes are given
+//! (one IEEE division); Max: `m = −∞`, `m = v` whenever `v > m`, a NaN skipped (ORT 1.31.1 keeps or
+//! drops one depending on its place: probed, not reproduced). Axes are given
 //! explicitly (the caller resolves ONNX's empty-axes default: all axes, or none with
 //! `noop_with_empty_axes`); an empty reduction gives +0 (Sum), NaN (Mean) or −∞ (Max).
 
