@@ -5,6 +5,7 @@
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::gemm::sgemm;
+use qdqc_kernels::float::unary::{self, Function};
 use qdqc_kernels::{Isa, Kernels};
 use std::time::Instant;
 
@@ -29,6 +30,13 @@ fn main() {
     for isa in Isa::available() {
         println!("path {isa}");
         run(Kernels::new(isa).expect("available"));
+    }
+    // Library functions (no per-path code): nanoseconds per element over [-6, 6).
+    let x: Vec<f32> = values(1 << 20, 5).iter().map(|v| 12.0 * v).collect();
+    let mut y = vec![0f32; x.len()];
+    for f in [Function::Sigmoid, Function::Tanh, Function::Exp, Function::Erf, Function::Gelu, Function::GeluTanh, Function::Softplus, Function::Silu] {
+        let s = median_seconds(|| unary::map(f, &x, &mut y).unwrap());
+        println!("{f:<10?} {:6.2} ns/element", s * 1e9 / x.len() as f64);
     }
 }
 
