@@ -9,7 +9,7 @@ use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
-use qdqc_ort::Isa;
+use qdqc_ort::{Isa, OrtTarget};
 use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, RuleOptions};
 use serde::Serialize;
@@ -24,8 +24,8 @@ pub struct CompileOptions {
     pub fuse: bool,
     /// The contract every fusion is proven against (contract §2).
     pub contract: Contract,
-    /// A fusion fires only if proven on every one of these profiles.
-    pub isas: Vec<Isa>,
+    /// The target: a fusion fires only if proven on every one of its profiles.
+    pub target: OrtTarget,
     /// Per-region e-graph runner limits (iterations, nodes, time), deterministic by default.
     pub limits: Limits,
     /// Re-sign int8 activations to uint8 when every profile is x86 (`lower::resign`).
@@ -44,7 +44,7 @@ impl Default for CompileOptions {
         CompileOptions {
             fuse: true,
             contract: Contract::Exact,
-            isas: Isa::ALL.to_vec(),
+            target: OrtTarget::generic(),
             limits: Limits::default(),
             resign: true,
             fold_weights: false,
@@ -66,7 +66,9 @@ pub struct CompileReport {
     pub contract: Contract,
     /// Whether the rewrite catalog ran (`false` under `--no-fuse`).
     pub fuse: bool,
-    /// The profiles every fusion was proven on.
+    /// The target the model was compiled for (`OrtTarget::NAME`).
+    pub target: &'static str,
+    /// The target's profiles every fusion was proven on.
     pub profiles: Vec<Isa>,
     /// Names of the rules the catalog ran.
     pub rules: Vec<String>,
@@ -188,7 +190,7 @@ pub struct GroupDecision {
     /// Proven (or allowed) and added to the e-graph.
     pub fired: bool,
     /// A fired fusion the cost model did not pick: extraction kept the authored group because
-    /// ONNX Runtime's fused kernel is measured slower (`lower/src/extract.rs`). Absent when picked.
+    /// ONNX Runtime's fused kernel is measured slower (`rewrites/ort/src/cost.rs`). Absent when picked.
     #[serde(skip_serializing_if = "is_false")]
     pub kept_unfused: bool,
     /// `exact`, `refuted` or `unknown` per profile: the fusion fires only if exact on all.
@@ -311,15 +313,14 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
     let start = std::time::Instant::now();
     let rules = options.fuse.then(|| RuleOptions {
         contract: options.contract,
-        isas: options.isas.clone(),
+        target: options.target.clone(),
         fold_weights: options.fold_weights,
         allow: options.allow.clone(),
         memo: Default::default(),
     });
     let lower_options = Options { rules: rules.clone(), limits: options.limits.clone() };
-    // Re-signing int8 activations helps only ORT's x86 integer kernels (docs/int8-activations.md).
-    let try_resign = options.fuse && options.resign && options.isas.iter().all(|i| i.is_x86());
-    let qdqc_lower::resign::Choice { model, lowering, resigned, costs } = qdqc_lower::resign::lower_cheaper_sign(model, &lower_options, try_resign)?;
+    // Re-signing int8 activations is the target's call (ORT: x86 integer kernels, docs/int8-activations.md).
+    let qdqc_lower::resign::Choice { model, lowering, resigned, costs } = qdqc_lower::resign::lower_cheaper_sign(model, &lower_options, options.resign)?;
     let resign_costs = costs.map(|c| ResignCosts { int8: c.int8, uint8: c.uint8, chosen: if c.uint8 <= c.int8 { "uint8" } else { "int8" } });
     let mut decisions: Vec<GroupDecision> = lowering.decisions.iter().map(decision_json).collect();
     let mut kept = std::collections::BTreeSet::new();
@@ -348,7 +349,8 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         output: String::new(),
         contract: options.contract,
         fuse: options.fuse,
-        profiles: options.isas.clone(),
+        target: OrtTarget::NAME,
+        profiles: options.target.profiles().to_vec(),
         rules: rules.as_ref().map(qdqc_lower::rule_names).unwrap_or_default(),
         session_profile: SessionProfile::for_float_fusions(options.allow.ort_float_fusions),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
@@ -387,7 +389,7 @@ pub const METADATA_SESSION: &str = "qdqc.session_profile";
 /// Writes the guarantee into `metadata_props`, replacing qdqc's own earlier entries (so compiling
 /// a compiled model again gives the same file) and keeping the author's.
 fn record_guarantee(model: &mut qdqc_lang::onnx::ModelProto, options: &CompileOptions) {
-    let profiles: Vec<&str> = options.isas.iter().map(|i| i.name()).collect();
+    let profiles: Vec<&str> = options.target.profiles().iter().map(|i| i.name()).collect();
     let mut contract = match options.contract {
         Contract::Exact => "exact",
         Contract::Real => "real",
@@ -502,7 +504,8 @@ impl CompileReport {
             };
             writeln!(out, "{word} {} → {} [{}] ({})", d.output, d.fused_op, d.nodes.join(", "), verdicts.join(", ")).unwrap();
             if d.kept_unfused {
-                writeln!(out, "    kept unfused: ONNX Runtime's fused kernel is measured slower than the group (cost model, lower/src/extract.rs)").unwrap();
+                writeln!(out, "    kept unfused: ONNX Runtime's fused kernel is measured slower than the group (cost model, rewrites/ort/src/cost.rs)")
+                    .unwrap();
             }
             for (isa, c) in &d.counterexample {
                 writeln!(out, "    {isa}: {c}").unwrap();

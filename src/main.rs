@@ -1,7 +1,7 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa};
+use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa, OrtTarget};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -37,8 +37,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "exact")]
         contract: ContractArg,
         /// A fusion must be proven on every one of these ISA profiles.
-        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
-        ort_isa: IsaList,
+        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_target)]
+        ort_isa: OrtTarget,
         /// Keep int8 activations int8. By default, when every profile is x86, an int8 activation
         /// read only by DequantizeLinear becomes uint8 with its zero point + 128 (bit-identical
         /// values; the form ORT's x86 integer kernels run fast).
@@ -70,8 +70,8 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// ISA profiles to check: x86-sse2, x86-avx2, x86-avx512vnni, arm64-neon, host, or all.
-        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_isas)]
-        ort_isa: IsaList,
+        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_target)]
+        ort_isa: OrtTarget,
         /// The contract fusions are checked against; without it, both (`exact` first, `real` in
         /// each group's `real`).
         #[arg(long, value_enum)]
@@ -109,12 +109,8 @@ impl From<ContractArg> for Contract {
     }
 }
 
-/// A parsed `--ort-isa` list.
-#[derive(Clone)]
-struct IsaList(Vec<Isa>);
-
-fn parse_isas(s: &str) -> Result<IsaList, String> {
-    Isa::parse_list(s).map(IsaList)
+fn parse_target(s: &str) -> Result<OrtTarget, String> {
+    OrtTarget::parse(s)
 }
 
 /// One `--allow NAME[=VALUE]`.
@@ -171,11 +167,11 @@ fn run(command: Command) -> Result<(), Error> {
             if let Some(path) = inputs {
                 lossy.inputs = qdqc::read_inputs(&path)?;
             }
-            warn_if_not_host(&ort_isa.0);
+            warn_if_not_host(&ort_isa);
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
-                isas: ort_isa.0,
+                target: ort_isa,
                 resign: !keep_int8_activations,
                 fold_weights,
                 allow: lossy,
@@ -213,12 +209,12 @@ fn run(command: Command) -> Result<(), Error> {
             );
         }
         Command::Audit { input, json, ort_isa, contract } => {
-            warn_if_not_host(&ort_isa.0);
+            warn_if_not_host(&ort_isa);
             let contracts = match contract {
                 Some(c) => vec![c.into()],
                 None => vec![Contract::Exact, Contract::Real],
             };
-            let audit = qdqc::audit(&input, &ort_isa.0, &contracts)?;
+            let audit = qdqc::audit(&input, &ort_isa, &contracts)?;
             for w in &audit.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
             }
@@ -251,10 +247,10 @@ fn run(command: Command) -> Result<(), Error> {
 
 /// One line on stderr when the selected profiles leave out the one ONNX Runtime runs here: the
 /// compiled model keeps its guarantee on the machines it was compiled for, not on this one.
-fn warn_if_not_host(isas: &[Isa]) {
+fn warn_if_not_host(target: &OrtTarget) {
     match Isa::host() {
-        Ok(host) if !isas.contains(&host) => {
-            let names: Vec<&str> = isas.iter().map(|i| i.name()).collect();
+        Ok(host) if !target.profiles().contains(&host) => {
+            let names: Vec<&str> = target.profiles().iter().map(|i| i.name()).collect();
             eprintln!("qdqc: warning: proving for {} only; ONNX Runtime on this host runs {host} kernels, where the guarantee does not hold", names.join(","));
         }
         Ok(_) => {}

@@ -141,6 +141,6 @@ fn two_graph_attributes_with_one_name_are_told_apart() {
     let path = dir.path().join("in.onnx");
     std::fs::write(&path, &bytes).unwrap();
     let _ = qdqc::inspect(&path);
-    let _ = qdqc::audit(&path, &[qdqc::Isa::X86Avx2], &[qdqc::Contract::Exact]);
+    let _ = qdqc::audit(&path, &qdqc::OrtTarget::on(&[qdqc::Isa::X86Avx2]).unwrap(), &[qdqc::Contract::Exact]);
     check(&bytes, dir.path(), "two graph attributes named body");
 }

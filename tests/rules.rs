@@ -238,7 +238,7 @@ fn both_outcomes(bench: &Bench, accepted: (&[QParam], &CompileOptions), refused:
 }
 
 fn host_only() -> CompileOptions {
-    CompileOptions { isas: vec![common::host_isa()], ..CompileOptions::default() }
+    CompileOptions { target: qdqc::OrtTarget::on(&[common::host_isa()]).unwrap(), ..CompileOptions::default() }
 }
 
 fn real() -> CompileOptions {

@@ -231,7 +231,7 @@ fn conv_with_unequal_per_channel_weight_zero_points_is_fused() {
 
 /// The same proof on a depthwise Conv (group = channels): proven, but ORT 1.31.1 runs a grouped
 /// QLinearConv with unequal weight zero points 5–7x slower than the unfused group, so the cost
-/// model keeps the group (`lower/src/extract.rs`) and the report says so.
+/// model keeps the group (`rewrites/ort/src/cost.rs`) and the report says so.
 #[test]
 fn depthwise_conv_with_unequal_weight_zero_points_is_proven_but_kept_unfused() {
     let s = power_of_two(2);
@@ -426,8 +426,8 @@ fn the_uint8_weight_form_is_refuted_by_its_own_requantization() {
     let dir = tempfile::tempdir().unwrap();
     let input = write_model(dir.path(), "in.onnx", &saturating_conv(&power_of_two(1)));
     let out = dir.path().join("out.onnx");
-    let isas = vec![Isa::X86Avx512Vnni, Isa::Arm64Neon];
-    let r = qdqc::compile(&input, &out, &CompileOptions { contract: Contract::Exact, isas, ..CompileOptions::default() }).unwrap();
+    let target = qdqc::OrtTarget::on(&[Isa::X86Avx512Vnni, Isa::Arm64Neon]).unwrap();
+    let r = qdqc::compile(&input, &out, &CompileOptions { contract: Contract::Exact, target, ..CompileOptions::default() }).unwrap();
     assert_eq!((decision(&r).rule.as_str(), decision(&r).fired), ("qlinear-conv", true));
 }
 

@@ -12,6 +12,7 @@
 pub mod analysis;
 pub mod attr;
 pub mod canon;
+pub mod cost;
 pub mod error;
 pub mod ir;
 pub mod load;

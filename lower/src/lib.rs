@@ -98,14 +98,14 @@ fn lower_graph(
     let mut nodes = Vec::with_capacity(proto.node.len());
     let mut constants = Vec::new();
     for region in region::regions(graph, proto) {
-        if rules.is_empty() {
+        let Some(cost) = options.rules.as_ref().filter(|_| !rules.is_empty()).map(|r| r.target.cost()) else {
             // `--no-fuse`: with no rule to run, extraction gives back every authored node as it
             // was lifted (tags keep them apart), so the e-graph is skipped.
             stats.regions += 1;
             stats.largest_region = stats.largest_region.max(region.nodes.len());
             nodes.extend(region.nodes.iter().map(|&pos| authored(&proto.node[pos], pos)));
             continue;
-        }
+        };
         let lifted = lift::lift(model, graph, scopes, &region);
         let runner = egg::Runner::default()
             .with_iter_limit(options.limits.iterations)
@@ -122,7 +122,7 @@ fn lower_graph(
         stats.enodes += runner.egraph.total_number_of_nodes();
         stats.eclasses += runner.egraph.number_of_classes();
         let roots: Vec<_> = lifted.roots.iter().map(lift::Root::class).collect();
-        let extraction = extract::extract(&runner.egraph, &roots, &extract::NodeCount).map_err(&fail)?;
+        let extraction = extract::extract(&runner.egraph, &roots, cost).map_err(&fail)?;
         extract::check_acyclic(&extraction, &runner.egraph).map_err(&fail)?;
         nodes.extend(emit::emit(&runner.egraph, &extraction).map_err(&fail)?);
         constants.extend(emit::constants(&runner.egraph, &extraction));

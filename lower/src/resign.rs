@@ -58,19 +58,21 @@ pub struct SignCosts {
 /// keeping the cheaper by [`sign_cost`] (ties to uint8). Re-signing speeds up the integer kernels
 /// but can cost elementwise fusions (QLinearAdd rounds raw codes against a precomputed offset, so
 /// its proof depends on the code type): only lowering both forms tells.
-pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, try_resign: bool) -> Result<Choice<'m>> {
+/// Only when `allowed`, the catalog runs, and the target re-signs (`OrtTarget::resigns`).
+pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, allowed: bool) -> Result<Choice<'m>> {
     let lowering = crate::lower(model, options)?;
     let authored = |lowering| Choice { model: Cow::Borrowed(model), lowering, resigned: Vec::new(), costs: None };
-    if !try_resign {
+    let Some(target) = options.rules.as_ref().map(|r| &r.target).filter(|t| allowed && t.resigns()) else {
         return Ok(authored(lowering));
-    }
+    };
+    let penalty = target.int8_activation_penalty();
     let mut resigned_model = model.clone();
     let resigned = resign(&mut resigned_model)?;
     if resigned.is_empty() {
         return Ok(authored(lowering));
     }
     let resigned_lowering = crate::lower(&resigned_model, options)?;
-    let costs = SignCosts { int8: sign_cost(model, &lowering.graph), uint8: sign_cost(&resigned_model, &resigned_lowering.graph) };
+    let costs = SignCosts { int8: sign_cost(model, &lowering.graph, penalty), uint8: sign_cost(&resigned_model, &resigned_lowering.graph, penalty) };
     Ok(if costs.uint8 <= costs.int8 {
         Choice { model: Cow::Owned(resigned_model), lowering: resigned_lowering, resigned, costs: Some(costs) }
     } else {
@@ -78,27 +80,23 @@ pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, try_resign: b
     })
 }
 
-/// Extra cost of an integer GEMM/conv kernel on int8 activations: ORT's x86 s8s8 paths measured
-/// 2–3x slower than u8s8 on the corpus (docs/int8-activations.md).
-const INT8_KERNEL_PENALTY: usize = 3;
-
-/// The cost model choosing between the int8 and the re-signed form: one per node left, plus
-/// `INT8_KERNEL_PENALTY` (3) per integer GEMM/conv on int8 activations.
-pub fn sign_cost(model: &Model, g: &LoweredGraph) -> usize {
+/// The cost model choosing between the int8 and the re-signed form: one per node left, plus the
+/// target's `penalty` per integer GEMM/conv on int8 activations (`OrtTarget::int8_activation_penalty`).
+pub fn sign_cost(model: &Model, g: &LoweredGraph, penalty: usize) -> usize {
     let int8 = |name: &str| {
         g.constants.iter().find(|c| c.name == name).map(|c| c.dtype).or_else(|| {
             let init = model.main_graph().initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
             tensor::data_type(init).ok()
         }) == Some(DataType::Int8)
     };
-    let penalty: usize = g
+    let extra: usize = g
         .nodes
         .iter()
         .filter(|n| matches!(&n.computation, Computation::Created { op_type, .. } if matches!(op_type.as_str(), "QLinearConv" | "QLinearMatMul" | "QGemm")))
         .filter(|n| n.inputs.get(2).is_some_and(|z| int8(z)))
         .count()
-        * INT8_KERNEL_PENALTY;
-    g.nodes.len() + penalty + g.subgraphs.iter().map(|s| sign_cost(model, &s.graph)).sum::<usize>()
+        * penalty;
+    g.nodes.len() + extra + g.subgraphs.iter().map(|s| sign_cost(model, &s.graph, penalty)).sum::<usize>()
 }
 
 /// Re-signs every eligible int8 activation of the main graph, rebuilding the model's IR.

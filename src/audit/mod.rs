@@ -12,10 +12,10 @@ use qdqc_exact::{Certificate, Contract, Counterexample, Verdict};
 use qdqc_lang::canon::dtype_name;
 use qdqc_lang::{Model, Result, ir};
 use qdqc_lower::facts::Scopes;
-use qdqc_ort::Isa;
 use qdqc_ort::hazards::hazards;
 use qdqc_ort::requant::NearBoundary;
 use qdqc_ort::selectors::{self, Fusion};
+use qdqc_ort::{Isa, OrtTarget};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,6 +30,8 @@ pub struct Audit {
     pub contract: Contract,
     /// Every contract judged: without `--contract`, `exact` then `real` (in each group's `real`).
     pub contracts: Vec<Contract>,
+    /// The target whose fusions were judged (`OrtTarget::NAME`).
+    pub target: &'static str,
     /// The ISA profiles judged: ORT picks kernels by CPUID, so a verdict holds per profile.
     pub profiles: Vec<Isa>,
     /// Every group ORT would change, with its verdicts.
@@ -100,16 +102,16 @@ pub struct ReportedHazard {
     pub message: String,
 }
 
-/// Audits the model at `path` for `profiles` under `contracts` (the first fills each group's own
-/// verdict maps; a second, `real`, its `real` field).
-pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Audit> {
+/// Audits the model at `path` on every profile of `target` under `contracts` (the first fills each
+/// group's own verdict maps; a second, `real`, its `real` field).
+pub fn audit(path: &Path, target: &OrtTarget, contracts: &[Contract]) -> Result<Audit> {
     let model = Model::load(path)?;
     let mut groups: Vec<Group> = Vec::new();
     // Graph contexts by location, so a fusion's node positions resolve in their own graph.
     let mut contexts = Vec::new();
     collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
     let (primary, second) = (contracts[0], contracts.get(1).copied());
-    for &isa in profiles {
+    for &isa in target.profiles() {
         let outcome = selectors::optimize(&model, &model.graph, model.main_graph(), isa);
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
@@ -145,7 +147,8 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
         file: path.display().to_string(),
         contract: primary,
         contracts: contracts.to_vec(),
-        profiles: profiles.to_vec(),
+        target: OrtTarget::NAME,
+        profiles: target.profiles().to_vec(),
         groups,
         hazards,
         warnings: crate::compile::warnings(&model),

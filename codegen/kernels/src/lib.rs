@@ -6,6 +6,8 @@
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
+//! - [`codes`]: ops on u8/i8 codes — Add/Mul, pooling, lookup tables, data movement,
+//!   QuantizeLinear/DequantizeLinear — correctly rounded where they requantize.
 //! - [`float`]: f32 kernels for the ops that stay float (Conv, MatMul/Gemm, elementwise, library
 //!   functions, Softmax, pools, Resize, reductions, normalizations), each with a fixed, documented
 //!   evaluation order and portable elementary functions: the same bits on every machine.
@@ -15,6 +17,7 @@
 //! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
 //! instances of safe code, each block with its safety argument.
 
+pub mod codes;
 pub mod conv;
 pub mod float;
 pub mod gemm;

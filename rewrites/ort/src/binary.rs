@@ -14,6 +14,7 @@
 //! separate [`Contractions`]; [`prove`] must hold for all builds of an ISA.
 
 use crate::Isa;
+use crate::profile::{AddKernel, Convert};
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p1;
 use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
@@ -118,16 +119,9 @@ impl Contractions {
 /// The compiled forms of ORT's kernel that a proof for `isa` must cover. On x86 the first is the
 /// build of the Linux wheel, the one the differential tests run.
 pub fn builds(op: BinaryOp, isa: Isa) -> Vec<Contractions> {
-    let plain = Contractions::default();
-    match (op, isa) {
-        // The SSE2 kernels are compiled for baseline x86-64, which has no FMA instruction.
-        (_, Isa::X86Sse2) | (BinaryOp::Mul, Isa::X86Avx2 | Isa::X86Avx512Vnni) => vec![plain],
-        // MSVC (the Windows wheels) does not contract: `plain`.
-        (BinaryOp::Add, Isa::X86Avx2 | Isa::X86Avx512Vnni) => vec![Contractions::GCC_X86_AVX2, Contractions::CLANG_X86_AVX2, plain],
-        // GCC (Linux) may contract either product of the raw fallback and QLinearMul's multiply
-        // and add; clang (macOS, Android) contracts neither (separate statements, intrinsics).
-        (BinaryOp::Add, Isa::Arm64Neon) => vec![plain, Contractions { raw: Some(Fused::A), ..plain }, Contractions { raw: Some(Fused::B), ..plain }],
-        (BinaryOp::Mul, Isa::Arm64Neon) => vec![plain, Contractions { mul: true, ..plain }],
+    match op {
+        BinaryOp::Add => isa.arith().add_builds.to_vec(),
+        BinaryOp::Mul => isa.arith().mul_builds.to_vec(),
     }
 }
 
@@ -163,17 +157,17 @@ impl BinaryKernel {
         let swap = bcast == Broadcast::AScalar;
         // MLAS's (A, B) in call order.
         let (ka, kb) = if swap { (p.b, p.a) } else { (p.a, p.b) };
-        let arith = match (op, isa) {
-            (BinaryOp::Add, Isa::X86Sse2) => add_x86(ka, kb, p.c, false, build),
-            (BinaryOp::Add, Isa::X86Avx2 | Isa::X86Avx512Vnni) => add_x86(ka, kb, p.c, true, build),
-            (BinaryOp::Add, Isa::Arm64Neon) => add_neon(ka, kb, p.c, build),
+        let arith = match (op, isa.arith().add) {
+            (BinaryOp::Add, AddKernel::Sse2) => add_x86(ka, kb, p.c, false, build),
+            (BinaryOp::Add, AddKernel::Avx2) => add_x86(ka, kb, p.c, true, build),
+            (BinaryOp::Add, AddKernel::NeonFixed) => add_neon(ka, kb, p.c, build),
             (BinaryOp::Mul, _) => Arith::Mul {
                 za: ka.zero_point,
                 zb: kb.zero_point,
                 ratio: ka.scale * kb.scale / p.c.scale,
                 zc: p.c.zero_point as f32,
                 fma: build.mul,
-                arm: isa == Isa::Arm64Neon,
+                arm: isa.arith().convert == Convert::Arm,
             },
         };
         Ok(BinaryKernel { out: p.c.code, swap, scalar_b: bcast != Broadcast::None, arith })

@@ -12,15 +12,20 @@
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
 pub mod binary;
+pub mod cost;
 pub mod hazards;
 pub mod lut;
 pub mod matmul_dynamic;
 pub mod nbits;
 pub mod pool;
+pub mod profile;
 pub mod requant;
 pub mod selectors;
 pub mod softmax;
+mod target;
 pub mod weight_bias;
+
+pub use target::OrtTarget;
 
 use serde::Serialize;
 use std::fmt;

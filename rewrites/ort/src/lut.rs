@@ -87,7 +87,7 @@ pub fn prove_sigmoid(x: QParam, y: QParam, isa: Isa) -> Verdict {
     if let Err(reason) = check_unary(x, y) {
         return Verdict::Unknown { reason };
     }
-    if isa == Isa::Arm64Neon {
+    if !isa.arith().logistic_uniform {
         return Verdict::Unknown {
             reason: "arm64-neon: MlasLogisticKernel's vector body (FMA) and scalar tail (compiler-dependent contraction) may differ".to_string(),
         };

@@ -22,6 +22,7 @@
 //!   range; a difference is reported with concrete A and B rows that reach it.
 
 use super::Isa;
+use super::profile::Gemm;
 use super::requant::{GemmKind, Line, NearBoundary, gamma, output_multiplier, rational_text, reach, reach_order, requantize};
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p2::{self, Operand};
@@ -84,7 +85,7 @@ impl DynamicMatMul {
 
     /// The raw pair sum outside int16 that x86-avx2's u8×s8 kernel can meet, if any.
     pub fn pair_overflow(&self, isa: Isa) -> Option<i64> {
-        if isa != Isa::X86Avx2 || (self.a.code, self.b.code) != (CodeType::U8, CodeType::I8) || self.k < 2 {
+        if isa.arith().gemm != Gemm::PairSaturating || (self.a.code, self.b.code) != (CodeType::U8, CodeType::I8) || self.k < 2 {
             return None;
         }
         let (lo, hi) = extreme_products(self.a_codes, self.b_codes);

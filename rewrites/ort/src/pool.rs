@@ -20,6 +20,7 @@
 
 use super::binary::{cvt_rne_x86, ratio_text, truncate_arm, truncate_x86};
 use crate::Isa;
+use crate::profile::Convert;
 use qdqc_exact::num::{Dyadic, rne_quotient};
 use qdqc_exact::p1::{self, Domain};
 use qdqc_exact::reference::{CodeType, dequantize, quantize};
@@ -250,7 +251,7 @@ impl AveragePoolKernel {
         if geom.is_global() {
             return GlobalPoolKernel::new(p, geom.kernel.iter().product()).map(AveragePoolKernel::Global);
         }
-        Ok(AveragePoolKernel::Float(FloatPoolKernel { x: p.x, y: p.y, arm: isa == Isa::Arm64Neon }))
+        Ok(AveragePoolKernel::Float(FloatPoolKernel { x: p.x, y: p.y, arm: isa.arith().convert == Convert::Arm }))
     }
 
     /// One output from its window's codes (in ORT's order) and divisor.

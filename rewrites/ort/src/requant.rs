@@ -26,6 +26,7 @@
 //!   `pmaddubsw` u8×s8 kernel too; the `x86-sse2` profile models the GCC/Clang builds.
 
 use crate::Isa;
+use crate::profile::{Convert, Gemm};
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p2::{self, BiasTerm, DotProduct};
 use qdqc_exact::p3::{self, Affine, Codes, Direction, Outcome, Report};
@@ -136,7 +137,7 @@ impl GemmGroup {
 
     /// Whether the x86-avx2 u8×s8 kernel (int16 pair saturation) computes this group.
     pub fn pairs_saturate(&self, isa: Isa) -> bool {
-        isa == Isa::X86Avx2 && self.x.code == CodeType::U8 && self.w_code == CodeType::I8 && !self.depthwise()
+        isa.arith().gemm == Gemm::PairSaturating && self.x.code == CodeType::U8 && self.w_code == CodeType::I8 && !self.depthwise()
     }
 }
 
@@ -174,9 +175,9 @@ pub fn output_multiplier(kind: GemmKind, sx: f32, sw: f32, sy: f32) -> f32 {
 pub fn requantize(v: i32, multiplier: f32, zy: i64, code: CodeType, isa: Isa) -> i64 {
     let f = v as f32 * multiplier;
     let (lo, hi) = code.range();
-    match isa {
-        Isa::Arm64Neon => requantize_neon(f, zy, lo, hi),
-        _ => requantize_x86(f, zy, lo, hi),
+    match isa.arith().convert {
+        Convert::Arm => requantize_neon(f, zy, lo, hi),
+        Convert::X86 => requantize_x86(f, zy, lo, hi),
     }
 }
 

@@ -18,6 +18,7 @@
 //!   0x8000000000000000), int8 outputs −128 (127 when zY < 0: INT_MIN + zY wraps).
 
 use crate::Isa;
+use crate::profile::Convert;
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Counterexample, Method, QParam, Verdict};
 use std::time::Instant;
@@ -76,7 +77,7 @@ impl SoftmaxKernel {
             let index = if signed { (i - 128) as u8 } else { i as u8 };
             table[index as usize] = ((i as f64 - 255.0 + bit_shift) * sx).exp() as f32;
         }
-        Ok(SoftmaxKernel { table, y_scale: (1.0f32 / y.scale).floor(), y, arm: isa == Isa::Arm64Neon })
+        Ok(SoftmaxKernel { table, y_scale: (1.0f32 / y.scale).floor(), y, arm: isa.arith().convert == Convert::Arm })
     }
 
     /// The table entry of code `x` in a row whose maximum is `xmax`.

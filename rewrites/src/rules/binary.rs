@@ -56,7 +56,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let params = match self.params(eg, eclass, s) {
             Ok(p) => p,
             Err(reason) => {
-                let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+                let verdicts = self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
                 group.log(&self.log, self.name, &fused_op, false, verdicts);
                 return vec![];
             }

@@ -108,7 +108,7 @@ impl Applier<Term, QdqAnalysis> for OnCodes {
         let params = qparam(eg, Some(var(s, "?x")), var(s, "?s"), var(s, "?z")).and_then(|x| Ok((x, qparam(eg, Some(eclass), var(s, "?s2"), var(s, "?z2"))?)));
         let (fired, verdicts) = match params {
             Ok((x, y)) => decide(&self.options, |_| prove(x, y, self.monotone, selects)),
-            Err(reason) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
+            Err(reason) => (false, self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
         };
         group.log(&self.log, self.name, &format!("{} (on codes)", self.op), fired, verdicts);
         if !fired {

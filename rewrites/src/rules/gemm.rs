@@ -243,7 +243,7 @@ impl Fusion {
         if fired || self.options.contract != Contract::Real {
             return (Scales::Model, fired, verdicts);
         }
-        match requant::synthesize(g, &self.options.isas) {
+        match requant::synthesize(g, self.options.target.profiles()) {
             Ok(synthesis) => (Scales::Synthesized(synthesis.w_scales.clone()), true, synthesized(synthesis, &verdicts)),
             Err(why) => (Scales::Model, false, verdicts.into_iter().map(|(isa, v)| (isa, with_synthesis_refusal(v, &why))).collect()),
         }
@@ -302,7 +302,7 @@ impl Fusion {
         let (g, k) = match matmul_dynamic::read(eg, s, eclass) {
             Ok(read) => read,
             Err(reason) => {
-                let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+                let verdicts = self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
                 group.log(&self.log, self.name, &fused_op, false, verdicts);
                 return vec![];
             }
@@ -416,14 +416,14 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let matched = match self.read(eg, s, eclass) {
             Ok(m) => m,
             Err(reason) => {
-                let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+                let verdicts = self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
                 group.log(&self.log, self.name, &fused_op, false, verdicts);
                 return vec![];
             }
         };
         let (mut scales, mut fired, mut verdicts) = self.verdicts(&matched.group);
         let (mut rule, mut shifted) = (self.name, None);
-        if !fired && u8_weights::applies(&matched.group, &self.options.isas) {
+        if !fired && u8_weights::applies(&matched.group, self.options.target.profiles()) {
             // The int8-weight form is refused: try the uint8-weight form, and log it, with what
             // the int8 one gave, since its reasons are the ones left to fix.
             let g = u8_weights::shift(&matched.group);

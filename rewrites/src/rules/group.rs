@@ -126,7 +126,7 @@ pub fn shape(eg: &QdqEGraph, id: Id) -> Option<Vec<i64>> {
 
 /// Runs `prove` on every selected ISA; a fusion fires only if every verdict is exact.
 pub fn decide(options: &RuleOptions, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
-    let verdicts: Vec<(Isa, Verdict)> = options.isas.iter().map(|&isa| (isa, prove(isa))).collect();
+    let verdicts: Vec<(Isa, Verdict)> = options.target.profiles().iter().map(|&isa| (isa, prove(isa))).collect();
     (verdicts.iter().all(|(_, v)| v.is_exact()), verdicts)
 }
 

@@ -219,8 +219,10 @@ impl Applier<Term, qdqc_lang::analysis::QdqAnalysis> for Table {
         let eight_bit = |p: &QParam| matches!(p.code, CodeType::U8 | CodeType::I8);
         let (fired, verdicts) = match &params {
             Ok((x, y)) if eight_bit(x) && eight_bit(y) => decide(&self.options, |_| prove(*x, *y, &steps, self.options.contract)),
-            Ok(_) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: "lookup tables are for 8-bit codes".into() })).collect()),
-            Err(reason) => (false, self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
+            Ok(_) => {
+                (false, self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: "lookup tables are for 8-bit codes".into() })).collect())
+            }
+            Err(reason) => (false, self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
         };
         group.log(&self.log, RULE, "Gather (lookup table)", fired, verdicts);
         let Ok((x, y)) = params else { return vec![] };

@@ -96,7 +96,7 @@ impl<F: Fusion> Applier<Term, QdqAnalysis> for Rule<F> {
         let params = match self.fusion.read(eg, s, eclass) {
             Ok(p) => p,
             Err(reason) => {
-                let verdicts = self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+                let verdicts = self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
                 group.log(&self.log, self.name, &fused_op, false, verdicts);
                 return vec![];
             }
@@ -325,8 +325,13 @@ mod tests {
 
     #[test]
     fn patterns_bind_every_variable_the_rules_read() {
-        let options =
-            RuleOptions { contract: Contract::Exact, isas: Isa::ALL.to_vec(), fold_weights: false, allow: Default::default(), memo: Default::default() };
+        let options = RuleOptions {
+            contract: Contract::Exact,
+            target: qdqc_ort::OrtTarget::generic(),
+            fold_weights: false,
+            allow: Default::default(),
+            memo: Default::default(),
+        };
         let rules = rules(&options, &Log::default());
         for lut in [Lut::Sigmoid, Lut::LeakyRelu, Lut::Where, Lut::Concat(2), Lut::Concat(3), Lut::Concat(4)] {
             let rule = rules.iter().find(|r| r.name.as_str() == lut.name()).expect("a rule per kernel");

@@ -82,7 +82,7 @@ impl Memo {
     /// `decide`, proven once per key (with the ISA list and contract of `options`).
     pub fn decide(&self, options: &RuleOptions, key: Key, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
         let mut key = key;
-        key.params.push_str(&format!(" under {:?} on {:?}", options.contract, options.isas));
+        key.params.push_str(&format!(" under {:?} on {:?}", options.contract, options.target.profiles()));
         if let Some(found) = {
             let mut inner = self.0.lock().unwrap_or_else(|e| e.into_inner());
             let found = inner.verdicts.get(&key).cloned();
@@ -127,7 +127,13 @@ mod tests {
     use qdqc_exact::{Contract, Counterexample};
 
     fn options() -> RuleOptions {
-        RuleOptions { contract: Contract::Exact, isas: vec![Isa::X86Avx2], fold_weights: false, allow: Default::default(), memo: Memo::default() }
+        RuleOptions {
+            contract: Contract::Exact,
+            target: qdqc_ort::OrtTarget::on(&[Isa::X86Avx2]).unwrap(),
+            fold_weights: false,
+            allow: Default::default(),
+            memo: Memo::default(),
+        }
     }
 
     fn refuted(n: i64) -> Verdict {
@@ -156,7 +162,7 @@ mod tests {
         memo.decide(&o, memo.key("r", &(1, 2), [0.5], &[vec![1, 2, 4]]), prove);
         memo.decide(&o, memo.key("s", &(1, 2), [0.5], &w), prove);
         memo.decide(&RuleOptions { contract: Contract::Real, ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
-        memo.decide(&RuleOptions { isas: Isa::ALL.to_vec(), ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
+        memo.decide(&RuleOptions { target: qdqc_ort::OrtTarget::generic(), ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
         // Ten decisions run, the last one on four profiles: 9 + 4 proofs.
         assert_eq!((runs.get(), memo.counts()), (13, MemoCounts { hits: 1, misses: 10 }));
     }

@@ -27,8 +27,8 @@ pub use memo::{Memo, MemoCounts};
 use qdqc_exact::{Certificate, Contract, Verdict};
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
-use qdqc_ort::Isa;
 use qdqc_ort::nbits::{AccuracyLevel, Deviation};
+use qdqc_ort::{Isa, OrtTarget};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,8 +40,8 @@ pub type Rewrite = egg::Rewrite<Term, QdqAnalysis>;
 #[derive(Clone, Debug)]
 pub struct RuleOptions {
     pub contract: Contract,
-    /// A fusion fires only if proven on every one of these.
-    pub isas: Vec<Isa>,
+    /// The target, whose every profile a fusion must be proven on.
+    pub target: OrtTarget,
     /// `--fold-weights`: dequantize constant weights into float initializers.
     pub fold_weights: bool,
     /// Lossy rewrites the user allowed (contract §2.4); none by default.

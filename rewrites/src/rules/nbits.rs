@@ -270,7 +270,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         if self.log.decided(self.name, &group.output) {
             return vec![];
         }
-        let unknown = |reason: String| self.options.isas.iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
+        let unknown = |reason: String| self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect();
         let w = match self.read(eg, s) {
             Ok(w) => w,
             Err(reason) => {
@@ -281,7 +281,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let packed = nbits::pack(&w);
         let check = nbits::check(&w, &packed);
         if !check.is_exact() {
-            group.log(&self.log, self.name, FUSED_OP, false, self.options.isas.iter().map(|&i| (i, check.clone())).collect());
+            group.log(&self.log, self.name, FUSED_OP, false, self.options.target.profiles().iter().map(|&i| (i, check.clone())).collect());
             return vec![];
         }
         let Verdict::Exact { proof } = check else { unreachable!("checked above") };

@@ -34,8 +34,7 @@ pub const SHIFT: i64 = 128;
 pub fn applies(g: &GemmGroup, isas: &[Isa]) -> bool {
     g.x.code == CodeType::U8
         && g.w_code == CodeType::I8
-        && isas.contains(&Isa::X86Avx2)
-        && g.pairs_saturate(Isa::X86Avx2)
+        && isas.iter().any(|&isa| g.pairs_saturate(isa))
         && (0..g.channels()).any(|c| avx2_pair_overflow(g, c).is_some())
         && g.w_zero_points.iter().all(|&z| (-128..=127).contains(&z))
 }

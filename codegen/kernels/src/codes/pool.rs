@@ -1,0 +1,240 @@
+//! Pooling on codes, NCHW-style layout `[N, C, spatial...]` with 1 to 3 spatial axes; explicit
+//! pads (the generator resolves `auto_pad`), strides, dilations, `ceil_mode` as ONNX Runtime
+//! sizes them (`(in + pads − dil·(k−1) − 1)/stride + 1`, rounded up under `ceil_mode`, minus one
+//! when the last window would start in the end padding).
+//!
+//! | op | result | why it is the QDQ group's real value |
+//! |---|---|---|
+//! | [`max_pool`] | the largest code among the window's input taps; pads never win; a window with no input tap gives the type's lowest code (ORT's float MaxPool gives `lowest()`, which quantizes to it) | dequantization is increasing (s > 0): the max of codes is the code of the max; input and output share scale and zero point |
+//! | [`average_pool`] | `sat(rne(sx·Σ(x − zx) / (count·sy)) + zy)` | the exact mean of the dequantized window; pads are real 0 (code zx) and add nothing to the sum |
+//! | [`global_average_pool`] | the same over the whole spatial plane | |
+//!
+//! `count` is the number of input taps, or with `count_include_pad` the taps inside the padded
+//! extent `[−pad_begin, in + pad_end)` (the ceil_mode overhang beyond the end pad never counts),
+//! per axis multiplied, as ONNX Runtime divides. A window with no input tap averages to 0 (code zy).
+//! The sum is exact in i64 and the rounding exact in i128 ([`mean_exact`], the definition).
+
+use super::rational::{dyadic, rne_clamped};
+use super::shape::check_len;
+use super::{CodesError, QCode, Quant, numel, shape_err};
+
+/// Window geometry over the spatial axes; `pads` holds the begins then the ends (ONNX order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolParams {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub pads: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub ceil_mode: bool,
+}
+
+impl PoolParams {
+    /// Stride 1, no pads, no dilation, floor mode.
+    pub fn new(kernel: &[usize]) -> PoolParams {
+        let d = kernel.len();
+        PoolParams { kernel: kernel.to_vec(), strides: vec![1; d], pads: vec![0; 2 * d], dilations: vec![1; d], ceil_mode: false }
+    }
+
+    fn check(&self, shape: &[usize]) -> Result<(), CodesError> {
+        let d = self.kernel.len();
+        let ok = (1..=3).contains(&d)
+            && shape.len() == d + 2
+            && self.strides.len() == d
+            && self.dilations.len() == d
+            && self.pads.len() == 2 * d
+            && self.kernel.iter().chain(&self.strides).chain(&self.dilations).all(|&v| v >= 1)
+            // Every attribute below 2^31 keeps the window arithmetic inside i64.
+            && self.kernel.iter().chain(&self.strides).chain(&self.dilations).chain(&self.pads).all(|&v| v <= i32::MAX as usize);
+        if ok {
+            Ok(())
+        } else {
+            shape_err(format!("pool: {self:?} on input shape {shape:?} (1 to 3 spatial axes, kernel/strides/dilations 1 to 2^31 − 1, pads below 2^31)"))
+        }
+    }
+}
+
+/// The output shape `[N, C, out...]`.
+pub fn pool_output_shape(p: &PoolParams, shape: &[usize]) -> Result<Vec<usize>, CodesError> {
+    p.check(shape)?;
+    let d = p.kernel.len();
+    let mut out = shape[..2].to_vec();
+    for a in 0..d {
+        // u128: nothing overflows; output sizes beyond 2^31 are refused.
+        let w = |v: usize| v as u128;
+        let (inp, s, (pb, pe)) = (w(shape[a + 2]), w(p.strides[a]), (w(p.pads[a]), w(p.pads[a + d])));
+        let span = w(p.dilations[a]) * (w(p.kernel[a]) - 1) + 1;
+        if inp + pb + pe < span {
+            return shape_err(format!("pool: window of {span} wider than the padded axis {a} ({inp} + {pb} + {pe})"));
+        }
+        let num = inp + pb + pe - span;
+        let mut o = if p.ceil_mode { num.div_ceil(s) + 1 } else { num / s + 1 };
+        // ceil_mode: the last window must start inside the input or the begin padding.
+        if p.ceil_mode && (o - 1) * s >= inp + pb {
+            o -= 1;
+        }
+        if o > i32::MAX as u128 {
+            return shape_err(format!("pool: {o} outputs along axis {a}"));
+        }
+        let o = o as usize;
+        out.push(o);
+    }
+    Ok(out)
+}
+
+/// One spatial axis: for each output index, its input taps and its include-pad count.
+struct Axis {
+    taps: Vec<Vec<usize>>,
+    padded: Vec<usize>,
+}
+
+fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
+    let d = p.kernel.len();
+    let mut v: Vec<Axis> = (0..d)
+        .map(|a| {
+            let (inp, s, k, dil) = (shape[a + 2] as i64, p.strides[a] as i64, p.kernel[a] as i64, p.dilations[a] as i64);
+            let (pb, pe) = (p.pads[a] as i64, p.pads[a + d] as i64);
+            let mut ax = Axis { taps: vec![], padded: vec![] };
+            for o in 0..out[a + 2] as i64 {
+                let start = o * s - pb;
+                let pos = (0..k).map(|j| start + j * dil);
+                ax.taps.push(pos.clone().filter(|&t| (0..inp).contains(&t)).map(|t| t as usize).collect());
+                ax.padded.push(pos.filter(|&t| t < inp + pe).count());
+            }
+            ax
+        })
+        .collect();
+    // Pad to three axes with a trivial one (a single tap, count 1) so one loop nest serves all.
+    while v.len() < 3 {
+        v.push(Axis { taps: vec![vec![0]], padded: vec![1] });
+    }
+    v
+}
+
+/// Runs `f(plane, out_index, taps)` for each output of each `[n, c]` plane; taps are flat input
+/// offsets within the plane, and the include-pad count is passed along.
+fn windows(p: &PoolParams, shape: &[usize], out_len: usize, mut f: impl FnMut(usize, usize, &mut dyn Iterator<Item = usize>, usize)) -> Result<(), CodesError> {
+    let out_shape = pool_output_shape(p, shape)?;
+    check_len("pool output", out_len, &out_shape)?;
+    let ax = axes(p, shape, &out_shape);
+    let mut dims: Vec<usize> = shape[2..].to_vec();
+    dims.resize(3, 1);
+    let (s1, s2) = (dims[1] * dims[2], dims[2]);
+    let planes = shape[0] * shape[1];
+    let mut o = 0;
+    for plane in 0..planes {
+        for (t0, c0) in ax[0].taps.iter().zip(&ax[0].padded) {
+            for (t1, c1) in ax[1].taps.iter().zip(&ax[1].padded) {
+                for (t2, c2) in ax[2].taps.iter().zip(&ax[2].padded) {
+                    let mut it = t0.iter().flat_map(|&i| t1.iter().flat_map(move |&j| t2.iter().map(move |&k| i * s1 + j * s2 + k)));
+                    f(plane, o, &mut it, c0 * c1 * c2);
+                    o += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// MaxPool on codes (input and output share their quantization parameters).
+pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T]) -> Result<(), CodesError> {
+    p.check(shape)?;
+    check_len("pool input", x.len(), shape)?;
+    let plane = numel(&shape[2..]);
+    windows(p, shape, out.len(), |c, o, taps, _| {
+        let base = &x[c * plane..];
+        out[o] = taps.map(|t| base[t]).fold(T::saturate(i64::from(T::MIN)), |m, v| if v > m { v } else { m });
+    })
+}
+
+/// The mean's requantization: `rne(sx·sum/(count·sy))` with `sum = Σ(x − zx)`.
+struct Mean {
+    mx: i128,
+    shift: i32,
+    my: i128,
+    zy: i64,
+}
+
+impl Mean {
+    fn new<X: QCode, Y: QCode>(qx: Quant, qy: Quant) -> Result<Mean, CodesError> {
+        let (qx, qy) = (qx.check::<X>("pool input")?, qy.check::<Y>("pool output")?);
+        let ((mx, ex), (my, ey)) = (dyadic(qx.scale)?, dyadic(qy.scale)?);
+        Ok(Mean { mx, shift: ex - ey, my, zy: i64::from(qy.zero_point) })
+    }
+
+    fn code<Y: QCode>(&self, sum: i64, count: usize) -> Y {
+        let r = if count == 0 { 0 } else { rne_clamped(self.mx * i128::from(sum), self.shift, self.my * count as i128) };
+        Y::saturate(r as i64 + self.zy)
+    }
+}
+
+/// The definition [`average_pool`] and [`global_average_pool`] apply to each window (the function
+/// the proofs call): `sat(rne(sx·sum/(count·sy)) + zy)` with `sum = Σ(x − zx)`; count 0 gives zy.
+/// Exact for every i64 sum and usize count (`|mx·sum| < 2^87`, `my·count < 2^88`).
+pub fn mean_exact<X: QCode, Y: QCode>(sum: i64, count: usize, qx: Quant, qy: Quant) -> Result<Y, CodesError> {
+    Ok(Mean::new::<X, Y>(qx, qy)?.code(sum, count))
+}
+
+/// Largest window count: keeps the i64 window sum (at most 255·count) far from overflow.
+const MAX_COUNT: usize = 1 << 40;
+
+/// AveragePool on codes, requantized from `qx` to `qy` (see the module header).
+pub fn average_pool<X: QCode, Y: QCode>(
+    x: &[X],
+    shape: &[usize],
+    p: &PoolParams,
+    count_include_pad: bool,
+    qx: Quant,
+    qy: Quant,
+    out: &mut [Y],
+) -> Result<(), CodesError> {
+    p.check(shape)?;
+    check_len("pool input", x.len(), shape)?;
+    if numel(&p.kernel) >= MAX_COUNT {
+        return shape_err(format!("pool: kernel {:?} beyond 2^40 taps", p.kernel));
+    }
+    let mean = Mean::new::<X, Y>(qx, qy)?;
+    let (plane, zx) = (numel(&shape[2..]), i64::from(qx.zero_point));
+    windows(p, shape, out.len(), |c, o, taps, padded| {
+        let base = &x[c * plane..];
+        let (mut sum, mut n) = (0i64, 0usize);
+        for t in taps {
+            sum += i64::from(base[t].value()) - zx;
+            n += 1;
+        }
+        // No input tap: the mean is 0 under both counts.
+        out[o] = mean.code(
+            sum,
+            if n == 0 {
+                0
+            } else if count_include_pad {
+                padded
+            } else {
+                n
+            },
+        );
+    })
+}
+
+/// GlobalAveragePool on codes: one mean per `[n, c]` plane, output shape `[N, C, 1, ...]`.
+pub fn global_average_pool<X: QCode, Y: QCode>(x: &[X], shape: &[usize], qx: Quant, qy: Quant, out: &mut [Y]) -> Result<(), CodesError> {
+    if shape.len() < 3 {
+        return shape_err(format!("GlobalAveragePool: input shape {shape:?} has no spatial axis"));
+    }
+    check_len("pool input", x.len(), shape)?;
+    check_len("pool output", out.len(), &shape[..2])?;
+    let plane = numel(&shape[2..]);
+    if plane >= MAX_COUNT {
+        return shape_err(format!("GlobalAveragePool: plane of {plane} elements beyond 2^40"));
+    }
+    let mean = Mean::new::<X, Y>(qx, qy)?;
+    let zx = i64::from(qx.zero_point);
+    if plane == 0 {
+        out.fill(mean.code(0, 0));
+        return Ok(());
+    }
+    for (y, xs) in out.iter_mut().zip(x.chunks_exact(plane)) {
+        let sum: i64 = xs.iter().map(|v| i64::from(v.value()) - zx).sum();
+        *y = mean.code(sum, plane);
+    }
+    Ok(())
+}

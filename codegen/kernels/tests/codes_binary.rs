@@ -1,0 +1,259 @@
+//! QLinearAdd / QLinearMul on codes against an independent exact-rational evaluation (i128
+//! numerators and denominators, no float arithmetic), exhaustively over all 65,536 code pairs per
+//! scale set and type combination; the huge-exponent-gap path against hand-derived results;
+//! broadcasting against index arithmetic.
+
+mod common;
+
+use common::Rng;
+use qdqc_kernels::codes::binary::{Binary, BinaryOp, binary_exact};
+use qdqc_kernels::codes::{QCode, Quant};
+
+/// `s = num / 2^pow` with integers (an f32 is exact in f64; doubling until integral).
+fn as_fraction(s: f32) -> (i128, u32) {
+    let (mut v, mut pow) = (f64::from(s), 0);
+    while v.fract() != 0.0 {
+        v *= 2.0;
+        pow += 1;
+    }
+    (v as i128, pow)
+}
+
+/// Round half to even of `num / den`, `den > 0`, by floor division.
+fn rne(num: i128, den: i128) -> i128 {
+    let q = num.div_euclid(den);
+    let r = num - q * den;
+    if 2 * r < den || (2 * r == den && q % 2 == 0) { q } else { q + 1 }
+}
+
+/// The exact value `num/den` for centred inputs `a`, `b` (scales within 2^-16..2^8 keep i128 exact).
+fn exact_value(op: BinaryOp, a: i128, b: i128, (sa, sb, sy): (f32, f32, f32)) -> (i128, i128) {
+    let ((na, pa), (nb, pb), (ny, py)) = (as_fraction(sa), as_fraction(sb), as_fraction(sy));
+    match op {
+        // (na·a/2^pa + nb·b/2^pb)·2^py/ny over the common power 2^P
+        BinaryOp::Add => {
+            let p = pa.max(pb);
+            ((((na * a) << (p - pa)) + ((nb * b) << (p - pb))) << py, ny << p)
+        }
+        BinaryOp::Mul => ((na * nb * a * b) << py, ny << (pa + pb)),
+    }
+}
+
+/// Every pair of codes of `A`×`B` into `Y`, for both ops.
+fn exhaustive<A: QCode, B: QCode, Y: QCode>(sa: f32, sb: f32, sy: f32, za: i32, zb: i32, zy: i32) -> usize {
+    let (qa, qb, qy) = (Quant::new(sa, za), Quant::new(sb, zb), Quant::new(sy, zy));
+    let mut ties = 0;
+    for op in [BinaryOp::Add, BinaryOp::Mul] {
+        let t = Binary::<A, B, Y>::new(op, qa, qb, qy).unwrap();
+        for i in 0..256 {
+            for j in 0..256 {
+                let (a, b) = (A::from_index(i), B::from_index(j));
+                let (ca, cb) = (i128::from(a.value() - za), i128::from(b.value() - zb));
+                let (num, den) = exact_value(op, ca, cb, (sa, sb, sy));
+                let want = (rne(num, den) + i128::from(zy)).clamp(i128::from(Y::MIN), i128::from(Y::MAX)) as i32;
+                let got = t.code(a, b).value();
+                assert_eq!(got, want, "{op:?} a={a:?} b={b:?} scales ({sa:e}, {sb:e}, {sy:e}) zps ({za}, {zb}, {zy})");
+                assert_eq!(binary_exact::<A, B, Y>(op, a, qa, b, qb, qy).unwrap().value(), want);
+                // An exact tie: twice the value is an odd integer.
+                if (2 * num) % den == 0 && (2 * num / den) % 2 != 0 {
+                    ties += 1;
+                }
+            }
+        }
+    }
+    ties
+}
+
+const SCALE_SETS: [(f32, f32, f32); 9] = [
+    (0.5, 0.25, 1.0),                              // quarter steps: exact ties everywhere
+    (0.5, 0.25, 1.000_000_1),                      // just above: every former tie rounds down
+    (0.5, 0.25, 0.999_999_94),                     // just below: every former tie rounds up
+    (0.1, 0.2, 0.3),                               // decimal scales
+    (0.02, 0.02, 0.04),                            // sy = 2·sa exactly
+    (3.0 / 256.0, 5.0 / 512.0, 3.0 / 128.0),       // short mantissas with a factor 3 in sy
+    (0.007_843_138, 0.003_921_569, 0.011_764_706), // 2/255, 1/255, 3/255
+    (200.0, 1.6e-5, 0.37),                         // wide exponent gap inside the reference's range
+    (1.0 / 64.0, 1.0 / 64.0, 1.0 / 4096.0),        // products on exact grid, mostly saturated
+];
+
+#[test]
+fn exhaustive_u8_u8_u8() {
+    let mut ties = 0;
+    for &(sa, sb, sy) in &SCALE_SETS {
+        ties += exhaustive::<u8, u8, u8>(sa, sb, sy, 128, 3, 120);
+        ties += exhaustive::<u8, u8, u8>(sa, sb, sy, 0, 255, 0);
+    }
+    assert!(ties > 10_000, "the scale sets must exercise exact ties ({ties})");
+}
+
+#[test]
+fn exhaustive_i8_i8_i8() {
+    for &(sa, sb, sy) in &SCALE_SETS {
+        exhaustive::<i8, i8, i8>(sa, sb, sy, 0, -5, 1);
+        exhaustive::<i8, i8, i8>(sa, sb, sy, -128, 127, -128);
+    }
+}
+
+#[test]
+fn exhaustive_mixed_types() {
+    for &(sa, sb, sy) in &SCALE_SETS[..5] {
+        exhaustive::<u8, i8, u8>(sa, sb, sy, 17, 0, 200);
+        exhaustive::<i8, u8, i8>(sa, sb, sy, 9, 255, -3);
+    }
+}
+
+#[test]
+fn exhaustive_random_scales() {
+    let mut rng = Rng::new(12);
+    for _ in 0..6 {
+        // Scales in 2^-16..2^8 with random mantissas.
+        let mut s = || f32::from_bits(((127 - 16 + rng.below(24) as u32) << 23) | (rng.next() as u32 & 0x7f_ffff));
+        let (sa, sb, sy) = (s(), s(), s());
+        let mut z = |lo: i32| lo + rng.below(256) as i32;
+        exhaustive::<u8, u8, u8>(sa, sb, sy, z(0), z(0), z(0));
+        exhaustive::<i8, i8, i8>(sa, sb, sy, z(-128), z(-128), z(-128));
+    }
+}
+
+/// Scale gaps beyond 91 binary orders (the sign-only path), against results derived by hand.
+#[test]
+fn huge_exponent_gaps() {
+    let tiny = 2f32.powi(-120);
+    // sa·A = A/2 on the grid of ties; sb·B is far below any rounding step: it breaks ties only.
+    for zy in [0, 7, -100] {
+        let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, Quant::new(0.5, 0), Quant::new(tiny, 0), Quant::new(1.0, zy)).unwrap();
+        let u = Binary::<i8, i8, i8>::new(BinaryOp::Add, Quant::new(tiny, 0), Quant::new(0.5, 0), Quant::new(1.0, zy)).unwrap();
+        for a in -128i32..=127 {
+            for b in -128i32..=127 {
+                let half = a.div_euclid(2);
+                let r = if a % 2 == 0 {
+                    a / 2
+                } else if b > 0 {
+                    half + 1
+                } else if b < 0 {
+                    half
+                } else {
+                    half + (half & 1) // the exact tie: to even
+                };
+                let want = (r + zy).clamp(-128, 127);
+                assert_eq!(i32::from(t.code(a as i8, b as i8)), want, "a={a} b={b} zy={zy}");
+                assert_eq!(i32::from(u.code(b as i8, a as i8)), want, "swapped: a={a} b={b} zy={zy}");
+            }
+        }
+    }
+    // A huge term saturates whatever the tiny one does; equal huge scales cancel exactly.
+    let big = 2f32.powi(100);
+    let t = Binary::<i8, i8, u8>::new(BinaryOp::Add, Quant::new(big, 0), Quant::new(2f32.powi(-30), 0), Quant::new(1.0, 128)).unwrap();
+    let s = Binary::<i8, i8, u8>::new(BinaryOp::Add, Quant::new(big, 0), Quant::new(big, 0), Quant::new(1.0, 128)).unwrap();
+    for a in -128i32..=127 {
+        for b in -128i32..=127 {
+            let want = if a > 0 {
+                255
+            } else if a < 0 {
+                0
+            } else {
+                128
+            }; // b·2^-30 rounds to 0
+            assert_eq!(i32::from(t.code(a as i8, b as i8)), want, "a={a} b={b}");
+            let sum = a + b;
+            let want = if sum > 0 {
+                255
+            } else if sum < 0 {
+                0
+            } else {
+                128
+            };
+            assert_eq!(i32::from(s.code(a as i8, b as i8)), want, "cancel a={a} b={b}");
+        }
+    }
+    // Mul across the whole exponent range: 2^100 · 2^-110 = 2^-10 exactly.
+    let m = Binary::<i8, i8, i8>::new(BinaryOp::Mul, Quant::new(big, 0), Quant::new(2f32.powi(-110), 0), Quant::new(2f32.powi(-10), 0)).unwrap();
+    for a in -128i32..=127 {
+        for b in -128i32..=127 {
+            assert_eq!(i32::from(m.code(a as i8, b as i8)), (a * b).clamp(-128, 127), "a={a} b={b}");
+        }
+    }
+}
+
+#[test]
+fn refuses_bad_parameters() {
+    let ok = Quant::new(0.5, 0);
+    assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, Quant::new(0.0, 0), ok, ok).is_err());
+    assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, ok, Quant::new(f32::NAN, 0), ok).is_err());
+    assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, ok, ok, Quant::new(-1.0, 0)).is_err());
+    assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, Quant::new(0.5, -1), ok, ok).is_err());
+    assert!(Binary::<i8, i8, i8>::new(BinaryOp::Mul, ok, ok, Quant::new(0.5, 128)).is_err());
+    let t = Binary::<u8, u8, u8>::new(BinaryOp::Add, ok, ok, ok).unwrap();
+    let mut out = [0u8; 6];
+    assert!(t.apply(&[0; 6], &[2, 3], &[0; 2], &[2], &mut out).is_err(), "3 vs 2 does not broadcast");
+    assert!(t.apply(&[0; 6], &[2, 3], &[0; 3], &[3], &mut out[..5]).is_err(), "output too short");
+}
+
+/// Row-major index of the broadcast source for output index `o`.
+fn source(o: usize, out_shape: &[usize], shape: &[usize]) -> usize {
+    let lead = out_shape.len() - shape.len();
+    let (mut rem, mut idx) = (o, 0);
+    let mut coords = vec![0; out_shape.len()];
+    for ax in (0..out_shape.len()).rev() {
+        coords[ax] = rem % out_shape[ax];
+        rem /= out_shape[ax];
+    }
+    for (ax, &d) in shape.iter().enumerate() {
+        idx = idx * d + if d == 1 { 0 } else { coords[ax + lead] };
+    }
+    idx
+}
+
+#[test]
+fn broadcasting() {
+    let mut rng = Rng::new(5);
+    let t = Binary::<u8, i8, u8>::new(BinaryOp::Add, Quant::new(0.03, 100), Quant::new(0.05, -3), Quant::new(0.07, 90)).unwrap();
+    let cases: [(&[usize], &[usize]); 9] = [
+        (&[2, 3, 4], &[2, 3, 4]),
+        (&[2, 3, 4], &[4]),
+        (&[2, 3, 4], &[3, 1]),
+        (&[1, 3, 1], &[2, 1, 5]),
+        (&[5], &[]),
+        (&[], &[]),
+        (&[2, 1, 4, 1], &[3, 1, 6]),
+        (&[0, 3], &[3]),
+        (&[4, 1], &[1]),
+    ];
+    for (sa, sb) in cases {
+        let out_shape: Vec<usize> = qdqc_kernels::codes::broadcast_shape(sa, sb).unwrap();
+        let n = qdqc_kernels::codes::numel(&out_shape);
+        let a = rng.u8s(qdqc_kernels::codes::numel(sa));
+        let b = rng.i8s(qdqc_kernels::codes::numel(sb));
+        let mut out = vec![0u8; n];
+        t.apply(&a, sa, &b, sb, &mut out).unwrap();
+        for (o, &y) in out.iter().enumerate() {
+            let want = t.code(a[source(o, &out_shape, sa)], b[source(o, &out_shape, sb)]);
+            assert_eq!(y, want, "{sa:?} + {sb:?} at {o}");
+        }
+    }
+}
+
+/// Subnormal scales (mantissas without the hidden bit, exponent −149), against integer ratios.
+#[test]
+fn subnormal_scales() {
+    let sub = |m: u32| f32::from_bits(m); // m·2^-149
+    for (ma, mb, my) in [(1u32, 1u32, 1u32), (2, 1, 3), (5, 7, 6), (1000, 3, 4096)] {
+        let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, Quant::new(sub(ma), 1), Quant::new(sub(mb), -2), Quant::new(sub(my), 3)).unwrap();
+        for a in -128i32..=127 {
+            for b in -128i32..=127 {
+                let num = i128::from(ma as i32 * (a - 1) + mb as i32 * (b + 2));
+                let want = (rne(num, i128::from(my)) + 3).clamp(-128, 127) as i32;
+                assert_eq!(i32::from(t.code(a as i8, b as i8)), want, "({ma}, {mb}, {my}) a={a} b={b}");
+            }
+        }
+    }
+    // Mul: 2^-75 · 2^-75 / (3·2^-149) = 1/6: ties at products 3, 9, 15, ...
+    let s = 2f32.powi(-75);
+    let t = Binary::<u8, u8, u8>::new(BinaryOp::Mul, Quant::new(s, 128), Quant::new(s, 128), Quant::new(sub(3), 128)).unwrap();
+    for a in 0i32..=255 {
+        for b in 0i32..=255 {
+            let want = (rne(i128::from((a - 128) * (b - 128)), 6) + 128).clamp(0, 255) as i32;
+            assert_eq!(i32::from(t.code(a as u8, b as u8)), want, "a={a} b={b}");
+        }
+    }
+}
