@@ -90,6 +90,9 @@ fn nan_zero_and_tie_semantics() {
     assert!(Binary::Min.apply(nan, 1.0).is_nan() && Binary::Min.apply(1.0, nan).is_nan());
     assert_eq!(Binary::Max.apply(-1.0, 2.0), 2.0);
     assert_eq!(Binary::Min.apply(-1.0, 2.0), -1.0);
+    // A tie of signed zeros gives the second operand, as ORT.
+    assert_eq!(Binary::Max.apply(0.0, -0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(Binary::Min.apply(-0.0, 0.0).to_bits(), 0);
     assert!(Map::Relu.apply(nan).is_nan());
     assert_eq!(Map::Relu.apply(-0.0).to_bits(), (-0.0f32).to_bits());
     assert_eq!(Map::Relu.apply(-3.0).to_bits(), 0);

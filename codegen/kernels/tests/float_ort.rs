@@ -161,6 +161,14 @@ fn elementwise_ops_are_bit_identical_to_onnx_runtime() {
         binary(b, &a, sa, &bv, sb, &mut out).unwrap();
         cases.push(case(format!("{op} {sa:?} {sb:?}"), op, 17, vec![], vec![(sa.to_vec(), a), (sb.to_vec(), bv)], out));
     }
+    // Signed zeros against each other (and NaN against a number, both ways).
+    for (op, b) in [("Max", Binary::Max), ("Min", Binary::Min), ("Add", Binary::Add), ("Sub", Binary::Sub)] {
+        let x = vec![0.0f32, -0.0, 0.0, -0.0, f32::NAN, 1.0];
+        let y = vec![-0.0f32, 0.0, 0.0, -0.0, 1.0, f32::NAN];
+        let mut out = vec![0f32; 6];
+        binary(b, &x, &[6], &y, &[6], &mut out).unwrap();
+        cases.push(case(format!("{op} ±0"), op, 17, vec![], vec![(vec![6], x), (vec![6], y)], out));
+    }
     for e in [2.0f32, 3.0] {
         let x = with_specials(&mut rng, 60);
         let mut out = vec![0f32; 60];
@@ -276,12 +284,17 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         ("AveragePool", PoolKind::Average, vec![3, 2], vec![2, 3], vec![1, 0, 0, 1], true, true),
         ("AveragePool", PoolKind::Average, vec![3, 2], vec![2, 3], vec![1, 0, 0, 1], true, false),
         ("AveragePool", PoolKind::Average, vec![5, 5], vec![3, 3], vec![2, 2, 2, 2], true, true),
+        ("MaxPool", PoolKind::Max, vec![2, 3], vec![1, 2], vec![1, 0, 1, 2], true, false),
+        ("AveragePool", PoolKind::Average, vec![2, 3], vec![1, 2], vec![1, 0, 1, 2], true, true),
+        ("AveragePool", PoolKind::Average, vec![2, 3], vec![1, 2], vec![1, 0, 1, 2], false, false),
     ];
     for (i, (op, kind, k, s, pads, ceil, include)) in pools.into_iter().enumerate() {
+        // The last three cases dilate (ORT's non-MLAS pool functors).
+        let dilations = if i >= 7 { vec![2, 2] } else { vec![1, 1] };
         let p = PoolParams {
             kernel: k.clone(),
             strides: s.clone(),
-            dilations: vec![1, 1],
+            dilations: dilations.clone(),
             pads_begin: pads[..2].to_vec(),
             pads_end: pads[2..].to_vec(),
             ceil_mode: ceil,
@@ -290,7 +303,13 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         let out = p.output(&[h, w]).unwrap();
         let mut y = vec![0f32; n * c * numel(&out)];
         pool(kind, &p, &x, n * c, &[h, w], &mut y).unwrap();
-        let mut attrs = vec![("kernel_shape", ints(&k)), ("strides", ints(&s)), ("pads", ints(&pads)), ("ceil_mode", Attr::I(ceil.into()))];
+        let mut attrs = vec![
+            ("kernel_shape", ints(&k)),
+            ("strides", ints(&s)),
+            ("pads", ints(&pads)),
+            ("ceil_mode", Attr::I(ceil.into())),
+            ("dilations", ints(&dilations)),
+        ];
         if kind == PoolKind::Average {
             attrs.push(("count_include_pad", Attr::I(include.into())));
         }

@@ -8,7 +8,7 @@
 //! | op | formula here | ONNX Runtime |
 //! |---|---|---|
 //! | Add/Sub/Mul/Div | `a ∘ b` | the same (Eigen/MLAS, one IEEE op) |
-//! | Max/Min | NaN if either is NaN, else the larger/smaller; ±0 ties give `a` | Eigen `max<PropagateNaN>` |
+//! | Max/Min | NaN if either is NaN, else the larger/smaller; a ±0 tie gives `b` | Eigen `max<PropagateNaN>`: the same bits (checked on ±0 pairs) |
 //! | Relu | `x < 0 ? 0 : x` (NaN stays NaN, −0 stays −0) | Eigen `cwiseMax(0)` = `std::max(x, 0)` |
 //! | Clip | `min(max(x, lo), hi)` as `std::max`, `std::min` (NaN stays NaN) | the same order (`clip.cc`) |
 //! | LeakyRelu | `x >= 0 ? x : α·x` | the same (`activations.h`) |
@@ -59,27 +59,27 @@ impl Binary {
     }
 }
 
-/// NaN-propagating maximum; a tie of ±0 gives `a`.
+/// NaN-propagating maximum; a tie of ±0 gives `b` (as ONNX Runtime).
 #[inline]
 fn max_nan(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
-    } else if a < b {
-        b
-    } else {
+    } else if a > b {
         a
+    } else {
+        b
     }
 }
 
-/// NaN-propagating minimum; a tie of ±0 gives `a`.
+/// NaN-propagating minimum; a tie of ±0 gives `b` (as ONNX Runtime).
 #[inline]
 fn min_nan(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() {
         f32::NAN
-    } else if b < a {
-        b
-    } else {
+    } else if a < b {
         a
+    } else {
+        b
     }
 }
 
