@@ -195,10 +195,11 @@ pub fn map_in_place(op: Map, x: &mut [f32]) {
 
 /// `out = op(a, b)` with numpy broadcasting; `out` has [`broadcast_shape`]`(a_shape, b_shape)`.
 pub fn binary(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
-    check_len(&format!("{op:?} input A"), a.len(), a_shape)?;
-    check_len(&format!("{op:?} input B"), b.len(), b_shape)?;
-    let shape = broadcast_shape(a_shape, b_shape)?;
-    check_len(&format!("{op:?} output"), out.len(), &shape)?;
+    let named = |e: ShapeError| ShapeError(format!("{op:?} {}", e.0));
+    check_len("input A", a.len(), a_shape).map_err(named)?;
+    check_len("input B", b.len(), b_shape).map_err(named)?;
+    let shape = broadcast_shape(a_shape, b_shape).map_err(named)?;
+    check_len("output", out.len(), &shape).map_err(named)?;
     macro_rules! run {
         ($f:expr) => {
             broadcast2(a, a_shape, b, b_shape, &shape, out, $f)

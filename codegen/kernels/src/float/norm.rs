@@ -30,8 +30,8 @@ pub fn batch_norm(
 ) -> Result<(), ShapeError> {
     check_len("BatchNormalization input", x.len(), &[batch, channels, spatial])?;
     check_len("BatchNormalization output", out.len(), &[batch, channels, spatial])?;
-    for (what, v) in [("scale", scale), ("B", bias), ("mean", mean), ("var", var)] {
-        check_len(&format!("BatchNormalization {what}"), v.len(), &[channels])?;
+    for (what, v) in [("BatchNormalization scale", scale), ("BatchNormalization B", bias), ("BatchNormalization mean", mean), ("BatchNormalization var", var)] {
+        check_len(what, v.len(), &[channels])?;
     }
     let (a, b): (Vec<f32>, Vec<f32>) = (0..channels)
         .map(|c| {
