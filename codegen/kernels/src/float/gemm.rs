@@ -3,13 +3,14 @@
 //!
 //! Evaluation order of every output element `C[i][j]`: `s = +0`, then `s = s + A[i][k]·B[k][j]`
 //! for k = 0, 1, …, K−1 in that order, each product and each sum rounded on its own (no FMA, no
-//! reassociation; K is blocked for the cache, but a block continues from the stored partial sum). Gemm then computes `α·s` and, when C
-//! is given and β ≠ 0, `(α·s) + (β·c)` — three rounded operations. The loops run over tiles of
-//! R rows × C columns of accumulators with the K loop outermost, so the compiler vectorizes across
-//! columns (independent outputs) only. The kernel path picks the tile (portable/SSE2 4 × 8, AVX2
-//! 4 × 24, AVX-512 4 × 64: the accumulators fit the registers) and the instruction set of the same
-//! safe code; `#[target_feature]` never enables contraction into FMA in Rust, so every path and
-//! every optimisation level gives the same bits (`tests/float_linear.rs` runs each path).
+//! reassociation; K is blocked for the cache, but a block continues from the stored partial sum).
+//! Gemm then computes `α·s` and, when C is given and β ≠ 0, `(α·s) + (β·c)` — three rounded
+//! operations. The loops run over tiles of R rows × C columns of accumulators with the K loop
+//! outermost, so the compiler vectorizes across columns (independent outputs) only. The kernel
+//! path picks the tile (portable/SSE2 4 × 8, AVX2 4 × 24, AVX-512 4 × 64: the accumulators fit the
+//! registers) and the instruction set for the same safe code; Rust never contracts `a·b + c` into
+//! an FMA, under `#[target_feature]` neither, so every path and every optimisation level gives the
+//! same bits (`tests/float_linear.rs` runs each path against a naive loop).
 //!
 //! When the products and partial sums are exact (power-of-two scales with few significant bits:
 //! P2-exact groups), any order gives the same value, so these bits are also ONNX Runtime's (whose
