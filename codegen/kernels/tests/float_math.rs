@@ -155,6 +155,38 @@ fn f32_results_are_the_correctly_rounded_ones() {
     }
 }
 
+/// `unary::map` on every kernel path gives `Function::apply`'s bits (special values included).
+#[test]
+fn every_path_maps_to_the_scalar_bits() {
+    use qdqc_kernels::float::unary;
+    use qdqc_kernels::{Isa, Kernels};
+    let mut rng = Rng::new(200);
+    let mut x = rng.f32s(50_000, -100.0, 100.0);
+    x.extend(rng.f32s(50_000, -8.0, 8.0));
+    x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-40, -1e-40, 88.7, 88.8, -103.9, -745.0, 709.0, 3e38, -3e38]);
+    let functions = [
+        Function::Sigmoid,
+        Function::Tanh,
+        Function::Exp,
+        Function::Log,
+        Function::Erf,
+        Function::Gelu,
+        Function::GeluTanh,
+        Function::Softplus,
+        Function::Silu,
+    ];
+    for kernels in Isa::ALL.into_iter().filter_map(common::kernels).collect::<Vec<Kernels>>() {
+        for f in functions {
+            let mut y = vec![0f32; x.len()];
+            unary::map(kernels, f, &x, &mut y).unwrap();
+            for (&v, &got) in x.iter().zip(&y) {
+                let want = f.apply(v);
+                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{}: {f:?}({v:e}) = {got:e}, scalar {want:e}", kernels.isa());
+            }
+        }
+    }
+}
+
 #[test]
 fn erf_and_gelu_f32_against_cpython_grid() {
     // erf(x) at a few points of k/8 (CPython's math.erf): within half an f32 ulp.

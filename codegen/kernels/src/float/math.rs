@@ -61,27 +61,38 @@ fn pow2(k: i64) -> f64 {
     f64::from_bits(((k + 1023) as u64) << 52)
 }
 
-/// e^x in f64.
+/// e^x in f64. Written with selects instead of early returns (the same values), so that a loop
+/// over it vectorizes.
+#[inline]
 pub fn exp64(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    if x > 709.79 {
-        return f64::INFINITY;
-    }
-    if x < -745.2 {
-        return 0.0;
-    }
-    let k = (x * INV_LN2 + ROUNDER) - ROUNDER;
-    let r = (x - k * LN2_HI) - k * LN2_LO;
+    // Clamped to where the result is neither 0 nor ∞ (restored at the end); NaN passes through.
+    let xc = x.clamp(-745.2, 709.79);
+    let t = xc * INV_LN2 + ROUNDER;
+    let k = t - ROUNDER;
+    let r = (xc - k * LN2_HI) - k * LN2_LO;
     let mut p = INV_FACT[13];
     for n in (0..13).rev() {
         p = p * r + INV_FACT[n];
     }
-    // Two exact power-of-two factors keep 2^k in range at both ends (k from −1075 to 1024).
-    let k = k as i64;
-    let half = k / 2;
-    p * pow2(half) * pow2(k - half)
+    // 2^k as two exact power-of-two factors, in range at both ends (k from −1075 to 1024).
+    let half = (k * 0.5 + ROUNDER) - ROUNDER;
+    let y = p * pow2_of(half) * pow2_of(k - half);
+    if x > 709.79 {
+        f64::INFINITY
+    } else if x < -745.2 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// `2^j` for an integer-valued j in the normal range, from bits: `j + 1023 + 1.5·2^52` lies in
+/// [2^52, 2^53), so its bits minus 1.5·2^52's are the biased exponent (float and 64-bit integer
+/// lane operations only, so a loop over it vectorizes). Any other j only where the caller
+/// discards the result (NaN).
+#[inline]
+fn pow2_of(j: f64) -> f64 {
+    f64::from_bits(((j + 1023.0) + ROUNDER).to_bits().wrapping_sub(ROUNDER.to_bits()) << 52)
 }
 
 /// e^x − 1 in f64, accurate near 0.
@@ -146,14 +157,13 @@ pub fn tanh64(x: f64) -> f64 {
     (t / (t + 2.0)).copysign(x)
 }
 
-/// The logistic function 1/(1 + e^−x) in f64.
+/// The logistic function 1/(1 + e^−x) in f64: `e = e^−|x|`, then `1/(1 + e)` for x ≥ 0 and
+/// `e/(1 + e)` otherwise (no overflow, no cancellation).
+#[inline]
 pub fn sigmoid64(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + exp64(-x))
-    } else {
-        let e = exp64(x);
-        e / (1.0 + e)
-    }
+    let e = exp64(-x.abs());
+    let num = if x >= 0.0 { 1.0 } else { e };
+    num / (1.0 + e)
 }
 
 const FRAC_2_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
