@@ -77,6 +77,14 @@ fn special_values() {
     assert_eq!(math::sigmoid64(0.0), 0.5);
     assert_eq!(math::sigmoid64(-800.0), 0.0);
     assert_eq!(math::sigmoid64(800.0), 1.0);
+    for f in
+        [Function::Sigmoid, Function::Tanh, Function::Exp, Function::Log, Function::Erf, Function::Gelu, Function::GeluTanh, Function::Softplus, Function::Silu]
+    {
+        assert!(f.apply(f32::NAN).is_nan(), "{f:?}(NaN)");
+    }
+    assert_eq!((Function::Tanh.apply(f32::INFINITY), Function::Tanh.apply(f32::NEG_INFINITY)), (1.0, -1.0));
+    assert_eq!((Function::Sigmoid.apply(f32::INFINITY), Function::Sigmoid.apply(f32::NEG_INFINITY)), (1.0, 0.0));
+    assert_eq!((Function::Exp.apply(f32::INFINITY), Function::Exp.apply(f32::NEG_INFINITY)), (f32::INFINITY, 0.0));
 }
 
 #[test]

@@ -95,17 +95,17 @@ fn pow2_of(j: f64) -> f64 {
     f64::from_bits(((j + 1023.0) + ROUNDER).to_bits().wrapping_sub(ROUNDER.to_bits()) << 52)
 }
 
-/// e^x − 1 in f64, accurate near 0.
+/// e^x − 1 in f64, accurate near 0. Both forms are computed and one selected (branch-free, so a
+/// loop over it vectorizes).
+#[inline]
 pub fn expm1_64(x: f64) -> f64 {
-    if x.abs() < 0.35 {
-        let mut p = INV_FACT[14];
-        for n in (1..14).rev() {
-            p = p * x + INV_FACT[n];
-        }
-        p * x
-    } else {
-        exp64(x) - 1.0
+    let mut p = INV_FACT[14];
+    for n in (1..14).rev() {
+        p = p * x + INV_FACT[n];
     }
+    let near = p * x;
+    let far = exp64(x) - 1.0;
+    if x.abs() < 0.35 { near } else { far }
 }
 
 /// ln x in f64 (NaN for x < 0, −∞ at 0).
@@ -144,17 +144,21 @@ pub fn log1p64(u: f64) -> f64 {
     if w == 1.0 { u } else { ln64(w) * (u / (w - 1.0)) }
 }
 
-/// tanh x in f64.
+/// tanh x in f64 (branch-free: selects).
+#[inline]
 pub fn tanh64(x: f64) -> f64 {
     let a = x.abs();
-    if a > 20.0 {
-        return 1f64.copysign(x);
-    }
+    // Clamped so that e^{2a} stays finite; a NaN stays NaN (`f64::min` would drop it).
+    let t = expm1_64(2.0 * if a > 20.0 { 20.0 } else { a });
+    let r = t / (t + 2.0);
+    let r = if a > 20.0 { 1.0 } else { r };
     if a < 1e-9 {
-        return x;
+        x
+    } else if x < 0.0 {
+        -r
+    } else {
+        r
     }
-    let t = expm1_64(2.0 * a);
-    (t / (t + 2.0)).copysign(x)
 }
 
 /// The logistic function 1/(1 + e^−x) in f64: `e = e^−|x|`, then `1/(1 + e)` for x ≥ 0 and

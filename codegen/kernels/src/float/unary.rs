@@ -71,7 +71,7 @@ impl Function {
 
 /// `out[i] = f(x[i])` on the kernel path `kernels`: the same IEEE operations on every path (the
 /// AVX2 and AVX-512 instances only let the compiler use wider registers: 4 or 8 f64 lanes for
-/// Exp, Sigmoid and SiLU, whose f64 functions are written branch-free), so the same bits.
+/// Exp, Sigmoid, SiLU, Tanh and the tanh Gelu, whose f64 functions are written branch-free), so the same bits.
 pub fn map(kernels: Kernels, f: Function, x: &[f32], out: &mut [f32]) -> Result<(), ShapeError> {
     if x.len() != out.len() {
         bail!("{f:?}: input has {} elements, output {}", x.len(), out.len());
@@ -113,6 +113,8 @@ fn map_generic(f: Function, x: &[f32], out: &mut [f32]) {
         Function::Sigmoid => run!(math::sigmoid64),
         Function::Exp => run!(math::exp64),
         Function::Silu => run!(|v: f64| v * math::sigmoid64(v)),
+        Function::Tanh => run!(math::tanh64),
+        Function::GeluTanh => run!(|v| Function::GeluTanh.apply64(v)),
         _ => run!(|v| f.apply64(v)),
     }
 }
