@@ -7,13 +7,13 @@
 //! its own polynomial and multiplies by `1/s`: its outputs differ by a few ulps (measured by
 //! `tests/float_ort.rs`). A slice holding +∞, or only −∞, gives NaN.
 
-use super::{ShapeError, axis, check_len, math};
+use super::{ShapeError, check_len, math};
 
 /// `out = Softmax(x)` along `axis` (negative counts from the end).
-pub fn softmax(x: &[f32], shape: &[usize], axis_: i64, out: &mut [f32]) -> Result<(), ShapeError> {
+pub fn softmax(x: &[f32], shape: &[usize], axis: i64, out: &mut [f32]) -> Result<(), ShapeError> {
     check_len("Softmax input", x.len(), shape)?;
     check_len("Softmax output", out.len(), shape)?;
-    let a = axis(axis_, shape.len())?;
+    let a = super::axis(axis, shape.len())?;
     let (n, inner) = (shape[a], shape[a + 1..].iter().product::<usize>());
     let outer = shape[..a].iter().product::<usize>();
     let mut e = vec![0f64; n];
