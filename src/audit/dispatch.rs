@@ -7,8 +7,8 @@ use qdqc_exact::reference::dequantize;
 use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
 use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::matmul_dynamic::{self, DynamicMatMul};
+use qdqc_ort::optimizer::{Fusion, Rewrite};
 use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
-use qdqc_ort::selectors::{Fusion, Rewrite};
 use qdqc_ort::weight_bias::{self, FloatPath};
 use qdqc_ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
@@ -245,7 +245,7 @@ fn weights_group(ctx: &Ctx, target: usize, op: &str, x_pos: usize, w_pos: usize,
 }
 
 /// The verdict on a WeightBiasQuantization of a float bias whose node stays float: the rewrite
-/// lists the node, then its Relu/Clip steps and its Q (`selectors::Work::list_float_weight_bias_paths`).
+/// lists the node, then its Relu/Clip steps and its Q (`optimizer::level1`, `Work::list_float_weight_bias_paths`).
 /// `None` for the other WeightBiasQuantization rewrites (the fused group decides those).
 pub fn weight_bias_verdict(ctx: &Ctx, r: &Rewrite, contract: Contract) -> Option<Verdict> {
     let (&target, path) = r.nodes.split_first()?;

@@ -14,8 +14,8 @@ use qdqc_lang::{Model, Result, ir};
 use qdqc_lower::facts::Scopes;
 use qdqc_ort::Isa;
 use qdqc_ort::hazards::hazards;
+use qdqc_ort::optimizer::{self, Fusion};
 use qdqc_ort::requant::NearBoundary;
-use qdqc_ort::selectors::{self, Fusion};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -110,7 +110,7 @@ pub fn audit(path: &Path, profiles: &[Isa], contracts: &[Contract]) -> Result<Au
     collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
     let (primary, second) = (contracts[0], contracts.get(1).copied());
     for &isa in profiles {
-        let outcome = selectors::optimize(&model, &model.graph, model.main_graph(), isa);
+        let outcome = optimizer::optimize(&model, &model.graph, model.main_graph(), isa);
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
             let verdict = dispatch::prove(ctx, fusion, isa, primary);

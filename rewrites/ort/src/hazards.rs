@@ -1,9 +1,9 @@
 //! Hazards (contract §7.1): what a runtime would silently reinterpret or break, reported even when qdqc
 //! changes nothing. Hazards that depend on fusion look at the groups ONNX Runtime 1.31 fuses
-//! ([`crate::selectors`]) on any modelled ISA profile, and name the profiles when not all.
+//! ([`crate::optimizer`]) on any modelled ISA profile, and name the profiles when not all.
 
 use crate::Isa;
-use crate::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
+use crate::optimizer::{Const, Fusion, Scope, optimize_graph, walk_graphs};
 use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
 use qdqc_lang::tensor::IntView;
@@ -544,7 +544,7 @@ fn first_overflow(w: &IntView<'_>, rows: &[(usize, usize, usize, usize)]) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selectors::testing::*;
+    use crate::optimizer::testing::*;
     use DataType::{Float16, Int8, Int32, Uint8};
     use qdqc_lang::onnx::TensorProto;
 
