@@ -160,10 +160,7 @@ fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedTensor {
         zero_point_int8: r.zero_point,
         zero_point_uint8: r.zero_point + 128,
         verdict: r.proof.word(),
-        proof: match &r.proof {
-            qdqc_exact::Verdict::Exact { proof } => Some(proof.clone()),
-            _ => None,
-        },
+        proof: r.proof.certificate().cloned(),
     }
 }
 
@@ -414,10 +411,7 @@ pub(crate) fn warnings(model: &Model) -> Vec<String> {
 
 fn proof_micros(decisions: &[Decision]) -> u64 {
     use qdqc_exact::Verdict;
-    let micros = |v: &Verdict| match v {
-        Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => proof.micros,
-        Verdict::Unknown { .. } => 0,
-    };
+    let micros = |v: &Verdict| v.proof().map_or(0, |p| p.micros);
     decisions.iter().flat_map(|d| &d.verdicts).map(|(_, v)| micros(v)).sum()
 }
 

@@ -2,16 +2,14 @@
 //! `DoubleQDQPairsRemover`, `ConstantSharing`, `CommonSubexpressionElimination`, `ConstantFolding`
 //! of QuantizeLinear, `QDQPropagationTransformer`, `WeightBiasQuantization` and `WhereDummyDq`.
 
-use super::Rewrite;
-use super::scope::{Const, Data};
-use super::work::{Node, Use, Work, double_qdq_witness, range_8_16, since_version};
-use qdqc_exact::Counterexample;
+use super::work::{Node, Use, Work, range_8_16, since_version, unproven};
 use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Verdict, lemma};
 use qdqc_lang::onnx::{AttributeProto, DataType};
-use qdqc_lang::tensor;
+use qdqc_lang::scope::Const;
 use std::collections::HashMap;
 
-impl<'m> Work<'m, '_, '_> {
+impl<'m> Work<'m, '_> {
     /// `EnsureUniqueDQForNodeUnit` (qdq_transformer/ensure_unique_dq_for_node_unit.cc): every
     /// explicit input edge from a DQ gets its own DQ. A DQ that also feeds a graph output or a
     /// subgraph keeps those and every same-graph consumer gets a copy; otherwise the first consumer
@@ -120,14 +118,12 @@ impl<'m> Work<'m, '_, '_> {
     }
 
     pub(super) fn reduce_double_qdq(&mut self, c: DoubleQdq) {
-        let witness = match c.params {
-            Merged::New { scale, zp, old } => self.q_zp_type(c.q1).and_then(CodeType::from_dtype).and_then(|t| double_qdq_witness(t, old, (scale, zp))),
-            Merged::Kept { .. } => None,
-        };
-        let (exact, detail) = match c.params {
+        let code = self.q_zp_type(c.q1).and_then(CodeType::from_dtype);
+        let (verdict, detail) = match c.params {
             Merged::Kept { identical } => {
-                let exact = identical && self.round_trip_exact(c.q1);
-                (exact, format!("removes {} → {}: the pairs share parameters, Q(DQ(q)) = q", self.describe(c.dq1), self.describe(c.q2)))
+                let detail = format!("removes {} → {}: the pairs share parameters, Q(DQ(q)) = q", self.describe(c.dq1), self.describe(c.q2));
+                let verdict = if identical { self.round_trip(c.q1) } else { unproven(&detail) };
+                (verdict, detail)
             }
             Merged::New { scale, zp, old } => {
                 let dt = self.q_zp_type(c.q1).expect("checked");
@@ -148,7 +144,8 @@ impl<'m> Work<'m, '_, '_> {
                     old[1].0.to_bits(),
                     old[1].1
                 );
-                (false, detail)
+                let verdict = code.map_or_else(|| unproven(&detail), |t| lemma::merged_pairs(t, old, (scale, zp)));
+                (verdict, detail)
             }
         };
         let q1_out = self.nodes[c.q1].outputs[0].clone();
@@ -158,27 +155,17 @@ impl<'m> Work<'m, '_, '_> {
         self.remove(c.q2);
         self.remove(c.dq1);
         let nodes = [c.q1, c.dq1, c.q2].into_iter().chain(c.dq2s).collect();
-        self.report_with("DoubleQDQPairsRemover", nodes, exact, detail, witness);
+        self.record("DoubleQDQPairsRemover", nodes, verdict, detail);
     }
 
-    /// Whether `Q(DQ(q)) = q` for every code with this node's constant scale: the scale is a finite
-    /// normal f32 and no code's product overflows (contract §3.3).
-    pub(super) fn round_trip_exact(&self, id: usize) -> bool {
-        let Some(s) = self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model)) else {
-            return false;
-        };
-        let span = self.q_zp_type(id).and_then(tensor::int_range).map_or(0, |(lo, hi)| hi - lo);
-        s.is_normal() && (span as f32 * s.abs()).is_finite()
-    }
-
-    pub(super) fn report(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String) {
-        self.report_with(transformer, nodes, exact, detail, None);
-    }
-
-    pub(super) fn report_with(&mut self, transformer: &'static str, nodes: Vec<usize>, exact: bool, detail: String, witness: Option<Counterexample>) {
-        let mut authored: Vec<usize> = nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
-        authored.dedup();
-        self.out.rewrites.push(Rewrite { transformer, nodes: authored, exact, detail, witness, location: self.location.clone() });
+    /// The engine's verdict on `Q(DQ(q)) = q` for every code with this node's constant scale
+    /// (contract §3.3); unproven when the scale or the code type is not known.
+    pub(super) fn round_trip(&self, id: usize) -> Verdict {
+        let scale = self.nodes[id].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model));
+        match (scale, self.q_zp_type(id).and_then(CodeType::from_dtype)) {
+            (Some(s), Some(code)) => lemma::round_trip(s, code),
+            _ => Verdict::Unknown { reason: "the scale or the code type is not a known constant".into() },
+        }
     }
 
     /// `WeightBiasQuantization` (qdq_transformer/weight_bias_quantization.cc): a Conv,
@@ -305,12 +292,10 @@ impl<'m> Work<'m, '_, '_> {
             None => {
                 let w = self.scope.local_initializer(&plan.weight).expect("checked by the plan");
                 let (dims, params) = (w.dims.clone(), w.float_values(self.model).map(|v| int8_weight_params(&v)));
-                let codes = self.create_const("weight_int8", Const { dtype: DataType::Int8, dims, data: Data::Opaque });
+                let codes = self.create_const("weight_int8", Const::opaque(DataType::Int8, dims));
                 let (scale, zp) = match params {
                     Some((s, z)) => (Const::floats(vec![], vec![s]), Const::ints(DataType::Int8, vec![], vec![z])),
-                    None => {
-                        (Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque }, Const { dtype: DataType::Int8, dims: vec![], data: Data::Opaque })
-                    }
+                    None => (Const::opaque(DataType::Float, vec![]), Const::opaque(DataType::Int8, vec![])),
                 };
                 let [scale, zp] = [self.create_const("weight_scale", scale), self.create_const("weight_zp", zp)];
                 self.insert_dq(id, 1, [codes, scale, zp]);
@@ -323,12 +308,12 @@ impl<'m> Work<'m, '_, '_> {
         };
         if let Some(bias) = &plan.bias {
             let dims = self.scope.any_initializer(bias).map(|c| c.dims.clone()).unwrap_or_default();
-            let codes = self.create_const("bias_int32", Const { dtype: DataType::Int32, dims, data: Data::Opaque });
+            let codes = self.create_const("bias_int32", Const::opaque(DataType::Int32, dims));
             // Mul(x_scale, w_scale), constant-folded: one f32 product per weight channel.
             let x_scale = self.nodes[plan.dq0].input(1).and_then(|s| self.constant(s, true)).and_then(|c| c.first_float(self.model));
             let scale = match (x_scale, weight_scale) {
                 (Some(x), Some(w)) => Const::floats(vec![i64::try_from(w.len()).expect("a tensor's length fits i64")], w.iter().map(|&w| x * w).collect()),
-                _ => Const { dtype: DataType::Float, dims: vec![], data: Data::Opaque },
+                _ => Const::opaque(DataType::Float, vec![]),
             };
             let scale = self.create_const("bias_scale", scale);
             self.insert_dq(id, 2, [codes, scale, String::new()]);
@@ -341,7 +326,7 @@ impl<'m> Work<'m, '_, '_> {
         {
             self.float_bias_paths.push((self.out.rewrites.len(), id, path));
         }
-        self.report("WeightBiasQuantization", vec![id], false, detail);
+        self.record("WeightBiasQuantization", vec![id], unproven(&detail), detail);
     }
 
     /// Puts a new DQ of `params` (codes, scale, zero point) in front of input `slot` of `id`.
@@ -367,7 +352,7 @@ impl<'m> Work<'m, '_, '_> {
     }
 }
 
-impl<'m> Work<'m, '_, '_> {
+impl<'m> Work<'m, '_> {
     /// `ConstantSharing` (optimizer/constant_sharing.cc): constant initializers of up to 8 elements
     /// of type f16/f32/f64/i32/i64 with equal type, rank and values are replaced by one of them,
     /// so that CSE sees equal inputs. Zero points (8/16-bit) are never shared.
@@ -383,7 +368,7 @@ impl<'m> Work<'m, '_, '_> {
                 _ => c.float_values(self.model).map(|v| format!("{:?}", v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())),
             };
             let Some(values) = values else { continue };
-            let key = format!("{:?}/{}/{}/{values}", c.dtype, c.dims.len(), c.len());
+            let key = format!("{:?}/{}/{}/{values}", c.dtype, c.dims.len(), c.element_count());
             match canonical.get(&key) {
                 Some(shared) => {
                     let shared = shared.clone();
@@ -403,8 +388,8 @@ impl<'m> Work<'m, '_, '_> {
         let Some(c) = local else { return false };
         let uses = self.uses_of(name);
         matches!(c.dtype, DataType::Float16 | DataType::Float | DataType::Double | DataType::Int32 | DataType::Int64)
-            && (1..=8).contains(&c.len())
-            && !self.scope.outputs.contains(name)
+            && (1..=8).contains(&c.element_count())
+            && !self.scope.is_output(name)
             && !uses.is_empty()
             && uses.iter().all(|u| u.slot.is_some())
     }
@@ -432,7 +417,7 @@ impl<'m> Work<'m, '_, '_> {
                 let fresh = classes.len();
                 let class = *classes.entry(format!("{key}#{slot}")).or_insert(fresh);
                 match representative.get(&class) {
-                    Some(rep) if !self.scope.outputs.contains(out.as_str()) => replace.push((id, out.clone(), rep.clone())),
+                    Some(rep) if !self.scope.is_output(out.as_str()) => replace.push((id, out.clone(), rep.clone())),
                     Some(_) => {}
                     None => {
                         representative.insert(class, out.clone());
@@ -507,7 +492,7 @@ impl<'m> Work<'m, '_, '_> {
                 continue;
             }
             let (Some(dtype), Some(dims)) = (self.q_type(q), self.constant(&n.inputs[0], true).map(|c| c.dims.clone())) else { continue };
-            let folded = self.create_const("folded_q", Const { dtype, dims, data: Data::Opaque });
+            let folded = self.create_const("folded_q", Const::opaque(dtype, dims));
             let out = self.nodes[q].outputs[0].clone();
             let detail = format!(
                 "folds {} of the constant '{}' into its codes: the kernel the unfused graph runs, on the same values",
@@ -516,7 +501,7 @@ impl<'m> Work<'m, '_, '_> {
             );
             self.bypass(&out, &folded);
             self.remove(q);
-            self.report("ConstantFolding", vec![q], true, detail);
+            self.record("ConstantFolding", vec![q], lemma::same_computation(&detail), detail);
             changed = true;
         }
         changed
@@ -556,7 +541,7 @@ impl<'m> Work<'m, '_, '_> {
     pub(super) fn previous_node(&self, id: usize) -> Option<usize> {
         let input = self.nodes[id].input(0)?;
         let src = *self.producer.get(input)?;
-        (!self.scope.outputs.contains(input) && self.uses_of(input).len() == 1).then_some(src)
+        (!self.scope.is_output(input) && self.uses_of(input).len() == 1).then_some(src)
     }
 
     pub(super) fn propagate_q_backward(&mut self, q: usize) -> bool {
@@ -594,13 +579,13 @@ impl<'m> Work<'m, '_, '_> {
             let Some(dst) = self.uses_of(&value).first().map(|u| u.node).filter(|&d| self.can_propagate(d)) else {
                 continue;
             };
-            if self.scope.outputs.contains(value.as_str()) {
+            if self.scope.is_output(value.as_str()) {
                 continue;
             }
             let out = self.nodes[dst].outputs[0].clone();
             let consumers = self.uses_of(&out);
             let any_q = consumers.iter().any(|u| self.match_q(u.node));
-            if (consumers.is_empty() && !self.scope.outputs.contains(out.as_str())) || any_q {
+            if (consumers.is_empty() && !self.scope.is_output(out.as_str())) || any_q {
                 continue;
             }
             let dqs = self.insert_qdq_pair(&out, dq);
@@ -646,7 +631,7 @@ impl<'m> Work<'m, '_, '_> {
             self.set_input(u.node, u.slot.expect("explicit"), &out);
             outs.push(out);
         }
-        if self.scope.outputs.contains(value) {
+        if self.scope.is_output(value) {
             self.push(make("DequantizeLinear", q_out, value.to_string()));
         }
         outs

@@ -1,14 +1,13 @@
 //! Level 2 of ORT's optimizer before selection and after it: the `ClipQuantRewrite` /
 //! `ReluQuantRewrite` rules, `QDQS8ToU8Transformer` and `QDQFinalCleanupTransformer`.
 
-use super::level1::hex;
-use super::scope::Const;
-use super::work::{Work, clip_witness, range_8_16};
-use qdqc_exact::Counterexample;
-use qdqc_exact::reference::{CodeType, quantize};
+use super::work::{Work, range_8_16, unproven};
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Verdict, lemma};
 use qdqc_lang::onnx::DataType;
+use qdqc_lang::scope::Const;
 
-impl<'m> Work<'m, '_, '_> {
+impl<'m> Work<'m, '_> {
     /// The level-2 rewrite rules `ClipQuantRewrite` (qdq_transformer/clip_quantizelinear.cc) and
     /// `ReluQuantRewrite` (qdq_transformer/relu_quantizelinear.cc): a Relu or Clip whose only
     /// consumer is a Q is removed when the Q's range lies inside it. They run even with
@@ -25,22 +24,22 @@ impl<'m> Work<'m, '_, '_> {
                 _ => continue,
             };
             match verdict {
-                Some(ClipVerdict::Removed { q, bounds }) => {
-                    let (exact, why, witness) = self.clip_removal_exact(q, bounds);
-                    let detail = format!("removes {} before {}: {why}", self.describe(id), self.describe(q));
+                Some(ClipRemoval::Removed { q, bounds }) => {
+                    let verdict = self.clip_removal(q, bounds);
+                    let detail = format!("removes {} before {}: {}", self.describe(id), self.describe(q), verdict.explanation());
                     let source = self.clip_source(id);
                     let out = self.nodes[id].outputs[0].clone();
                     self.bypass(&out, &source);
                     self.remove(id);
-                    self.report_with(transformer, vec![id, q], exact, detail, witness);
+                    self.record(transformer, vec![id, q], verdict, detail);
                 }
-                Some(ClipVerdict::Throws { q }) => {
+                Some(ClipRemoval::Throws { q }) => {
                     let detail = format!(
                         "{} before {} whose zero point is not 8- or 16-bit: ORT_THROW in GetQConstantLowerUpper aborts session creation",
                         self.describe(id),
                         self.describe(q)
                     );
-                    self.report(transformer, vec![id, q], false, detail);
+                    self.record(transformer, vec![id, q], unproven(&detail), detail);
                 }
                 None => {}
             }
@@ -49,20 +48,20 @@ impl<'m> Work<'m, '_, '_> {
 
     /// `ReluQuantFusion`: Relu-6/13/14 with one output edge into a Q with a constant zero point of one
     /// element that equals the type's minimum. Other zero point types (int4, …) pass unchecked.
-    pub(super) fn relu_quant(&self, id: usize) -> Option<ClipVerdict> {
+    pub(super) fn relu_quant(&self, id: usize) -> Option<ClipRemoval> {
         let q = self.single_q_consumer(id, &[6, 13, 14])?;
         let qn = &self.nodes[q];
         let zp = (qn.inputs.len() == 3).then(|| qn.input(2)).flatten()?;
-        let zp = self.local_constant(zp).filter(|c| c.len() == 1)?;
+        let zp = self.local_constant(zp).filter(|c| c.element_count() == 1)?;
         if let Some((lo, _)) = range_8_16(zp.dtype) {
             (zp.first_int(self.model)? == lo).then_some(())?;
         }
-        Some(ClipVerdict::Removed { q, bounds: (0.0, f32::INFINITY) })
+        Some(ClipRemoval::Removed { q, bounds: (0.0, f32::INFINITY) })
     }
 
     /// `ClipQuantFusion`: a constant Clip range covering `[s·(qmin − z), s·(qmax − z)]` up to an
     /// absolute FLT_EPSILON, with a rank-0 float scale and a rank-0 zero point.
-    pub(super) fn clip_quant(&self, id: usize) -> Option<ClipVerdict> {
+    pub(super) fn clip_quant(&self, id: usize) -> Option<ClipRemoval> {
         let q = self.single_q_consumer(id, &[1, 6, 11, 12, 13])?;
         self.can_remove_clip(id).then_some(())?;
         let (min, max) = self.clip_bounds(id)?;
@@ -71,11 +70,11 @@ impl<'m> Work<'m, '_, '_> {
         let scale = self.constant(qn.input(1)?, true).filter(|c| c.dims.is_empty() && c.dtype == DataType::Float)?;
         let scale = scale.first_float(self.model)?;
         let zp = self.constant(qn.input(2)?, true).filter(|c| c.dims.is_empty())?;
-        let Some((qmin, qmax)) = range_8_16(zp.dtype) else { return Some(ClipVerdict::Throws { q }) };
+        let Some((qmin, qmax)) = range_8_16(zp.dtype) else { return Some(ClipRemoval::Throws { q }) };
         let z = zp.first_int(self.model)?;
         let (lower, upper) = (scale * (qmin - z) as f32, scale * (qmax - z) as f32);
         let eps = f32::EPSILON;
-        (!(eps < min - lower || eps < upper - max)).then_some(ClipVerdict::Removed { q, bounds: (min, max) })
+        (!(eps < min - lower || eps < upper - max)).then_some(ClipRemoval::Removed { q, bounds: (min, max) })
     }
 
     /// Relu/Clip of an accepted version, with one output edge that goes to a Q.
@@ -96,31 +95,13 @@ impl<'m> Work<'m, '_, '_> {
         n.inputs.iter().find(|i| self.producer.contains_key(i.as_str())).unwrap_or(&n.inputs[0]).clone()
     }
 
-    /// Whether `Q(clip(x)) = Q(x)` for every x: with s > 0 the bounds must quantize to the ends of
-    /// the code range (min to qmin, max to qmax), with s < 0 the other way round, per channel.
-    /// NaN passes through ORT's Relu and Clip, so it reaches Q either way.
-    pub(super) fn clip_removal_exact(&self, q: usize, (min, max): (f32, f32)) -> (bool, String, Option<Counterexample>) {
-        let Some(params) = self.q_params(q) else {
-            return (false, "the Q's scale or zero point is not constant".into(), None);
-        };
-        for (c, (s, z)) in params.scales.iter().zip(params.zps.iter().cycle()).enumerate() {
-            if !s.is_finite() || *s == 0.0 {
-                return (false, format!("scale {} is zero or not finite", hex(*s)), None);
-            }
-            let (lo, hi) = params.code.range();
-            let (at_min, at_max) = (quantize(min, *s, *z, params.code), quantize(max, *s, *z, params.code));
-            let want = if *s > 0.0 { (lo, hi) } else { (hi, lo) };
-            if (at_min, at_max) != want {
-                let why = format!(
-                    "with scale {} zero point {z} the bounds [{min:e}, {max:e}] quantize to [{at_min}, {at_max}], not [{}, {}]: values outside them change",
-                    hex(*s),
-                    want.0,
-                    want.1
-                );
-                return (false, why, clip_witness((*s, *z, params.code), (min, max), (at_min, at_max) == (want.0, at_max), c, params.scales.len()));
-            }
+    /// The engine's verdict on `Q(clip(x)) = Q(x)` for every x, with this Q's constant scales and
+    /// zero points ([`lemma::clip_removal`]).
+    pub(super) fn clip_removal(&self, q: usize, bounds: (f32, f32)) -> Verdict {
+        match self.q_params(q) {
+            Some(p) => lemma::clip_removal(&p.scales, &p.zps, p.code, bounds),
+            None => Verdict::Unknown { reason: "the Q's scale or zero point is not constant".into() },
         }
-        (true, "the Q's range lies inside the bounds".into(), None)
     }
 
     /// A Q or DQ node's constant scales and zero points (one zero point 0 when absent).
@@ -157,7 +138,7 @@ impl<'m> Work<'m, '_, '_> {
         let zp = |id: usize| {
             let n = &self.nodes[id];
             let c = (n.inputs.len() == 3).then(|| n.input(2)).flatten().and_then(|z| self.local_constant(z))?;
-            (c.len() == 1 && c.dtype == DataType::Int8).then(|| c.first_int(self.model)).flatten()
+            (c.element_count() == 1 && c.dtype == DataType::Int8).then(|| c.first_int(self.model)).flatten()
         };
         let (a, b) = (zp(q)?, zp(dq)?);
         (a == b).then_some(a)
@@ -178,11 +159,11 @@ impl<'m> Work<'m, '_, '_> {
                 self.match_q(q) && self.qdq_pair_supported(dq, q, false) && ends_ok
             });
             if removable {
-                let exact = self.round_trip_exact(dq);
+                let verdict = self.round_trip(dq);
                 let targets: Vec<String> = qs.iter().map(|&q| self.describe(q)).collect();
-                let holds = if exact { "holds" } else { "fails for this scale" };
+                let holds = if verdict.is_exact() { "holds" } else { "fails for this scale" };
                 let detail = format!("removes {} → {}: Q(DQ(q)) = q {holds}", self.describe(dq), targets.join(", "));
-                self.report("QDQFinalCleanupTransformer", std::iter::once(dq).chain(qs.iter().copied()).collect(), exact, detail);
+                self.record("QDQFinalCleanupTransformer", std::iter::once(dq).chain(qs.iter().copied()).collect(), verdict, detail);
                 let codes = self.nodes[dq].inputs[0].clone();
                 for q in qs {
                     let out = self.nodes[q].outputs[0].clone();
@@ -195,7 +176,7 @@ impl<'m> Work<'m, '_, '_> {
     }
 }
 
-pub(super) enum ClipVerdict {
+pub(super) enum ClipRemoval {
     Removed { q: usize, bounds: (f32, f32) },
     Throws { q: usize },
 }

@@ -32,25 +32,25 @@
 //! Subgraphs (If/Loop/Scan bodies) are replayed the same way; they see the constant initializers of
 //! the graphs enclosing them, as `Graph::GetConstantInitializer(name, check_outer_scope)` does.
 //!
-//! The replay in five parts: `scope` (the constants and declared types each graph sees), `work`
+//! The replay in five parts: the scope chain (`qdqc_lang::scope`, read as ORT's `Graph` API reads
+//! it: the constants and declared types each graph sees), `work`
 //! (the mutable light graph and the Q/DQ predicates of qdq_util.cc), `level1` (steps 1–2),
 //! `level2` (the Relu/Clip rewrites, S8ToU8 and the final cleanup of step 3) and `select` (the
 //! selector table, its checks and the fusion action).
 
 mod level1;
 mod level2;
-mod scope;
 mod select;
 #[cfg(test)]
 pub(crate) mod testing;
 mod work;
 
-pub(crate) use scope::{Const, Scope};
 use work::Work;
 
 use super::Isa;
-use qdqc_exact::Counterexample;
+use qdqc_exact::{Counterexample, Verdict};
 use qdqc_lang::onnx::{DataType, GraphProto};
+use qdqc_lang::scope::Scope;
 use qdqc_lang::{Model, ir};
 
 /// One node group ORT replaces by a fused (or "dropped") form.
@@ -95,11 +95,14 @@ pub struct Rewrite {
     pub transformer: &'static str,
     /// Positions of the authored nodes it removes or changes.
     pub nodes: Vec<usize>,
-    /// Whether the graph computes the same bits afterwards (for every input).
+    /// The engine's verdict on the rewrite (qdqc-exact's lemmas, or a change of numerics without
+    /// a proof either way); the replay only records it.
+    pub verdict: Verdict,
+    /// Whether the graph computes the same bits afterwards (for every input): `verdict.is_exact()`.
     pub exact: bool,
     /// One line: what changes, with the values involved.
     pub detail: String,
-    /// When not exact, an input whose result changes, if one is known.
+    /// When not exact, an input whose result changes, if one is known: the verdict's.
     pub witness: Option<Counterexample>,
     pub location: String,
 }
@@ -138,10 +141,13 @@ pub(crate) fn walk_graphs<'m>(
     model: &'m Model,
     graph: &ir::Graph,
     proto: &'m GraphProto,
-    parent: Option<&Scope<'_, 'm>>,
-    f: &mut dyn FnMut(&ir::Graph, &'m GraphProto, &Scope<'_, 'm>),
+    parent: Option<&Scope<'m>>,
+    f: &mut dyn FnMut(&ir::Graph, &'m GraphProto, &Scope<'m>),
 ) {
-    let scope = Scope::new(model, proto, parent);
+    let scope = match parent {
+        Some(p) => p.enter(proto),
+        None => Scope::root(model, proto),
+    };
     f(graph, proto, &scope);
     for sub in &graph.subgraphs {
         if let Some(sub_proto) = sub.proto(proto) {
@@ -151,7 +157,7 @@ pub(crate) fn walk_graphs<'m>(
 }
 
 /// The optimizer's pipeline on one graph (its subgraphs are replayed separately).
-pub(crate) fn optimize_graph<'m>(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &Scope<'_, 'm>, isa: Isa) -> Outcome {
+pub(crate) fn optimize_graph<'m>(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &Scope<'m>, isa: Isa) -> Outcome {
     let mut w = Work::new(model, graph, proto, scope, isa);
     // Before level 1, unconditionally (session/inference_session.cc, TransformGraph).
     w.ensure_unique_dq();

@@ -74,7 +74,7 @@ pub(super) fn rules_for(op: &str, since: i64) -> Vec<Rule> {
     }
 }
 
-impl<'m> Work<'m, '_, '_> {
+impl<'m> Work<'m, '_> {
     /// Tries every registered rule on every node in order; a selected group is replaced by one
     /// node standing for the fused kernel.
     pub(super) fn select_and_fuse(&mut self) {
@@ -157,7 +157,7 @@ impl<'m> Work<'m, '_, '_> {
         target.outputs.iter().filter(|o| !o.is_empty()).all(|o| {
             let consumers: Vec<bool> = self.uses_of(o).iter().map(|u| self.nodes[u.node].op == "QuantizeLinear").collect();
             let all_q = consumers.first().is_some_and(|&q| q);
-            consumers.iter().all(|&q| q == all_q) && !(all_q && self.scope.outputs.contains(o.as_str()))
+            consumers.iter().all(|&q| q == all_q) && !(all_q && self.scope.is_output(o.as_str()))
         })
     }
 

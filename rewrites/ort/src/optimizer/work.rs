@@ -1,12 +1,11 @@
 //! The optimizer's working copy of one graph (`Work`, `Node`): ORT's Node/Graph API on a light,
 //! mutable graph, and the Q/DQ predicates of optimizer/qdq_transformer/qdq_util.cc on it.
 
-use super::Outcome;
-use super::scope::{Const, Scope};
+use super::{Outcome, Rewrite};
 use crate::Isa;
-use qdqc_exact::Counterexample;
-use qdqc_exact::reference::{CodeType, dequantize, quantize};
+use qdqc_exact::Verdict;
 use qdqc_lang::onnx::{AttributeProto, DataType, GraphProto};
+use qdqc_lang::scope::{Const, Scope};
 use qdqc_lang::tensor;
 use qdqc_lang::{Model, ir};
 use std::collections::HashMap;
@@ -71,9 +70,9 @@ pub(super) struct Use {
     pub(super) slot: Option<usize>,
 }
 
-pub(super) struct Work<'m, 's, 'p> {
+pub(super) struct Work<'m, 's> {
     pub(super) model: &'m Model,
-    pub(super) scope: &'s Scope<'p, 'm>,
+    pub(super) scope: &'s Scope<'m>,
     pub(super) isa: Isa,
     pub(super) location: String,
     pub(super) nodes: Vec<Node<'m>>,
@@ -88,8 +87,8 @@ pub(super) struct Work<'m, 's, 'p> {
     pub(super) out: Outcome,
 }
 
-impl<'m, 's, 'p> Work<'m, 's, 'p> {
-    pub(super) fn new(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &'s Scope<'p, 'm>, isa: Isa) -> Self {
+impl<'m, 's> Work<'m, 's> {
+    pub(super) fn new(model: &'m Model, graph: &ir::Graph, proto: &'m GraphProto, scope: &'s Scope<'m>, isa: Isa) -> Self {
         let mut w = Work {
             model,
             scope,
@@ -219,7 +218,7 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
     }
 
     pub(super) fn produces_graph_output(&self, id: usize) -> bool {
-        self.nodes[id].outputs.iter().any(|o| self.scope.outputs.contains(o.as_str()))
+        self.nodes[id].outputs.iter().any(|o| self.scope.is_output(o.as_str()))
     }
 
     /// `optimizer_utils::CheckOutputEdges` (optimizer/utils.cc): not a graph output, exactly
@@ -294,6 +293,20 @@ impl<'m, 's, 'p> Work<'m, 's, 'p> {
         let n = &self.nodes[id];
         format!("{} #{}", n.op, n.origin)
     }
+
+    /// Records one rewrite of `nodes` with the verdict the engine gave on it. A verdict that
+    /// neither holds nor has an input that changes is recorded as what it is for the audit: a
+    /// change of numerics, with the rewrite's `detail`.
+    pub(super) fn record(&mut self, transformer: &'static str, nodes: Vec<usize>, verdict: Verdict, detail: String) {
+        let verdict = match verdict.reason() {
+            Some(_) => unproven(&detail),
+            None => verdict,
+        };
+        let mut authored: Vec<usize> = nodes.into_iter().filter(|&n| self.nodes[n].authored).map(|n| self.nodes[n].origin).collect();
+        authored.dedup();
+        let (exact, witness) = (verdict.is_exact(), verdict.counterexample().cloned());
+        self.out.rewrites.push(Rewrite { transformer, nodes: authored, exact, detail, witness, verdict, location: self.location.clone() });
+    }
 }
 
 /// The SinceVersion ORT resolves for `op` under the model's opset imports, for the operators whose
@@ -320,7 +333,7 @@ pub(super) fn since_version(model: &Model, op: &str, domain: &str) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // Q/DQ predicates of optimizer/qdq_transformer/qdq_util.cc.
 
-impl Work<'_, '_, '_> {
+impl Work<'_, '_> {
     /// `QDQ::MatchQNode`: ONNX QuantizeLinear of a listed version, or com.microsoft v1.
     pub(super) fn match_q(&self, id: usize) -> bool {
         self.match_qdq(id, "QuantizeLinear")
@@ -433,47 +446,10 @@ impl Work<'_, '_, '_> {
     }
 }
 
-/// An input the Clip/Relu removal changes: the value of the end code the bound misses
-/// (`want_min` says whether the lower bound quantizes as it should), which lies outside
-/// `[min, max]`; `None` if that value happens to quantize the same both ways.
-pub(super) fn clip_witness(
-    (s, z, code): (f32, i64, CodeType),
-    (min, max): (f32, f32),
-    min_ok: bool,
-    channel: usize,
-    channels: usize,
-) -> Option<Counterexample> {
-    let (lo, hi) = code.range();
-    let want = if s > 0.0 { (lo, hi) } else { (hi, lo) };
-    let x = dequantize(if min_ok { want.1 } else { want.0 }, s, z);
-    let clipped = x.max(min).min(max);
-    let (unfused, fused) = (quantize(clipped, s, z, code), quantize(x, s, z, code));
-    (unfused != fused).then(|| {
-        let mut inputs = vec![("x (f32 bits)".to_string(), x.to_bits() as i64)];
-        if channels > 1 {
-            inputs.insert(0, ("channel".to_string(), i64::try_from(channel).expect("a channel index is a slice index, below i64::MAX")));
-        }
-        // `differing` counts this one input: the float inputs that change are not enumerated.
-        Counterexample { inputs, unfused, fused, exact: Some(format!("x = {x:e}, clipped to {clipped:e}")), differing: 1 }
-    })
-}
-
-/// An input whose result the merge of `Q1 → DQ1 → Q2 → DQ2` into one pair with new parameters
-/// changes: on the grid of the first pair (`x = DQ1(c)` for every code `c`, so `Q1(x) = c`),
-/// `DQ2(Q2(x))` against `DQnew(Qnew(x))`, the first code whose values differ. Codes are reported
-/// as the second pair's and the new pair's; the values in the text.
-pub(super) fn double_qdq_witness(code: CodeType, [(s1, z1), (s2, z2)]: [(f32, i64); 2], (s, z): (f32, i64)) -> Option<Counterexample> {
-    let (lo, hi) = code.range();
-    let differ = |c: i64| {
-        let x = dequantize(c, s1, z1);
-        let (before, after) = (quantize(x, s2, z2, code), quantize(x, s, z, code));
-        let (vb, va) = (dequantize(before, s2, z2), dequantize(after, s, z));
-        (vb.to_bits() != va.to_bits()).then_some((x, before, after, vb, va))
-    };
-    let differing = (lo..=hi).filter(|&c| differ(c).is_some()).count() as u64;
-    let (x, before, after, vb, va) = (lo..=hi).find_map(differ)?;
-    let exact = format!("x = {x:e}: the two pairs give {vb:e}, the merged pair {va:e}");
-    Some(Counterexample { inputs: vec![("x (f32 bits)".to_string(), x.to_bits() as i64)], unfused: before, fused: after, exact: Some(exact), differing })
+/// The verdict on a rewrite that changes numerics without a proof either way (ORT quantizing a
+/// float weight, a session ORT refuses): not a decision, the absence of one.
+pub(super) fn unproven(detail: &str) -> Verdict {
+    Verdict::Unknown { reason: format!("changes numerics: {detail}") }
 }
 
 /// Code range of the 8- and 16-bit types ORT's Q/DQ helpers handle.
