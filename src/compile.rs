@@ -442,14 +442,12 @@ fn tensor_names<'g>(g: Option<&'g qdqc_lang::onnx::GraphProto>, out: &mut std::c
     out.extend(g.initializer.iter().filter_map(|t| t.name.as_deref()));
     for n in &g.node {
         out.extend(n.output.iter().map(String::as_str));
-        for a in &n.attribute {
-            a.g.iter().chain(&a.graphs).for_each(|sub| tensor_names(Some(sub), out));
-        }
+        qdqc_lang::ir::node_graphs(n).for_each(|sub| tensor_names(Some(sub), out));
     }
 }
 
 fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {
-    let nested = g.node.iter().flat_map(|n| &n.attribute).flat_map(|a| a.g.iter().chain(&a.graphs));
+    let nested = g.node.iter().flat_map(qdqc_lang::ir::node_graphs);
     g.node.len() + nested.map(count_nodes).sum::<usize>()
 }
 

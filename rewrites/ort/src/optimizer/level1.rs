@@ -467,7 +467,7 @@ impl<'m> Work<'m, '_> {
     /// not a DQ.
     pub(super) fn cse_supported(&self, id: usize) -> bool {
         let n = &self.nodes[id];
-        let has_subgraph = n.attrs.iter().any(|a| a.g.is_some() || !a.graphs.is_empty());
+        let has_subgraph = n.attrs.iter().any(|a| !qdqc_lang::ir::attribute_graphs(a).is_empty());
         let deterministic = match n.domain.as_str() {
             "" => !["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial", "Dropout"].contains(&n.op.as_str()),
             "com.microsoft" => n.op == "QuantizeLinear" || n.op == "DequantizeLinear",
