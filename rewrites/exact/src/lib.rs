@@ -10,6 +10,7 @@
 
 pub mod fold;
 pub mod lemma;
+pub mod lookup;
 pub mod movement;
 pub mod num;
 pub mod on_codes;
