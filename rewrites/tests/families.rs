@@ -27,7 +27,7 @@ use qdqc_lang::onnx::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
     attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
 };
-use qdqc_lower::facts::Scopes;
+use qdqc_lang::scope::Scope;
 use qdqc_lower::{Limits, lift, region};
 use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
 use qdqc_ort::lut::{self, Requant};
@@ -177,7 +177,7 @@ fn run(m: ModelProto, rule: &str, options: RuleOptions, expect: Expect) -> Run {
         assert!(rules.is_empty() && !names.iter().any(|n| rule.starts_with(n.as_str())), "{rule}: in the catalog of these options: {names:?}");
     }
     let limits = Limits::default();
-    let scopes = Scopes::main(&model);
+    let scopes = Scope::main(&model);
     let mut created = Vec::new();
     for region in region::regions(&model.graph, scopes.current()) {
         let lifted = lift::lift(&model, &model.graph, &scopes, &region);
