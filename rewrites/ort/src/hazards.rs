@@ -3,6 +3,7 @@
 //! ([`crate::optimizer`]) on any modelled ISA profile, and name the profiles when not all.
 
 use crate::Isa;
+use crate::profile::Gemm;
 use crate::optimizer::{Fusion, optimize_graph, walk_graphs};
 use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
@@ -374,7 +375,7 @@ impl<'m> Level<'_, 'm> {
     /// Both pairings are checked, for every k (not only even k), so whatever the kernel picks no
     /// overflowing pair is missed.
     fn pair_overflow(&self, fused: &Fused, report: &mut impl FnMut(&'static str, String)) {
-        let on_avx2 = fused.variants.iter().find(|(_, isas)| isas.contains(&Isa::X86Avx2));
+        let on_avx2 = fused.variants.iter().find(|(_, isas)| isas.iter().any(|i| i.arith().gemm == Gemm::PairSaturating));
         let Some((f, _)) = on_avx2.filter(|(f, _)| matches!(f.rule, "Conv" | "MatMul" | "Gemm")) else { return };
         if f.input_codes.get(1) != Some(&Some(DataType::Int8)) {
             return;

@@ -381,6 +381,7 @@ impl std::fmt::Display for NearBoundary {
 /// is not one ORT's kernel takes).
 pub fn near_boundary(g: &GemmGroup) -> Option<NearBoundary> {
     validate(g).ok()?;
+    // The float path does not depend on the profile; any one builds the channels.
     let channels: Vec<Channel> = (0..g.channels()).map(|c| Channel::new(g, c, Isa::X86Avx512Vnni, Contract::Real).ok()).collect::<Option<_>>()?;
     if channels.iter().all(|ch| p2::dot_product(&ch.dot_product()).is_ok()) {
         return None;
