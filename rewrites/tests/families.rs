@@ -48,7 +48,7 @@ fn check(m: ModelProto, rule: &str, refused: Option<&str>, contract: Contract) {
     let path = dir.path().join("case.onnx");
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     let model = Model::load(&path).unwrap();
-    let rules = RuleOptions { contract, target: qdqc_ort::OrtTarget::generic(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
+    let rules = RuleOptions { contract, target: qdqc_ort::OrtTarget::generic().into(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
     let lowering = qdqc_lower::lower(&model, &Options { rules: Some(rules), limits: Limits::default() }).unwrap();
     let decisions: Vec<_> = lowering.decisions.iter().filter(|d| d.rule == rule).collect();
     let [d] = decisions[..] else { panic!("{rule}: {} decisions; all: {:?}", decisions.len(), lowering.decisions.iter().map(|d| d.rule).collect::<Vec<_>>()) };

@@ -78,7 +78,7 @@ fn every_catalog_rule_has_its_readme_row_and_its_broken_twins() {
     assert!(rows.len() >= FAMILIES.len(), "README catalog rows: {}", rows.len());
     let options = RuleOptions {
         contract: qdqc_exact::Contract::Exact,
-        target: qdqc_ort::OrtTarget::generic(),
+        target: qdqc_ort::OrtTarget::generic().into(),
         fold_weights: true,
         allow: Allow { matmulnbits: Some(qdqc_ort::nbits::AccuracyLevel::Acc1), ..Allow::default() },
         memo: Default::default(),
