@@ -37,12 +37,27 @@ pub fn prove(g: &GemmGroup, contract: Contract) -> Verdict {
     match contract {
         Contract::Real if channels.iter().all(|c| c.bias_on_accumulator_scale) => by_construction(
             "qdqc_kernels::requant::requant_exact",
-            format!("{name} on the Rust kernels (real): {bound} over {} channel(s); requant_exact is sat(rne((acc + b)·sx·sw/sy) + zy), the contract's rounding of the exact value", g.channels()),
+            format!(
+                "{name} on the Rust kernels (real): {bound} over {} channel(s); requant_exact is sat(rne((acc + b)·sx·sw/sy) + zy), the contract's rounding of the exact value",
+                g.channels()
+            ),
             0,
             start,
         ),
-        Contract::Real => per_channel(g, &channels, start, &format!("{name} on the Rust kernels (real): {bound}; P3 against the exact value (bias scale ≠ sx·sw)"), Channel::real),
-        Contract::Exact => per_channel(g, &channels, start, &format!("{name} on the Rust kernels (exact): {bound}; P2: the float reduction is exact in every order; P3"), Channel::exact),
+        Contract::Real => per_channel(
+            g,
+            &channels,
+            start,
+            &format!("{name} on the Rust kernels (real): {bound}; P3 against the exact value (bias scale ≠ sx·sw)"),
+            Channel::real,
+        ),
+        Contract::Exact => per_channel(
+            g,
+            &channels,
+            start,
+            &format!("{name} on the Rust kernels (exact): {bound}; P2: the float reduction is exact in every order; P3"),
+            Channel::exact,
+        ),
     }
 }
 

@@ -67,7 +67,8 @@ pub type Mean = Box<dyn Fn(i64, u64) -> i64>;
 
 /// [`mean_exact`] at the code types of `p`, checked once on a zero sum.
 pub fn mean(p: &PoolParams) -> Result<Mean, String> {
-    let quant = |q: qdqc_exact::QParam| i32::try_from(q.zero_point).map(|z| Quant::new(q.scale, z)).map_err(|_| format!("zero point {} is not a code", q.zero_point));
+    let quant =
+        |q: qdqc_exact::QParam| i32::try_from(q.zero_point).map(|z| Quant::new(q.scale, z)).map_err(|_| format!("zero point {} is not a code", q.zero_point));
     let (qx, qy) = (quant(p.x)?, quant(p.y)?);
     macro_rules! typed {
         ($x:ty, $y:ty) => {{
@@ -110,7 +111,11 @@ fn prove_class(p: &PoolParams, n: u64, divisor: u64, mean: &Mean, contract: Cont
             }),
         }
     };
-    let detail = format!("{} window of {n} / {divisor}: mean_exact against {}, every reachable sum", p.x.code.name(), if contract == Contract::Real { "the exact quotient" } else { "the float path" });
+    let detail = format!(
+        "{} window of {n} / {divisor}: mean_exact against {}, every reachable sum",
+        p.x.code.name(),
+        if contract == Contract::Real { "the exact quotient" } else { "the float path" }
+    );
     let verdict = p1::exhaustive(&domain, &detail, |s| reference(s[0]), |s| mean(s[0], divisor), |_| None);
     if overflow.get() {
         return Verdict::Unknown { reason: format!("{detail}: an exact value exceeds the exact arithmetic's range") };

@@ -139,8 +139,12 @@ fn gemm_real_with_a_bias_off_the_accumulator_scale_is_refuted_and_the_counterexa
     // Conv 1x1 over one input channel: K = 1, bias 3 at scale 0.3 ≠ sx·sw = 0.25.
     let x = u8p(0.5, 0);
     let y = u8p(0.25, 0);
-    let g = GemmGroup::new(GemmKind::Conv { kernel_size: 1, groups: 1 }, x, CodeType::I8, vec![vec![1]], vec![0.5], vec![0], y)
-        .with_bias(Bias { codes: vec![3], scales: vec![0.3], zero_points: vec![0], float: None });
+    let g = GemmGroup::new(GemmKind::Conv { kernel_size: 1, groups: 1 }, x, CodeType::I8, vec![vec![1]], vec![0.5], vec![0], y).with_bias(Bias {
+        codes: vec![3],
+        scales: vec![0.3],
+        zero_points: vec![0],
+        float: None,
+    });
     let v = gemm::prove(&g, Contract::Real);
     let Verdict::Refuted { counterexample: c, .. } = &v else { panic!("{v:?}") };
     let acc = c.inputs.iter().find(|(n, _)| n == "acc").unwrap().1;

@@ -43,10 +43,13 @@
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
-use super::group::{Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, no_rust_kernel, per_target, qparam, tag, value_name, var};
+use super::group::{
+    Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, no_rust_kernel, per_target, qparam, tag, value_name, var,
+};
 use super::matmul_dynamic;
 use super::u8_weights;
 use super::{Log, Rewrite, RuleOptions};
+use crate::target::Profile;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
@@ -54,7 +57,6 @@ use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{Op, Term};
-use crate::target::Profile;
 use qdqc_ort::matmul_dynamic as ort_dynamic;
 use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
 

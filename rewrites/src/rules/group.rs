@@ -2,6 +2,7 @@
 //! decide on every ISA profile, create the fused node and log the decision.
 
 use super::{Decision, Log, Lossy, RuleOptions};
+use crate::target::Profile;
 use egg::{Id, Subst, Var};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{QParam, Verdict};
@@ -9,7 +10,6 @@ use qdqc_lang::analysis::{Constant, Dim, Interval, QdqEGraph, TagFacts, ValueFac
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
-use crate::target::Profile;
 use qdqc_ort::Isa;
 use std::cell::OnceCell;
 

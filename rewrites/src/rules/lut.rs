@@ -33,13 +33,13 @@
 
 use super::group::{Group, decide, explicit_zero_point, per_target, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
+use crate::target::Profile;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::term::{Op, Term};
-use crate::target::Profile;
 use qdqc_ort::Isa;
 use qdqc_ort::lut;
 use qdqc_target_rust::lut as rust_lut;

@@ -12,8 +12,8 @@
 
 use crate::rules::RuleOptions;
 use crate::rules::group::decide;
-use qdqc_exact::Verdict;
 use crate::target::Profile;
+use qdqc_exact::Verdict;
 use qdqc_ort::binary::{BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::requant::{GemmGroup, GemmKind};
 use serde::Serialize;

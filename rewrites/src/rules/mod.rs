@@ -24,11 +24,11 @@ pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 pub use memo::{Memo, MemoCounts};
 
+use crate::target::{Profile, Target};
 use qdqc_exact::{Certificate, Contract, Verdict};
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
 use qdqc_ort::nbits::{AccuracyLevel, Deviation};
-use crate::target::{Profile, Target};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
