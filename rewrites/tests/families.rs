@@ -12,6 +12,7 @@ use qdqc_lang::onnx::{
     attribute_proto::AttributeType, tensor_shape_proto::Dimension, tensor_shape_proto::dimension, type_proto,
 };
 use qdqc_lower::{Limits, Options};
+use qdqc_rewrites::Target;
 use qdqc_rewrites::rules::{Allow, RuleOptions};
 
 const F32: i32 = 1;
@@ -39,20 +40,44 @@ macro_rules! rule_test {
             check($model, $rule, Some($verdict), Contract::Real)
         }
     };
+    (rust $contract:ident $name:ident: $model:expr => $rule:literal fired) => {
+        #[test]
+        fn $name() {
+            check_on($model, $rule, None, Contract::$contract, rust())
+        }
+    };
+    (rust $contract:ident $name:ident: $model:expr => $rule:literal refused $verdict:literal) => {
+        #[test]
+        fn $name() {
+            check_on($model, $rule, Some($verdict), Contract::$contract, rust())
+        }
+    };
+}
+
+/// The Rust target (`rule_test!(rust Exact|Real name: …)`): its three profiles, one verdict.
+fn rust() -> Target {
+    Target::Rust(qdqc_target_rust::RustTarget::generic())
 }
 
 /// Lowers `m` and asserts the decision of `rule`: fired with every verdict exact (`refused` is
 /// `None`), or not fired with at least one verdict of that word.
 fn check(m: ModelProto, rule: &str, refused: Option<&str>, contract: Contract) {
+    check_on(m, rule, refused, contract, qdqc_ort::OrtTarget::generic().into())
+}
+
+/// [`check`] on `target`.
+fn check_on(m: ModelProto, rule: &str, refused: Option<&str>, contract: Contract, target: Target) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("case.onnx");
     std::fs::write(&path, m.encode_to_vec()).unwrap();
     let model = Model::load(&path).unwrap();
-    let rules = RuleOptions { contract, target: qdqc_ort::OrtTarget::generic().into(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
+    let profiles = target.profiles().len();
+    let rules = RuleOptions { contract, target, fold_weights: false, allow: Allow::default(), memo: Default::default() };
     let lowering = qdqc_lower::lower(&model, &Options { rules: Some(rules), limits: Limits::default() }).unwrap();
     let decisions: Vec<_> = lowering.decisions.iter().filter(|d| d.rule == rule).collect();
     let [d] = decisions[..] else { panic!("{rule}: {} decisions; all: {:?}", decisions.len(), lowering.decisions.iter().map(|d| d.rule).collect::<Vec<_>>()) };
     let words: Vec<&str> = d.verdicts.iter().map(|(_, v)| v.word()).collect();
+    assert_eq!(words.len(), profiles, "{rule}: one verdict per profile");
     match refused {
         None => assert!(d.fired && words.iter().all(|w| *w == "exact"), "{rule}: expected fired and exact, got {:?}", d.verdicts),
         Some(word) => assert!(!d.fired && words.contains(&word), "{rule}: expected refused ({word}), got fired={} {:?}", d.fired, d.verdicts),
@@ -178,3 +203,15 @@ rule_test!(qlinear_global_average_pool_near_a_tie: global_pool(u8p(0.0625, 128),
 // DQ value −0.15 is not −15·0.01: the float path lands beside the tie.
 rule_test!(qlinear_leaky_relu_table: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired);
 rule_test!(real qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" refused "refuted");
+
+// The Rust target (contract §3.12): the same groups, the Rust kernels' proofs.
+// The seed add2 is refuted on ORT's kernels; `binary_exact` is the exact sum, so `real` fires.
+rule_test!(rust Real rust_qlinear_add_of_the_seed_add2_under_real: binary("Add", [u8p(0.15, 128), u8p(0.37, 128), u8p(0.38, 128)]) => "qlinear-add" fired);
+rule_test!(rust Exact rust_qlinear_add_of_equal_scales: binary("Add", [u8p(0.1, 128), u8p(0.1, 100), u8p(0.1, 120)]) => "qlinear-add" fired);
+// 24-bit scales: no P2 under `exact` (the float reduction may round), exact by construction under `real`.
+rule_test!(rust Exact rust_qlinear_matmul_of_24_bit_scales: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" refused "unknown");
+rule_test!(rust Real rust_qlinear_matmul_of_24_bit_scales_under_real: matmul(0.0123, 0.0071, 0.0456) => "qlinear-matmul" fired);
+rule_test!(rust Exact rust_qlinear_matmul_of_power_of_two_scales: matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)) => "qlinear-matmul" fired);
+// ORT's kernel misrounds near a tie; `mean_exact` is the exact mean.
+rule_test!(rust Real rust_qlinear_global_average_pool_near_a_tie_under_real: global_pool(u8p(0.0625, 128), u8p(0.075, 128)) => "qlinear-global-average-pool" fired);
+rule_test!(rust Real rust_qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired);
