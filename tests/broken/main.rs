@@ -9,6 +9,7 @@ mod kernels;
 mod nbits;
 mod pairs;
 mod quantize;
+mod rust;
 mod weights;
 
 use qdqc_exact::Verdict;
@@ -24,7 +25,7 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules()]
+    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules(), rust::rules()]
         .into_iter()
         .flatten()
         .collect()
