@@ -215,3 +215,20 @@ rule_test!(rust Exact rust_qlinear_matmul_of_power_of_two_scales: matmul(2f32.po
 // ORT's kernel misrounds near a tie; `mean_exact` is the exact mean.
 rule_test!(rust Real rust_qlinear_global_average_pool_near_a_tie_under_real: global_pool(u8p(0.0625, 128), u8p(0.075, 128)) => "qlinear-global-average-pool" fired);
 rule_test!(rust Real rust_qlinear_leaky_relu_table_under_real: leaky_relu(u8p(0.01, 128), u8p(0.005, 128)) => "qlinear-leaky-relu" fired);
+
+/// [`matmul`] with per-axis weight scales along K (axis 0, four of them): the scales weight the
+/// products inside the sum, so no epilogue applies them (contract §3.12: only along M or N).
+fn matmul_per_k_scales() -> ModelProto {
+    let mut m = matmul(2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3));
+    let graph = m.graph.as_mut().unwrap();
+    let scales: Vec<u8> = [2f32.powi(-6), 2f32.powi(-5), 2f32.powi(-6), 2f32.powi(-4)].iter().flat_map(|s| s.to_le_bytes()).collect();
+    let s_w = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some("s_w")).unwrap();
+    (s_w.dims, s_w.raw_data) = (vec![4], Some(scales.into()));
+    let z_w = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    (z_w.dims, z_w.raw_data) = (vec![4], Some(vec![0u8; 4].into()));
+    let dq = graph.node.iter_mut().find(|n| n.output == ["dq_w"]).unwrap();
+    dq.attribute.push(AttributeProto { name: Some("axis".into()), r#type: Some(AttributeType::Int as i32), i: Some(0), ..Default::default() });
+    m
+}
+
+rule_test!(rust Real rust_qlinear_matmul_refuses_scales_along_k: matmul_per_k_scales() => "qlinear-matmul" refused "unknown");
