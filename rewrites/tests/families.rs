@@ -232,3 +232,17 @@ fn matmul_per_k_scales() -> ModelProto {
 }
 
 rule_test!(rust Real rust_qlinear_matmul_refuses_scales_along_k: matmul_per_k_scales() => "qlinear-matmul" refused "unknown");
+
+#[test]
+fn rust_per_k_scales_are_refused_for_their_axis() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.onnx");
+    std::fs::write(&path, matmul_per_k_scales().encode_to_vec()).unwrap();
+    let model = Model::load(&path).unwrap();
+    let rules = RuleOptions { contract: Contract::Real, target: rust(), fold_weights: false, allow: Allow::default(), memo: Default::default() };
+    let lowering = qdqc_lower::lower(&model, &Options { rules: Some(rules), limits: Limits::default() }).unwrap();
+    let d = lowering.decisions.iter().find(|d| d.rule == "qlinear-matmul").unwrap();
+    for (p, v) in &d.verdicts {
+        assert!(matches!(v, qdqc_exact::Verdict::Unknown { reason } if reason.contains("per-axis along axis 0")), "{p}: {v:?}");
+    }
+}
