@@ -9,9 +9,8 @@ use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
 use qdqc_lower::{Limits, Options};
-use qdqc_ort::{Isa, OrtTarget};
 use qdqc_rewrites::rules::{Allow, Lossy};
-use qdqc_rewrites::{Decision, RuleOptions};
+use qdqc_rewrites::{Decision, Profile, RuleOptions, Target};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,8 +23,10 @@ pub struct CompileOptions {
     pub fuse: bool,
     /// The contract every fusion is proven against (contract §2).
     pub contract: Contract,
-    /// The target: a fusion fires only if proven on every one of its profiles.
-    pub target: OrtTarget,
+    /// The target: a fusion fires only if proven on every one of its profiles. ONNX Runtime by
+    /// default; [`Target::Rust`] proves for the Rust kernels, whose output is the lowered form
+    /// ([`Compiled::lowered`]) until the Rust code generator lands.
+    pub target: Target,
     /// Per-region e-graph runner limits (iterations, nodes, time), deterministic by default.
     pub limits: Limits,
     /// Re-sign int8 activations to uint8 when every profile is x86 (`lower::resign`).
@@ -44,7 +45,7 @@ impl Default for CompileOptions {
         CompileOptions {
             fuse: true,
             contract: Contract::Exact,
-            target: OrtTarget::generic(),
+            target: Target::default(),
             limits: Limits::default(),
             resign: true,
             fold_weights: false,
@@ -66,10 +67,10 @@ pub struct CompileReport {
     pub contract: Contract,
     /// Whether the rewrite catalog ran (`false` under `--no-fuse`).
     pub fuse: bool,
-    /// The target the model was compiled for (`OrtTarget::NAME`).
+    /// The target the model was compiled for (`OrtTarget::NAME`, `RustTarget::NAME`).
     pub target: &'static str,
     /// The target's profiles every fusion was proven on.
-    pub profiles: Vec<Isa>,
+    pub profiles: Vec<Profile>,
     /// Names of the rules the catalog ran.
     pub rules: Vec<String>,
     /// The ONNX Runtime session settings under which the compiled model keeps its guarantee.
@@ -191,16 +192,16 @@ pub struct GroupDecision {
     #[serde(skip_serializing_if = "is_false")]
     pub kept_unfused: bool,
     /// `exact`, `refuted` or `unknown` per profile: the fusion fires only if exact on all.
-    pub verdict: BTreeMap<Isa, &'static str>,
+    pub verdict: BTreeMap<Profile, &'static str>,
     /// The evidence behind each verdict that has one.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub proof: BTreeMap<Isa, Certificate>,
+    pub proof: BTreeMap<Profile, Certificate>,
     /// The minimised differing point of each refutation.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub counterexample: BTreeMap<Isa, Counterexample>,
+    pub counterexample: BTreeMap<Profile, Counterexample>,
     /// Why each `unknown` is unknown.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub reason: BTreeMap<Isa, String>,
+    pub reason: BTreeMap<Profile, String>,
     /// An applied lossy rewrite: its contract, accuracy level and measured deviations.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lossy: Option<Lossy>,
@@ -255,6 +256,10 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
 /// (`qdqc_lang::outputs`). Output paths are checked before any work: none may be an input file or
 /// another output (bad input), and every folder must take a new file (I/O error).
 pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
+    // Writing a Rust target means writing Rust code; [`compile_model`] gives its lowered form.
+    if matches!(options.target, Target::Rust(_)) {
+        return Err(qdqc_lang::Error::bad_input(input, "--target rust: the Rust code generator is not built yet"));
+    }
     let model = Model::load(input)?;
     let inputs: Vec<(&str, std::path::PathBuf)> = std::iter::once(("the input model", input.to_path_buf()))
         .chain(model.external_files().into_iter().map(|f| ("an external data file of the input", f)))
@@ -266,7 +271,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Pat
         Outputs::check_writable(path)?;
     }
     let mut outputs = Outputs::default();
-    let Compiled { model: compiled, source, mut report } = compile_model(&model, options)?;
+    let Compiled { model: compiled, source, mut report, .. } = compile_model(&model, options)?;
     let saved = qdqc_lang::save::save(compiled, &source, output, &SaveOptions::default(), &mut outputs)?;
     report.output = output.display().to_string();
     report.model_bytes = saved.model_bytes;
@@ -291,6 +296,9 @@ pub struct Compiled<'m> {
     /// `model_bytes`, `model_size.after_bytes` are the in-memory protobuf's size, with no
     /// `external_data`.
     pub report: CompileReport,
+    /// The lowered form the model was emitted from, backend-neutral: what the Rust code
+    /// generator reads (`--target rust`).
+    pub lowered: qdqc_lower::lowered::LoweredGraph,
 }
 
 /// Compiles a loaded model in memory: the library's entry point; [`compile`] and
@@ -326,7 +334,8 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         d.kept_unfused = kept.contains(&d.output);
     }
     let mut compiled = qdqc_codegen::onnx::to_model(&model, &lowering.graph)?;
-    if options.fuse {
+    // The metadata states an ONNX Runtime guarantee: only an ORT compile has one.
+    if options.fuse && matches!(options.target, Target::Ort(_)) {
         record_guarantee(&mut compiled, options);
     }
     let gathers = decisions.iter().filter(|d| d.fired && d.rule == qdqc_rewrites::GATHER_BEFORE_DEQUANTIZE).map(|d| d.output.as_str());
@@ -346,8 +355,8 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         output: String::new(),
         contract: options.contract,
         fuse: options.fuse,
-        target: OrtTarget::NAME,
-        profiles: options.target.profiles().to_vec(),
+        target: options.target.name(),
+        profiles: options.target.profiles(),
         rules: rules.as_ref().map(qdqc_lower::rule_names).unwrap_or_default(),
         session_profile: SessionProfile::for_float_fusions(options.allow.ort_float_fusions),
         nodes_before: model.proto.graph.as_ref().map_or(0, count_nodes),
@@ -374,7 +383,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         warnings: warnings(&model).into_iter().chain(unused_inputs(&model, &options.allow.inputs)).collect(),
         timings: options.timings.then(|| Timings { total_micros: start.elapsed().as_micros() as u64, proofs_micros: proof_micros(&lowering.decisions) }),
     };
-    Ok(Compiled { model: compiled, source: model, report })
+    Ok(Compiled { model: compiled, source: model, report, lowered: lowering.graph })
 }
 
 /// Keys of the output model's `metadata_props` that say what its guarantee is: the contract, the

@@ -29,6 +29,8 @@ pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_ort::{Isa, OrtTarget};
 pub use qdqc_rewrites::rules::{Activations, Allow};
+pub use qdqc_rewrites::{Profile, Target};
+pub use qdqc_target_rust::RustTarget;
 pub use weights::{FloatTable, ModelSize};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.

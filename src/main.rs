@@ -171,7 +171,7 @@ fn run(command: Command) -> Result<(), Error> {
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
-                target: ort_isa,
+                target: ort_isa.into(),
                 resign: !keep_int8_activations,
                 fold_weights,
                 allow: lossy,

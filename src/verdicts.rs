@@ -2,19 +2,18 @@
 //! one map per part, so a reader looks up `verdict[profile]`, `counterexample[profile]`, ….
 
 use qdqc_exact::{Certificate, Counterexample, Verdict};
-use qdqc_ort::Isa;
 use std::collections::BTreeMap;
 
 /// The four maps a verdict is spread over.
-pub(crate) struct Maps<'a> {
-    pub verdict: &'a mut BTreeMap<Isa, &'static str>,
-    pub proof: &'a mut BTreeMap<Isa, Certificate>,
-    pub counterexample: &'a mut BTreeMap<Isa, Counterexample>,
-    pub reason: &'a mut BTreeMap<Isa, String>,
+pub(crate) struct Maps<'a, K: Ord> {
+    pub verdict: &'a mut BTreeMap<K, &'static str>,
+    pub proof: &'a mut BTreeMap<K, Certificate>,
+    pub counterexample: &'a mut BTreeMap<K, Counterexample>,
+    pub reason: &'a mut BTreeMap<K, String>,
 }
 
-impl Maps<'_> {
-    pub fn insert(&mut self, isa: Isa, v: Verdict) {
+impl<K: Ord + Copy> Maps<'_, K> {
+    pub fn insert(&mut self, isa: K, v: Verdict) {
         self.verdict.insert(isa, v.word());
         if let Some(proof) = v.proof() {
             self.proof.insert(isa, proof.clone());

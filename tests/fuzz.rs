@@ -219,8 +219,10 @@ fn run_case(dir: &Path, path: &Path) -> Result<(), String> {
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         let _ = qdqc::inspect(path);
         let _ = qdqc::audit(path, &qdqc::OrtTarget::on(&[qdqc::Isa::X86Avx2]).unwrap(), &[qdqc::Contract::Exact]);
-        let options =
-            qdqc::CompileOptions { target: qdqc::OrtTarget::on(&[qdqc::Isa::X86Avx2, qdqc::Isa::Arm64Neon]).unwrap(), ..qdqc::CompileOptions::default() };
+        let options = qdqc::CompileOptions {
+            target: qdqc::OrtTarget::on(&[qdqc::Isa::X86Avx2, qdqc::Isa::Arm64Neon]).unwrap().into(),
+            ..qdqc::CompileOptions::default()
+        };
         let _ = qdqc::compile_with_report(path, &out, Some(&dir.join("report.json")), &options);
     }))
     .map_err(|p| p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())

@@ -48,7 +48,7 @@ fn compile(m: &ModelProto, isas: &[Isa], resign: bool) -> (CompileReport, Model)
     let dir = tempfile::tempdir().unwrap();
     let input = write_model(dir.path(), "in.onnx", m);
     let out = dir.path().join("out.onnx");
-    let options = CompileOptions { target: qdqc::OrtTarget::on(isas).unwrap(), resign, ..CompileOptions::default() };
+    let options = CompileOptions { target: qdqc::OrtTarget::on(isas).unwrap().into(), resign, ..CompileOptions::default() };
     let report = qdqc::compile(&input, &out, &options).unwrap();
     (report, Model::load(&out).unwrap())
 }

@@ -18,7 +18,7 @@ mod common;
 
 use common::*;
 use prost::Message;
-use qdqc::{CompileOptions, CompileReport, Contract, Isa};
+use qdqc::{CompileOptions, CompileReport, Contract, Isa, Profile};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Counterexample, QParam};
 use qdqc_lang::onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto::AttributeType};
@@ -138,8 +138,8 @@ fn refutation(report: &CompileReport, rule: &str) -> Counterexample {
     let d = report.decisions.iter().find(|d| d.rule == rule).unwrap_or_else(|| panic!("{rule} decided nothing:\n{}", report.explain()));
     assert!(!d.fired, "{rule} fired:\n{}", report.explain());
     assert_eq!(report.fused, 0);
-    assert_eq!(d.verdict.get(&common::host_isa()), Some(&"refuted"), "{rule}: {:?} {:?}", d.verdict, d.reason);
-    d.counterexample[&common::host_isa()].clone()
+    assert_eq!(d.verdict.get(&Profile::Ort(common::host_isa())), Some(&"refuted"), "{rule}: {:?} {:?}", d.verdict, d.reason);
+    d.counterexample[&Profile::Ort(common::host_isa())].clone()
 }
 
 /// The compiled model of an accepted instance with the initializers of `refused` (same names):
@@ -238,7 +238,7 @@ fn both_outcomes(bench: &Bench, accepted: (&[QParam], &CompileOptions), refused:
 }
 
 fn host_only() -> CompileOptions {
-    CompileOptions { target: qdqc::OrtTarget::on(&[common::host_isa()]).unwrap(), ..CompileOptions::default() }
+    CompileOptions { target: qdqc::OrtTarget::on(&[common::host_isa()]).unwrap().into(), ..CompileOptions::default() }
 }
 
 fn real() -> CompileOptions {
@@ -338,7 +338,7 @@ fn qlinear_sigmoid_fuses_on_x86_only_by_its_axiom() {
     let (report, ops, compiled) = compile(dir.path(), "host", &m, &host_only());
     if !common::host_isa().is_x86() {
         let d = report.decisions.iter().find(|d| d.rule == "qlinear-sigmoid").unwrap();
-        assert!(!d.fired && d.verdict[&common::host_isa()] == "unknown", "{:?} {:?}", d.verdict, d.reason);
+        assert!(!d.fired && d.verdict[&Profile::Ort(common::host_isa())] == "unknown", "{:?} {:?}", d.verdict, d.reason);
         assert_eq!(ops, op_types(&m));
         return;
     }
@@ -352,8 +352,8 @@ fn qlinear_sigmoid_fuses_on_x86_only_by_its_axiom() {
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-sigmoid").unwrap();
     assert!(!d.fired);
     assert_eq!(d.verdict.iter().filter(|(_, v)| **v == "exact").count(), 3, "{:?}", d.verdict);
-    assert_eq!(d.verdict[&Isa::Arm64Neon], "unknown");
-    assert!(d.reason[&Isa::Arm64Neon].contains("scalar tail"), "{:?}", d.reason);
+    assert_eq!(d.verdict[&Profile::Ort(Isa::Arm64Neon)], "unknown");
+    assert!(d.reason[&Profile::Ort(Isa::Arm64Neon)].contains("scalar tail"), "{:?}", d.reason);
     assert_eq!(ops, op_types(&m));
 }
 
@@ -570,7 +570,7 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     let (report, ops, _) = compile(dir.path(), "mixed", &mixed, &CompileOptions::default());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-leaky-relu").unwrap();
     assert!(!d.fired && d.verdict.values().all(|v| *v == "unknown"), "{:?}", d.verdict);
-    assert!(d.reason[&common::host_isa()].contains("one 8-bit code type"), "{:?}", d.reason);
+    assert!(d.reason[&Profile::Ort(common::host_isa())].contains("one 8-bit code type"), "{:?}", d.reason);
     assert_eq!(ops, op_types(&mixed));
     // Parameters of shape [1, 1] are neither scalars nor one-element vectors.
     let mut matrix = leaky_relu_model(&[u8p(0.01, 128), u8p(0.005, 128)]);
@@ -579,7 +579,7 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     }
     let (report, _, _) = compile(dir.path(), "matrix", &matrix, &CompileOptions::default());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-leaky-relu").unwrap();
-    assert!(!d.fired && d.reason[&common::host_isa()].contains("not a scalar or one-element vector"), "{:?}", d.reason);
+    assert!(!d.fired && d.reason[&Profile::Ort(common::host_isa())].contains("not a scalar or one-element vector"), "{:?}", d.reason);
     // Codes of no declared type (an Identity's output) and an omitted zero point.
     let mut untyped = sigmoid_model(&[u8p(0.08, 128), u8p(1.0 / 256.0, 0)]);
     let g = untyped.graph.as_mut().unwrap();
@@ -587,6 +587,6 @@ fn groups_the_kernels_cannot_take_are_unknown_and_kept() {
     g.node[1].input = vec!["x_id".into(), "s_x".into(), String::new()];
     let (report, ops, _) = compile(dir.path(), "untyped", &untyped, &host_only());
     let d = report.decisions.iter().find(|d| d.rule == "qlinear-sigmoid").unwrap();
-    assert!(!d.fired && d.reason[&common::host_isa()].contains("type is unknown"), "{:?}", d.reason);
+    assert!(!d.fired && d.reason[&Profile::Ort(common::host_isa())].contains("type is unknown"), "{:?}", d.reason);
     assert_eq!(ops, op_types(&untyped));
 }

@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use qdqc::Profile;
 use qdqc::{CompileOptions, CompileReport, GroupDecision};
 use qdqc_exact::Contract;
 use qdqc_exact::num::Dyadic;
@@ -400,7 +401,7 @@ fn assert_u8_weights(r: &CompileReport, m: &Model, authored: &ModelProto) {
     assert_eq!(w.raw_data.as_deref(), Some(&shifted[..]));
     assert_eq!(zw.raw_data.as_deref(), Some(&[128u8][..]));
     let d = decision(r);
-    assert!(d.proof[&Isa::X86Avx2].detail.contains("the int8 weights: refuted"), "{d:#?}");
+    assert!(d.proof[&Profile::Ort(Isa::X86Avx2)].detail.contains("the int8 weights: refuted"), "{d:#?}");
 }
 
 #[test]
@@ -426,7 +427,7 @@ fn the_uint8_weight_form_is_refuted_by_its_own_requantization() {
     let dir = tempfile::tempdir().unwrap();
     let input = write_model(dir.path(), "in.onnx", &saturating_conv(&power_of_two(1)));
     let out = dir.path().join("out.onnx");
-    let target = qdqc::OrtTarget::on(&[Isa::X86Avx512Vnni, Isa::Arm64Neon]).unwrap();
+    let target = qdqc::OrtTarget::on(&[Isa::X86Avx512Vnni, Isa::Arm64Neon]).unwrap().into();
     let r = qdqc::compile(&input, &out, &CompileOptions { contract: Contract::Exact, target, ..CompileOptions::default() }).unwrap();
     assert_eq!((decision(&r).rule.as_str(), decision(&r).fired), ("qlinear-conv", true));
 }
@@ -462,7 +463,8 @@ fn matmul_of_two_activations_with_a_generic_output_scale_is_refuted_by_rows_that
     assert_refuted(&r, &m, "qlinear-matmul", &["DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear"]);
     let s = 2f32.powi(-5);
     let m_ort = s * s / sy;
-    for (isa, c) in &decision(&r).counterexample {
+    for (profile, c) in &decision(&r).counterexample {
+        let Profile::Ort(isa) = *profile else { panic!("an ORT compile gives ORT profiles: {profile}") };
         let get = |n: &str| c.inputs.iter().find(|(m, _)| m == n).map(|(_, v)| *v);
         let row = |name: &str| (0..k).map(|t| get(&format!("{name}[{t}]")).or(get(&format!("{name}[*]"))).unwrap()).collect::<Vec<i64>>();
         let (a, b) = (row("a"), row("b"));
@@ -471,7 +473,7 @@ fn matmul_of_two_activations_with_a_generic_output_scale_is_refuted_by_rows_that
         assert_eq!(qdqc_exact::reference::quantize(value, sy, 136, CodeType::U8), c.unfused, "{isa}: {c}");
         let acc: i64 = a.iter().zip(&b).map(|(x, w)| (x - 122) * (w - 122)).sum();
         assert_eq!(acc, get("acc").unwrap());
-        assert_eq!(requantize(acc as i32, m_ort, 136, CodeType::U8, *isa), c.fused, "{isa}: {c}");
+        assert_eq!(requantize(acc as i32, m_ort, 136, CodeType::U8, isa), c.fused, "{isa}: {c}");
     }
 }
 
@@ -483,8 +485,8 @@ fn matmul_of_two_activations_conditions_refuse() {
     // u8 × s8 full ranges: 2·255·127 leaves int16 in x86-avx2's vpmaddubsw; exact elsewhere.
     let (r, m) = compile(&attention(16, I8, 2f32.powi(-3)), Contract::Exact);
     let d = decision(&r);
-    assert!(!d.fired && d.reason.len() == 1 && d.reason[&Isa::X86Avx2].contains("int16"), "{d:#?}");
-    assert!(d.verdict.iter().all(|(isa, v)| *isa == Isa::X86Avx2 || *v == "exact"), "{d:#?}");
+    assert!(!d.fired && d.reason.len() == 1 && d.reason[&Profile::Ort(Isa::X86Avx2)].contains("int16"), "{d:#?}");
+    assert!(d.verdict.iter().all(|(isa, v)| *isa == Profile::Ort(Isa::X86Avx2) || *v == "exact"), "{d:#?}");
     assert_eq!(op_types(&m), ["DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear"]);
     // Per-channel parameters on B.
     let mut p = attention(16, U8, 2f32.powi(-3));

@@ -37,6 +37,7 @@ use qdqc_ort::requant::{GemmGroup, GemmKind, accumulate, column_channels, output
 use qdqc_ort::{Isa, OrtTarget};
 use qdqc_rewrites::rules::{Allow, Decision, FAMILIES, RuleOptions};
 use qdqc_rewrites::{Log, catalog};
+use qdqc_rewrites::{Profile, Target};
 
 const F32: i32 = 1;
 const U8: i32 = 2;
@@ -94,7 +95,7 @@ enum Expect {
 }
 
 fn options(contract: Contract) -> RuleOptions {
-    RuleOptions { contract, target: OrtTarget::generic(), fold_weights: false, allow: Allow::default(), memo: Default::default() }
+    RuleOptions { contract, target: OrtTarget::generic().into(), fold_weights: false, allow: Allow::default(), memo: Default::default() }
 }
 
 /// Contract `exact` on every ISA profile, nothing opted in.
@@ -108,7 +109,20 @@ fn real() -> RuleOptions {
 
 /// The x86 profiles only.
 fn x86() -> RuleOptions {
-    RuleOptions { target: OrtTarget::on(&[Isa::X86Sse2, Isa::X86Avx2, Isa::X86Avx512Vnni]).unwrap(), ..exact() }
+    RuleOptions { target: OrtTarget::on(&[Isa::X86Sse2, Isa::X86Avx2, Isa::X86Avx512Vnni]).unwrap().into(), ..exact() }
+}
+
+/// The Rust target (contract §3.12): its kernels' proofs instead of ORT's.
+fn rust(contract: Contract) -> RuleOptions {
+    RuleOptions { target: Target::Rust(qdqc_target_rust::RustTarget::generic()), ..options(contract) }
+}
+
+/// The ISA of an ORT verdict: the checks below recompute ORT's kernel models.
+fn ort_isa(p: Profile) -> Isa {
+    match p {
+        Profile::Ort(isa) => isa,
+        Profile::Rust(r) => panic!("a Rust-target verdict ({}) where an ORT one was expected", r.name()),
+    }
 }
 
 /// `--fold-weights`.
@@ -146,7 +160,7 @@ impl Run {
             .decision()
             .verdicts
             .iter()
-            .filter_map(|(isa, v)| if let Verdict::Refuted { counterexample, .. } = v { Some((*isa, counterexample)) } else { None })
+            .filter_map(|(p, v)| if let Verdict::Refuted { counterexample, .. } = v { Some((ort_isa(*p), counterexample)) } else { None })
             .collect();
         assert!(!found.is_empty(), "no counterexample in {:?}", self.decision().verdicts);
         found
@@ -1018,6 +1032,38 @@ rule_test!(matmulnbits_matmul_of_a_cast_f16_weight: matmul_of_cast_int4_blocks(t
     packed_weights_match(true));
 rule_test!(matmulnbits_matmul_of_a_cast_f32_weight: matmul_of_cast_int4_blocks(false), matmulnbits() => "matmulnbits-matmul-cast" refused "unknown",
     reason("not float16"));
+
+// The Rust target (contract §3.12): the same groups, the Rust kernels' proofs.
+// The seed add2 is refuted on ORT's kernels; `binary_exact` is the exact sum, so `real` fires.
+rule_test!(rust_qlinear_add_of_the_seed_add2_under_real: binary("Add", [u8p(0.15, 128), u8p(0.37, 128), u8p(0.38, 128)]), rust(Contract::Real)
+    => "qlinear-add" fired);
+rule_test!(rust_qlinear_add_of_equal_scales: binary("Add", [u8p(0.1, 128), u8p(0.1, 100), u8p(0.1, 120)]), rust(Contract::Exact) => "qlinear-add" fired);
+// 24-bit scales: no P2 under `exact` (the float reduction may round), exact by construction under `real`.
+rule_test!(rust_qlinear_matmul_of_24_bit_scales: matmul([0.0123, 0.0071, 0.0456]), rust(Contract::Exact) => "qlinear-matmul" refused "unknown");
+rule_test!(rust_qlinear_matmul_of_24_bit_scales_under_real: matmul([0.0123, 0.0071, 0.0456]), rust(Contract::Real) => "qlinear-matmul" fired);
+rule_test!(rust_qlinear_matmul_of_power_of_two_scales: matmul([2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)]), rust(Contract::Exact) => "qlinear-matmul" fired);
+// ORT's kernel misrounds near a tie; `mean_exact` is the exact mean.
+rule_test!(rust_qlinear_global_average_pool_near_a_tie_under_real: global_pool([u8p(0.0625, 128), u8p(0.075, 128)]), rust(Contract::Real)
+    => "qlinear-global-average-pool" fired);
+rule_test!(rust_qlinear_leaky_relu_table_under_real: leaky_relu([u8p(0.01, 128), u8p(0.005, 128)]), rust(Contract::Real) => "qlinear-leaky-relu" fired);
+
+/// [`matmul`] with per-axis weight scales along K (axis 0, four of them): the scales weight the
+/// products inside the sum, so no epilogue applies them (contract §3.12: only along M or N).
+fn matmul_per_k_scales() -> ModelProto {
+    let mut m = matmul([2f32.powi(-7), 2f32.powi(-6), 2f32.powi(-3)]);
+    let graph = m.graph.as_mut().unwrap();
+    let scales: Vec<u8> = [2f32.powi(-6), 2f32.powi(-5), 2f32.powi(-6), 2f32.powi(-4)].iter().flat_map(|s| s.to_le_bytes()).collect();
+    let s_w = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some("s_w")).unwrap();
+    (s_w.dims, s_w.raw_data) = (vec![4], Some(scales.into()));
+    let z_w = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some("z_w")).unwrap();
+    (z_w.dims, z_w.raw_data) = (vec![4], Some(vec![0u8; 4].into()));
+    let dq = graph.node.iter_mut().find(|n| n.output == ["dq_w"]).unwrap();
+    dq.attribute.push(AttributeProto { name: Some("axis".into()), r#type: Some(AttributeType::Int as i32), i: Some(0), ..Default::default() });
+    m
+}
+
+rule_test!(rust_qlinear_matmul_refuses_scales_along_k: matmul_per_k_scales(), rust(Contract::Real) => "qlinear-matmul" refused "unknown",
+    reason("per-axis along axis 0"));
 
 /// Every family of `FAMILIES` (the opt-in and lossy ones included) has a fired and a refused test
 /// above.

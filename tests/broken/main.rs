@@ -12,6 +12,7 @@ mod kernels;
 mod nbits;
 mod pairs;
 mod quantize;
+mod rust;
 mod weights;
 
 use qdqc_exact::Verdict;
@@ -27,7 +28,7 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules()]
+    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules(), rust::rules()]
         .into_iter()
         .flatten()
         .collect()
@@ -81,7 +82,7 @@ fn every_catalog_rule_has_its_readme_row_and_its_broken_twins() {
     assert!(rows.len() >= FAMILIES.len(), "README catalog rows: {}", rows.len());
     let options = RuleOptions {
         contract: qdqc_exact::Contract::Exact,
-        target: qdqc_ort::OrtTarget::generic(),
+        target: qdqc_ort::OrtTarget::generic().into(),
         fold_weights: true,
         allow: Allow { matmulnbits: Some(qdqc_ort::nbits::AccuracyLevel::Acc1), ..Allow::default() },
         memo: Default::default(),

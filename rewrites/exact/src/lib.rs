@@ -72,6 +72,10 @@ pub enum Method {
     P4Lemma(String),
     /// A named fact about the target runtime, covered by a differential test.
     TargetAxiom(String),
+    /// By construction: the target's kernel is the reference's definition (qdqc's own kernels
+    /// call the function the reference is defined by), so nothing is enumerated; the string
+    /// names the definition and what makes it apply (e.g. an accumulation bound).
+    ByConstruction(String),
 }
 
 /// Evidence for a verdict.
@@ -104,6 +108,13 @@ pub struct Counterexample {
     pub exact: Option<String>,
     /// How many points of the domain differ.
     pub differing: u64,
+}
+
+/// An exact verdict by construction ([`Method::ByConstruction`]): `definition` names the function
+/// both sides compute, `detail` what was checked for it to apply; `domain` counts the points the
+/// side conditions were checked on (0 when none).
+pub fn by_construction(definition: &str, detail: String, domain: u64, start: Instant) -> Verdict {
+    Verdict::Exact { proof: Certificate { method: Method::ByConstruction(definition.to_string()), domain, micros: micros(start), detail } }
 }
 
 /// Microseconds since `start`, saturating: a `u64` of microseconds outlasts any check by

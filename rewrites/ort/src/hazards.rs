@@ -3,8 +3,8 @@
 //! ([`crate::optimizer`]) on any modelled ISA profile, and name the profiles when not all.
 
 use crate::Isa;
-use crate::profile::Gemm;
 use crate::optimizer::{Fusion, optimize_graph, walk_graphs};
+use crate::profile::Gemm;
 use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
 use qdqc_lang::scope::{Const, Scope};

@@ -1,10 +1,12 @@
 //! `DQ(a) + DQ(b) → Q` and `DQ(a) · DQ(b) → Q` into com.microsoft QLinearAdd / QLinearMul.
 //!
 //! Obligation (contract §5.7): P1 over every pair of 8-bit codes, per ISA model and per broadcast
-//! layout ORT may run, against the unfused reference under the contract. Broken twin:
+//! layout ORT may run, against the unfused reference under the contract; on the Rust target,
+//! [`qdqc_target_rust::binary::prove`]: P1 over every pair, `binary_exact` against the same
+//! reference (no layouts: the kernel is one table). Broken twin:
 //! `tests/broken` "qlinear_add_avx2_formula_claimed_for_sse2".
 
-use super::group::{Group, explicit_zero_point, qparam, shape, var};
+use super::group::{Group, explicit_zero_point, per_target, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::Verdict;
@@ -63,7 +65,9 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         };
         let layouts = layouts(shape(eg, var(s, "?a")), shape(eg, var(s, "?b")));
         let key = super::memo::binary_key(&self.options.memo, self.name, self.op, &params, &layouts);
-        let (fired, verdicts) = self.options.memo.decide(&self.options, key, |isa| prove_layouts(self.op, &params, &layouts, isa, self.options.contract));
+        let contract = self.options.contract;
+        let prove = per_target(|isa| prove_layouts(self.op, &params, &layouts, isa, contract), || qdqc_target_rust::binary::prove(self.op, &params, contract));
+        let (fired, verdicts) = self.options.memo.decide(&self.options, key, prove);
         group.log(&self.log, self.name, &fused_op, fired, verdicts);
         if !fired {
             return vec![];

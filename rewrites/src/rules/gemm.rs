@@ -8,6 +8,10 @@
 //! in every order and blocking (with the actual constant weights, per channel), then P3, ORT's
 //! requantization `sat(rne(fl(f32(acc + b)·M)) + zy)` with `M = fl(fl(sx·sw)/sy)` equals the Q
 //! of that value on every reachable accumulator. Under `real`: P3 against the exact rational.
+//! On the Rust target: [`qdqc_target_rust::gemm::prove`] instead (the i32 accumulation bound from
+//! the weights, then `requant_exact`; P2 and P3 under `exact`), once for all its profiles; no
+//! synthesis and no uint8-weight form (both are ORT's). A MatMul of two activations has no Rust
+//! kernel yet: refused.
 //! Hazards checked (contract §3.4, §7.2): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
 //! scale and zero point ORT ignores, `f32(acc)` rounding above
 //! 2^24, int32 wrap of `acc + b`.
@@ -39,10 +43,13 @@
 //! Broken twins: `tests/broken` "bias_scale_ignored", "requant_through_f32_above_2_pow_24",
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
-use super::group::{Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, qparam, tag, value_name, var};
+use super::group::{
+    Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, no_rust_kernel, per_target, qparam, tag, value_name, var,
+};
 use super::matmul_dynamic;
 use super::u8_weights;
 use super::{Log, Rewrite, RuleOptions};
+use crate::target::Profile;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
@@ -50,7 +57,6 @@ use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{Op, Term};
-use qdqc_ort::Isa;
 use qdqc_ort::matmul_dynamic as ort_dynamic;
 use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, Synthesis, column_channels, row_channels};
 
@@ -237,13 +243,18 @@ impl Fusion {
     }
 
     /// Proves the model's own scales on every ISA; under `real`, falls back to synthesized ones.
-    fn verdicts(&self, g: &GemmGroup) -> (Scales, bool, Vec<(Isa, Verdict)>) {
+    fn verdicts(&self, g: &GemmGroup) -> (Scales, bool, Vec<(Profile, Verdict)>) {
         let key = super::memo::gemm_key(&self.options.memo, self.name, g);
-        let (fired, verdicts) = self.options.memo.decide(&self.options, key, |isa| requant::prove(g, isa, self.options.contract));
-        if fired || self.options.contract != Contract::Real {
+        let contract = self.options.contract;
+        let prove = per_target(|isa| requant::prove(g, isa, contract), || qdqc_target_rust::gemm::prove(g, contract));
+        let (fired, verdicts) = self.options.memo.decide(&self.options, key, prove);
+        // Synthesized scales are ORT's (its requantization multiplier); the Rust kernels
+        // requantize the model's own scales exactly.
+        let isas = self.options.target.ort_isas();
+        if fired || contract != Contract::Real || isas.is_empty() {
             return (Scales::Model, fired, verdicts);
         }
-        match requant::synthesize(g, self.options.target.profiles()) {
+        match requant::synthesize(g, isas) {
             Ok(synthesis) => (Scales::Synthesized(synthesis.w_scales.clone()), true, synthesized(synthesis, &verdicts)),
             Err(why) => (Scales::Model, false, verdicts.into_iter().map(|(isa, v)| (isa, with_synthesis_refusal(v, &why))).collect()),
         }
@@ -307,10 +318,11 @@ impl Fusion {
                 return vec![];
             }
         };
-        let (fired, verdicts) = decide(&self.options, |isa| match k {
+        let ort = |isa| match k {
             Some(_) => ort_dynamic::prove(&g, isa, self.options.contract),
             None => ort_dynamic::prove_every_k(&g, isa, self.options.contract),
-        });
+        };
+        let (fired, verdicts) = decide(&self.options, per_target(ort, || no_rust_kernel("a MatMul of two activations")));
         group.log(&self.log, self.name, &fused_op, fired, verdicts);
         if !fired {
             return vec![];
@@ -333,14 +345,14 @@ fn fused_attributes(attributes: Vec<Attribute>, scales: &Scales) -> Vec<Attribut
 
 /// The synthesis's certificates as the decision's verdicts, each saying what the model's own
 /// scales gave on that ISA.
-fn synthesized(synthesis: Synthesis, model: &[(Isa, Verdict)]) -> Vec<(Isa, Verdict)> {
+fn synthesized(synthesis: Synthesis, model: &[(Profile, Verdict)]) -> Vec<(Profile, Verdict)> {
     synthesis
         .proofs
         .into_iter()
         .map(|(isa, mut proof)| {
-            let own = model.iter().find(|(i, _)| *i == isa).map_or(String::new(), |(_, v)| summary(v));
+            let own = model.iter().find(|(i, _)| *i == Profile::Ort(isa)).map_or(String::new(), |(_, v)| summary(v));
             proof.detail = format!("{}; the model's own scales: {own}", proof.detail);
-            (isa, Verdict::from(proof))
+            (Profile::Ort(isa), Verdict::from(proof))
         })
         .collect()
 }
@@ -405,7 +417,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         };
         let (mut scales, mut fired, mut verdicts) = self.verdicts(&matched.group);
         let (mut rule, mut shifted) = (self.name, None);
-        if !fired && u8_weights::applies(&matched.group, self.options.target.profiles()) {
+        if !fired && u8_weights::applies(&matched.group, self.options.target.ort_isas()) {
             // The int8-weight form is refused: try the uint8-weight form, and log it, with what
             // the int8 one gave, since its reasons are the ones left to fix.
             let g = u8_weights::shift(&matched.group);

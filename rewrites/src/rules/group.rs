@@ -2,6 +2,7 @@
 //! decide on every ISA profile, create the fused node and log the decision.
 
 use super::{Decision, Log, Lossy, RuleOptions};
+use crate::target::Profile;
 use egg::{Id, Subst, Var};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{QParam, Verdict};
@@ -10,6 +11,7 @@ use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
 use qdqc_ort::Isa;
+use std::cell::OnceCell;
 
 /// The e-class bound to `var` (rules only use variables their pattern binds).
 pub fn var(subst: &Subst, name: &str) -> Id {
@@ -124,10 +126,25 @@ pub fn shape(eg: &QdqEGraph, id: Id) -> Option<Vec<i64>> {
         .collect()
 }
 
-/// Runs `prove` on every selected ISA; a fusion fires only if every verdict is exact.
-pub fn decide(options: &RuleOptions, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
-    let verdicts: Vec<(Isa, Verdict)> = options.target.profiles().iter().map(|&isa| (isa, prove(isa))).collect();
+/// Runs `prove` on every profile of the target; a fusion fires only if every verdict is exact.
+pub fn decide(options: &RuleOptions, prove: impl Fn(Profile) -> Verdict) -> (bool, Vec<(Profile, Verdict)>) {
+    let verdicts: Vec<(Profile, Verdict)> = options.target.profiles().into_iter().map(|p| (p, prove(p))).collect();
     (verdicts.iter().all(|(_, v)| v.is_exact()), verdicts)
+}
+
+/// A prover per target: `ort` on each ISA profile of ONNX Runtime, `rust` once for the Rust
+/// target (its profiles run the same integers, so one verdict holds for all of them).
+pub fn per_target<'a>(ort: impl Fn(Isa) -> Verdict + 'a, rust: impl Fn() -> Verdict + 'a) -> impl Fn(Profile) -> Verdict + 'a {
+    let once = OnceCell::new();
+    move |p| match p {
+        Profile::Ort(isa) => ort(isa),
+        Profile::Rust(_) => once.get_or_init(&rust).clone(),
+    }
+}
+
+/// The Rust target's verdict for a family it has no kernel for (yet): never fired.
+pub fn no_rust_kernel(what: &str) -> Verdict {
+    Verdict::Unknown { reason: format!("refused: the Rust target has no kernel for {what}") }
 }
 
 /// The group's names for the report, and the output tensor that identifies it.
@@ -148,12 +165,12 @@ impl Group {
         Some(Group { nodes, output, q })
     }
 
-    pub fn log(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>) {
+    pub fn log(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Profile, Verdict)>) {
         self.log_lossy(log, rule, fused_op, fired, verdicts, None);
     }
 
     /// Logs a decision of a lossy rewrite, with what it reports for an applied instance.
-    pub fn log_lossy(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Isa, Verdict)>, lossy: Option<Lossy>) {
+    pub fn log_lossy(&self, log: &Log, rule: &'static str, fused_op: &str, fired: bool, verdicts: Vec<(Profile, Verdict)>, lossy: Option<Lossy>) {
         log.push(Decision { rule, fused_op: fused_op.to_string(), nodes: self.nodes.clone(), output: self.output.clone(), verdicts, fired, lossy });
     }
 

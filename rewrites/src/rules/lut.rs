@@ -16,6 +16,10 @@
 //!   differs from `Q(DQ(q))` when DQ overflows. Broken twin:
 //!   "qlinear_concat_copy_with_overflowing_scale".
 //!
+//! On the Rust target: [`qdqc_target_rust::lut::prove`] — the kernel is a table of the contract's
+//! reference, by construction for LeakyRelu, Where and Concat; Sigmoid (a library function) is
+//! refused under both contracts.
+//!
 //! Before proving, each rule checks what ORT's kernels accept: one 8-bit code type for every
 //! quantized tensor (the kernels index tables by the raw byte and enforce equal zero-point types),
 //! per-tensor parameters that are scalars or one-element vectors (`IsScalarOr1ElementVector`).
@@ -27,8 +31,9 @@
 //! The applier shared by every single-kernel fusion ([`Fusion`], [`Rule`]) lives here too;
 //! `pool.rs` uses it.
 
-use super::group::{Group, decide, explicit_zero_point, qparam, shape, var};
+use super::group::{Group, decide, explicit_zero_point, per_target, qparam, shape, var};
 use super::{Log, Rewrite, RuleOptions};
+use crate::target::Profile;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, QParam, Verdict};
@@ -37,6 +42,7 @@ use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::term::{Op, Term};
 use qdqc_ort::Isa;
 use qdqc_ort::lut;
+use qdqc_target_rust::lut as rust_lut;
 use std::cell::OnceCell;
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
@@ -62,6 +68,8 @@ pub(super) trait Fusion: Send + Sync + 'static {
     /// Whether the kernel computes the same on every ISA profile (one proof serves all).
     fn same_on_every_isa(&self) -> bool;
     fn prove(&self, p: &Self::Params, isa: Isa, contract: Contract) -> Verdict;
+    /// The Rust target's verdict (one for all its profiles).
+    fn prove_rust(&self, p: &Self::Params, contract: Contract) -> Verdict;
     /// The fused node's attributes and inputs.
     fn emit(&self, eg: &mut QdqEGraph, s: &Subst, p: &Self::Params, group: &Group) -> (Vec<Attribute>, Vec<Id>);
 }
@@ -74,14 +82,16 @@ pub(super) struct Rule<F> {
 }
 
 impl<F: Fusion> Rule<F> {
-    fn verdicts(&self, p: &F::Params) -> (bool, Vec<(Isa, Verdict)>) {
-        let prove = |isa| self.fusion.prove(p, isa, self.options.contract);
+    fn verdicts(&self, p: &F::Params) -> (bool, Vec<(Profile, Verdict)>) {
+        let contract = self.options.contract;
+        let prove = |isa| self.fusion.prove(p, isa, contract);
+        let rust = || self.fusion.prove_rust(p, contract);
         if !self.fusion.same_on_every_isa() {
-            return decide(&self.options, prove);
+            return decide(&self.options, per_target(prove, rust));
         }
         // One kernel for every profile: one proof speaks for all.
         let once = OnceCell::new();
-        decide(&self.options, |isa| once.get_or_init(|| prove(isa)).clone())
+        decide(&self.options, per_target(|isa| once.get_or_init(|| prove(isa)).clone(), rust))
     }
 }
 
@@ -302,6 +312,16 @@ impl Fusion for Lut {
         }
     }
 
+    fn prove_rust(&self, p: &LutParams, _: Contract) -> Verdict {
+        let table = match self {
+            Lut::Sigmoid => rust_lut::Table::Sigmoid,
+            Lut::LeakyRelu => rust_lut::Table::LeakyRelu { alpha: p.alpha },
+            Lut::Where => rust_lut::Table::Where,
+            Lut::Concat(_) => rust_lut::Table::Concat,
+        };
+        rust_lut::prove(table, &p.inputs, p.out)
+    }
+
     fn emit(&self, eg: &mut QdqEGraph, s: &Subst, p: &LutParams, group: &Group) -> (Vec<Attribute>, Vec<Id>) {
         let [sy, zy] = self.output_vars();
         let out_zp = zero_point(eg, s, zy, p.out.code, group, self.output_name());
@@ -327,7 +347,7 @@ mod tests {
     fn patterns_bind_every_variable_the_rules_read() {
         let options = RuleOptions {
             contract: Contract::Exact,
-            target: qdqc_ort::OrtTarget::generic(),
+            target: qdqc_ort::OrtTarget::generic().into(),
             fold_weights: false,
             allow: Default::default(),
             memo: Default::default(),

@@ -1,6 +1,6 @@
 //! Proofs memoized by their exact parameters. A long model repeats groups with the same scales,
 //! zero points and weights (a 45k-node chain of identical blocks proved each one again, ~10 ms
-//! apiece); a verdict is a function of those parameters, the ISA profiles and the contract only,
+//! apiece); a verdict is a function of those parameters, the target's profiles and the contract only,
 //! so it is proven once per compile and reused.
 //!
 //! | condition | why |
@@ -12,8 +12,8 @@
 
 use crate::rules::RuleOptions;
 use crate::rules::group::decide;
+use crate::target::Profile;
 use qdqc_exact::Verdict;
-use qdqc_ort::Isa;
 use qdqc_ort::binary::{BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::requant::{GemmGroup, GemmKind};
 use serde::Serialize;
@@ -27,7 +27,7 @@ pub struct Memo(Arc<Mutex<Inner>>);
 
 #[derive(Default)]
 struct Inner {
-    verdicts: HashMap<Key, (bool, Vec<(Isa, Verdict)>)>,
+    verdicts: HashMap<Key, (bool, Vec<(Profile, Verdict)>)>,
     counts: MemoCounts,
     seeds: Option<(RandomState, RandomState)>,
 }
@@ -80,7 +80,7 @@ impl Memo {
     }
 
     /// `decide`, proven once per key (with the ISA list and contract of `options`).
-    pub fn decide(&self, options: &RuleOptions, key: Key, prove: impl Fn(Isa) -> Verdict) -> (bool, Vec<(Isa, Verdict)>) {
+    pub fn decide(&self, options: &RuleOptions, key: Key, prove: impl Fn(Profile) -> Verdict) -> (bool, Vec<(Profile, Verdict)>) {
         let mut key = key;
         key.params.push_str(&format!(" under {:?} on {:?}", options.contract, options.target.profiles()));
         if let Some(found) = {
@@ -125,11 +125,12 @@ pub fn binary_key(memo: &Memo, rule: &'static str, op: BinaryOp, p: &BinaryParam
 mod tests {
     use super::*;
     use qdqc_exact::{Contract, Counterexample};
+    use qdqc_ort::{Isa, OrtTarget};
 
     fn options() -> RuleOptions {
         RuleOptions {
             contract: Contract::Exact,
-            target: qdqc_ort::OrtTarget::on(&[Isa::X86Avx2]).unwrap(),
+            target: OrtTarget::on(&[Isa::X86Avx2]).unwrap().into(),
             fold_weights: false,
             allow: Default::default(),
             memo: Memo::default(),
@@ -162,7 +163,7 @@ mod tests {
         memo.decide(&o, memo.key("r", &(1, 2), [0.5], &[vec![1, 2, 4]]), prove);
         memo.decide(&o, memo.key("s", &(1, 2), [0.5], &w), prove);
         memo.decide(&RuleOptions { contract: Contract::Real, ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
-        memo.decide(&RuleOptions { target: qdqc_ort::OrtTarget::generic(), ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
+        memo.decide(&RuleOptions { target: OrtTarget::generic().into(), ..o.clone() }, memo.key("r", &(1, 2), [0.5], &w), prove);
         // Ten decisions run, the last one on four profiles: 9 + 4 proofs.
         assert_eq!((runs.get(), memo.counts()), (13, MemoCounts { hits: 1, misses: 10 }));
     }

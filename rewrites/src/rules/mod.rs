@@ -23,11 +23,11 @@ mod u8_weights;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 pub use memo::{Memo, MemoCounts};
 
+use crate::target::{Profile, Target};
 use qdqc_exact::{Certificate, Contract, Verdict};
 use qdqc_lang::analysis::QdqAnalysis;
 use qdqc_lang::term::Term;
 use qdqc_ort::nbits::{AccuracyLevel, Deviation};
-use qdqc_ort::{Isa, OrtTarget};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,7 +40,7 @@ pub type Rewrite = egg::Rewrite<Term, QdqAnalysis>;
 pub struct RuleOptions {
     pub contract: Contract,
     /// The target, whose every profile a fusion must be proven on.
-    pub target: OrtTarget,
+    pub target: Target,
     /// `--fold-weights`: dequantize constant weights into float initializers.
     pub fold_weights: bool,
     /// Lossy rewrites the user allowed (contract §2.4); none by default.
@@ -114,7 +114,7 @@ pub struct Decision {
     pub nodes: Vec<String>,
     /// The quantized tensor the group's Q produces.
     pub output: String,
-    pub verdicts: Vec<(Isa, Verdict)>,
+    pub verdicts: Vec<(Profile, Verdict)>,
     pub fired: bool,
     /// Set for an applied lossy rewrite.
     pub lossy: Option<Lossy>,
@@ -153,7 +153,8 @@ fn always(_: &RuleOptions) -> bool {
 }
 
 /// The catalog as data, in its fixed order. Lossy and opt-in families register only when the
-/// options ask (`--fold-weights`, `--allow matmulnbits`).
+/// options ask (`--fold-weights`, `--allow matmulnbits`; MatMulNBits is ORT's kernel, so only on
+/// the ORT target).
 #[rustfmt::skip]
 pub const FAMILIES: [Family; 9] = [
     Family { file: "binary.rs", build: binary::rules, enabled: always },
@@ -164,7 +165,7 @@ pub const FAMILIES: [Family; 9] = [
     Family { file: "lut.rs",    build: lut::rules,    enabled: always },
     Family { file: "pool.rs",   build: pool::rules,   enabled: always },
     Family { file: "fold.rs",   build: fold::rules,   enabled: |o| o.fold_weights },
-    Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() },
+    Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() && matches!(o.target, Target::Ort(_)) },
 ];
 
 impl Family {

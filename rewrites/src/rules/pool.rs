@@ -16,6 +16,9 @@
 //!   them and has no such attribute: refused), `auto_pad` SAME_* (not modelled: refused). Broken
 //!   twin: "qlinear_average_pool_zero_point_before_rounding".
 //!
+//! On the Rust target: [`qdqc_target_rust::pool::prove`] — `mean_exact` per window class, P1
+//! against the exact quotient (`real`) or, after P2, against the float path (`exact`).
+//!
 //! Geometry needs the input's static shape from the e-class facts; without it the rule refuses
 //! with "input shape is not static" (unknown).
 
@@ -28,6 +31,7 @@ use qdqc_lang::analysis::QdqEGraph;
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_ort::Isa;
 use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
+use qdqc_target_rust::pool as rust_pool;
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let pattern = |op: &str| format!("(q ?tq ({op} ?to (dq ?tx ?x ?sx ?zx)) ?sy ?zy)");
@@ -156,6 +160,14 @@ impl Fusion for Pool {
             Shape::Image(n) => pool::prove_global_average_pool(&p.params, *n, contract),
             Shape::Geometry(g) => pool::prove_average_pool(&p.params, g, isa, contract),
         }
+    }
+
+    fn prove_rust(&self, p: &PoolGroup, contract: Contract) -> Verdict {
+        let windows = match &p.shape {
+            Shape::Image(n) => rust_pool::Windows::Image(*n),
+            Shape::Geometry(g) => rust_pool::Windows::Geometry(g),
+        };
+        rust_pool::prove(&p.params, windows, contract)
     }
 
     fn emit(&self, eg: &mut QdqEGraph, s: &Subst, p: &PoolGroup, group: &Group) -> (Vec<Attribute>, Vec<Id>) {

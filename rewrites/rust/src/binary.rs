@@ -1,0 +1,88 @@
+//! Two-input Add / Mul on codes: `qdqc_kernels::codes::binary::Binary` tabulates
+//! [`binary_exact`], `sat(rne((sa(a − za) ± sb(b − zb))/sy) + zy)` (or the product) of the exact
+//! real value, for every code pair.
+//!
+//! Obligation (contract §3.12): P1 over all 65,536 code pairs, [`binary_exact`] against the
+//! engine's reference of the unfused group under the contract (`qdqc_ort::binary::reference`:
+//! exact rationals for `real`; DQ, the f32 op and Q, as ONNX Runtime's ORT_DISABLE_ALL computes
+//! it, for `exact`).
+//!
+//! | condition | why |
+//! |---|---|
+//! | a, b, y 8-bit codes, per tensor | the table is indexed by two code bytes |
+//! | scales positive finite, zero points codes of their types | what `binary_exact` takes (refused otherwise) |
+//! | `real`: P1 against the exact rational | `binary_exact` is the definition; the check is independent arithmetic (the engine's `Dyadic`) |
+//! | `exact`: P1 against the float path | every step of the float path is one IEEE operation, deterministic; where its double rounding differs from the exact value, refuted with the pair closest to the zero points |
+
+use qdqc_exact::p1;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, Verdict};
+use qdqc_kernels::codes::binary::{BinaryOp as KernelOp, binary_exact};
+use qdqc_kernels::codes::{QCode, Quant};
+use qdqc_ort::binary::{BinaryOp, BinaryParams, reference};
+
+/// Proves or refutes the Rust kernel for `op` with parameters `p` under `contract`.
+pub fn prove(op: BinaryOp, p: &BinaryParams, contract: Contract) -> Verdict {
+    let kernel = match kernel(op, p) {
+        Ok(k) => k,
+        Err(reason) => return Verdict::Unknown { reason: format!("refused: {reason}") },
+    };
+    let Some(reference) = reference(op, p, contract) else {
+        return Verdict::Unknown { reason: "the exact value of a pair exceeds the exact arithmetic's range".into() };
+    };
+    let name = match op {
+        BinaryOp::Add => "Add",
+        BinaryOp::Mul => "Mul",
+    };
+    let against = match contract {
+        Contract::Real => "the exact rational",
+        Contract::Exact => "the float path (DQ, f32 op, Q)",
+    };
+    let detail = format!("{name} on the Rust kernels ({contract:?}): binary_exact against {against}, every code pair");
+    p1::exhaustive(&[p.a.domain("a"), p.b.domain("b")], &detail, |x| reference(x[0], x[1]), |x| kernel(x[0], x[1]), |_| None)
+}
+
+/// The kernel's output code for a pair of codes: [`binary_exact`] at the group's code types.
+pub type Kernel = Box<dyn Fn(i64, i64) -> i64>;
+
+/// [`binary_exact`] for the code types of `p`, checked once on the zero points (the parameters
+/// are the same for every pair, so a refusal there is a refusal everywhere).
+pub fn kernel(op: BinaryOp, p: &BinaryParams) -> Result<Kernel, String> {
+    let op = match op {
+        BinaryOp::Add => KernelOp::Add,
+        BinaryOp::Mul => KernelOp::Mul,
+    };
+    let quant = |q: qdqc_exact::QParam, what: &str| -> Result<Quant, String> {
+        let z = i32::try_from(q.zero_point).map_err(|_| format!("{what} zero point {} is not a code", q.zero_point))?;
+        Ok(Quant::new(q.scale, z))
+    };
+    let (qa, qb, qy) = (quant(p.a, "A")?, quant(p.b, "B")?, quant(p.c, "output")?);
+    macro_rules! typed {
+        ($a:ty, $b:ty, $y:ty) => {{
+            let f = move |a: i64, b: i64| -> Result<i64, String> {
+                let (a, b) = (code::<$a>(a)?, code::<$b>(b)?);
+                binary_exact::<$a, $b, $y>(op, a, qa, b, qb, qy).map(|y| i64::from(y.value())).map_err(|e| format!("{e}"))
+            };
+            f(p.a.zero_point, p.b.zero_point)?;
+            Ok(Box::new(move |a, b| f(a, b).expect("parameters checked on the zero points; codes in range")) as Kernel)
+        }};
+    }
+    use CodeType::{I8, U8};
+    match (p.a.code, p.b.code, p.c.code) {
+        (U8, U8, U8) => typed!(u8, u8, u8),
+        (U8, U8, I8) => typed!(u8, u8, i8),
+        (U8, I8, U8) => typed!(u8, i8, u8),
+        (U8, I8, I8) => typed!(u8, i8, i8),
+        (I8, U8, U8) => typed!(i8, u8, u8),
+        (I8, U8, I8) => typed!(i8, u8, i8),
+        (I8, I8, U8) => typed!(i8, i8, u8),
+        (I8, I8, I8) => typed!(i8, i8, i8),
+        (a, b, y) => Err(format!("the Rust kernels take 8-bit codes, not a {}, b {}, y {}", a.name(), b.name(), y.name())),
+    }
+}
+
+/// The code `v` of type `T`, or why it is not one.
+pub(crate) fn code<T: QCode>(v: i64) -> Result<T, String> {
+    let i = i32::try_from(v).ok().filter(|i| (T::MIN..=T::MAX).contains(i)).ok_or(format!("{v} is not a code of its type"))?;
+    Ok(T::saturate(i64::from(i)))
+}

@@ -1,0 +1,25 @@
+//! The Rust target (`--target rust`, docs/contract.md §3.12): the code qdqc generates and the
+//! kernel crate it links (`qdqc-kernels`, `codegen/kernels`). Its arithmetic is what qdqc writes
+//! down, so its proofs compare the kernel crate's own functions (the code that runs) with the
+//! engine's references (`qdqc_exact`) for the concrete parameters of a group:
+//!
+//! | family | function | under `real` | under `exact` |
+//! |---|---|---|---|
+//! | Conv / MatMul / Gemm, constant weights | [`gemm::prove`] | the i32 accumulation bound from the weights, then `requant_exact` is the definition (by construction; P3 against the exact value when the bias scale is not `sx·sw`) | P2 per channel, then P3: `requant_exact` against the Q of the exact f32 value on every reachable accumulator |
+//! | two-input Add / Mul | [`binary::prove`] | P1: `binary_exact` against the exact rational, 65,536 pairs | P1: `binary_exact` against the float path (DQ, f32 op, Q) |
+//! | Average / GlobalAveragePool | [`pool::prove`] | P1: `mean_exact` against the exact rational on every reachable window sum | P2 (every partial sum exact), then P1 against the float path |
+//! | lookup tables | [`lut::prove`] | elementwise IEEE ops by construction (the table is the reference tabulated); library functions refused | the same: library functions refused |
+//!
+//! Every profile ([`RustProfile`]) runs the same integers (the kernel crate's paths are
+//! bit-identical, tested byte for byte), so one verdict holds for all of them.
+
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
+pub mod binary;
+pub mod cost;
+pub mod gemm;
+pub mod lut;
+pub mod pool;
+mod target;
+
+pub use target::{RustProfile, RustTarget};

@@ -1,0 +1,54 @@
+//! Broken claims about the Rust target's kernels (`qdqc_target_rust`), each checked by the Rust
+//! target's own proofs against the engine's references.
+
+use crate::Broken;
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{Contract, QParam};
+use qdqc_ort::binary::{BinaryOp, BinaryParams};
+use qdqc_ort::pool::PoolParams;
+use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
+use qdqc_target_rust::{binary, gemm, pool};
+
+pub fn rules() -> Vec<Broken> {
+    vec![
+        Broken {
+            name: "rust_bias_code_on_accumulator_scale_claimed_real",
+            claim: "requant_exact(acc, b) meets `real` whatever the bias DequantizeLinear's scale: the kernel adds the bias code at sx·sw, the unfused graph adds b·sb",
+            broken: || gemm::prove(&conv_with_bias_scale(0.3), Contract::Real),
+            // The bias on the accumulator's scale: requant_exact is the definition.
+            twin: Some(|| gemm::prove(&conv_with_bias_scale(0.25), Contract::Real)),
+        },
+        Broken {
+            name: "rust_exact_add_claimed_for_the_float_path",
+            claim: "the correctly rounded QLinearAdd (binary_exact) meets `exact`: the float path rounds the sum to f32 first, which can land it on a tie",
+            broken: || binary::prove(BinaryOp::Add, &add(1.0, 2f32.powi(-30), 2.0), Contract::Exact),
+            // Power-of-two scales with short codes: the float path is exact.
+            twin: Some(|| binary::prove(BinaryOp::Add, &add(0.5, 0.25, 0.125), Contract::Exact)),
+        },
+        Broken {
+            name: "rust_exact_mean_claimed_for_the_float_path",
+            claim: "the correctly rounded mean (mean_exact) meets `exact` wherever the float sum is exact (P2): the float path still rounds sum/count and then /sy",
+            broken: || pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(2.0 / 3.0, 0) }, pool::Windows::Image(3), Contract::Exact),
+            // sy = 1/2: both quotients are exact, so the float path rounds once, as mean_exact does.
+            twin: Some(|| pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(0.5, 0) }, pool::Windows::Image(4), Contract::Exact)),
+        },
+    ]
+}
+
+fn u8p(scale: f32, zero_point: i64) -> QParam {
+    QParam::new(scale, zero_point, CodeType::U8)
+}
+
+fn add(sa: f32, sb: f32, sc: f32) -> BinaryParams {
+    BinaryParams { a: u8p(sa, 128), b: u8p(sb, 120), c: u8p(sc, 125) }
+}
+
+/// A 1×1 Conv over one channel (sx·sw = 0.25, sy = 0.25) with bias code 3 at scale `sb`.
+fn conv_with_bias_scale(sb: f32) -> GemmGroup {
+    GemmGroup::new(GemmKind::Conv { kernel_size: 1, groups: 1 }, u8p(0.5, 0), CodeType::I8, vec![vec![1]], vec![0.5], vec![0], u8p(0.25, 0)).with_bias(Bias {
+        codes: vec![3],
+        scales: vec![sb],
+        zero_points: vec![0],
+        float: None,
+    })
+}

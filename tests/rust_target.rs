@@ -1,0 +1,78 @@
+//! The Rust target (`Target::Rust`, contract §3.12) through the library facade: the same rules and
+//! extraction, the Rust kernels' proofs. Until the Rust code generator lands, `compile_model`
+//! gives the lowered form and the path-to-path compile refuses the target.
+
+use qdqc::{CompileOptions, CompileReport, Contract, ErrorKind, Model, RustTarget, Target};
+use std::path::Path;
+
+const MODEL: &str = "examples/models/cnn_residual_qdq.onnx";
+
+fn rust(contract: Contract) -> CompileOptions {
+    CompileOptions { contract, target: Target::Rust(RustTarget::generic()), ..CompileOptions::default() }
+}
+
+fn compile(contract: Contract) -> CompileReport {
+    let model = Model::load(Path::new(MODEL)).unwrap();
+    qdqc::compile_model(&model, &rust(contract)).unwrap().report
+}
+
+/// The op a group's rule fuses, for the families the Rust target must cover.
+fn family(rule: &str) -> Option<&'static str> {
+    match rule {
+        "qlinear-conv" | "qlinear-conv-bias" => Some("Conv"),
+        "qlinear-add" | "qlinear-mul" => Some("Add/Mul"),
+        "qlinear-global-average-pool" | "qlinear-average-pool" => Some("pool"),
+        _ => None,
+    }
+}
+
+/// Under `real` every Conv/Add/pool group fuses, except where the authored bias is off the
+/// accumulator's scale: the kernels add the bias code at `sx·sw` (QLinearConv carries no bias
+/// scale), so such a group is refuted at the accumulators where `b·(sb − sx·sw)` moves the
+/// rounding — `r3` of this model, one accumulator of one channel (left: issue 12's exact-bias
+/// epilogue).
+#[test]
+fn under_real_every_conv_add_and_pool_group_of_cnn_residual_fires_for_rust_but_an_off_scale_bias() {
+    let r = compile(Contract::Real);
+    assert_eq!(r.target, "rust");
+    assert_eq!(r.profiles.iter().map(|p| p.name()).collect::<Vec<_>>(), ["portable", "x86-avx2", "x86-avx512vnni"]);
+    let mut seen = std::collections::BTreeMap::new();
+    for d in r.decisions.iter().filter(|d| family(&d.rule).is_some()) {
+        assert_eq!(d.verdict.len(), 3, "{d:?}");
+        if d.output == "r3_QuantizeLinear_Output" {
+            assert!(!d.fired && d.verdict.values().all(|v| *v == "refuted"), "{d:?}");
+            let proof = d.proof.values().next().unwrap();
+            assert!(proof.detail.contains("bias scale ≠ sx·sw"), "{}", proof.detail);
+            continue;
+        }
+        assert!(d.fired && d.verdict.values().all(|v| *v == "exact"), "{} {}: {:?} {:?}", d.rule, d.output, d.verdict, d.reason);
+        // The Rust cost model prices an integer kernel below its float group: extraction picks it.
+        assert!(!d.kept_unfused, "{} {}: proven but not extracted", d.rule, d.output);
+        *seen.entry(family(&d.rule).unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(seen, [("Add/Mul", 1), ("Conv", 2), ("pool", 2)].into_iter().collect(), "{seen:?}");
+    let groups: Vec<&str> = r.undecided.iter().map(|g| g.op.as_str()).collect();
+    assert!(!groups.iter().any(|op| ["Conv", "Add", "GlobalAveragePool", "AveragePool"].contains(op)), "undecided: {groups:?}");
+}
+
+#[test]
+fn under_exact_the_rust_target_fires_only_proven_groups_and_says_why_the_rest_stay_float() {
+    let r = compile(Contract::Exact);
+    for d in r.decisions.iter().filter(|d| family(&d.rule).is_some()) {
+        let all_exact = d.verdict.values().all(|v| *v == "exact");
+        assert_eq!(d.fired, all_exact, "{d:?}");
+        if !d.fired {
+            assert!(!d.reason.is_empty() || !d.counterexample.is_empty(), "a refusal says why: {d:?}");
+        }
+    }
+}
+
+#[test]
+fn the_path_form_refuses_the_rust_target_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.onnx");
+    let err = qdqc::compile(Path::new(MODEL), &out, &rust(Contract::Real)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadInput);
+    assert!(err.to_string().contains("--target rust: the Rust code generator is not built yet"), "{err}");
+    assert!(!out.exists());
+}
