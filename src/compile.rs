@@ -269,7 +269,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Pat
         Outputs::check_writable(path)?;
     }
     let mut outputs = Outputs::default();
-    let Compiled { model: compiled, source, mut report } = compile_model(&model, options)?;
+    let Compiled { model: compiled, source, mut report, .. } = compile_model(&model, options)?;
     let saved = qdqc_lang::save::save(compiled, &source, output, &SaveOptions::default(), &mut outputs)?;
     report.output = output.display().to_string();
     report.model_bytes = saved.model_bytes;
@@ -290,6 +290,9 @@ pub struct Compiled<'m> {
     /// The model the compiled form was lowered from (the input, or its re-signed form), which a
     /// save reads external tensors from.
     pub source: std::borrow::Cow<'m, Model>,
+    /// The backend-neutral lowered form the ONNX model was written from (the Rust backend reads
+    /// it with `source`).
+    pub lowered: qdqc_lower::lowered::LoweredGraph,
     /// The report. Until the model is written (`compile_with_report`), `output` is empty and
     /// `model_bytes`, `model_size.after_bytes` are the in-memory protobuf's size, with no
     /// `external_data`.
@@ -377,7 +380,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         warnings: warnings(&model).into_iter().chain(unused_inputs(&model, &options.allow.inputs)).collect(),
         timings: options.timings.then(|| Timings { total_micros: start.elapsed().as_micros() as u64, proofs_micros: proof_micros(&lowering.decisions) }),
     };
-    Ok(Compiled { model: compiled, source: model, report })
+    Ok(Compiled { model: compiled, source: model, report, lowered: lowering.graph })
 }
 
 /// Keys of the output model's `metadata_props` that say what its guarantee is: the contract, the

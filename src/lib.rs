@@ -14,6 +14,7 @@ mod inspect;
 mod npz;
 mod placement;
 mod profile;
+mod rust_target;
 mod verdicts;
 mod weights;
 
@@ -29,6 +30,7 @@ pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_ort::{Isa, OrtTarget};
 pub use qdqc_rewrites::rules::{Activations, Allow};
+pub use rust_target::{KERNELS_PATH_ENV, compile_rust};
 pub use weights::{FloatTable, ModelSize};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.

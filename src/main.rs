@@ -22,8 +22,12 @@ enum Command {
     /// Compile a QDQ model: lift it into e-graphs, apply proven rewrites, write ONNX.
     Compile {
         input: PathBuf,
+        /// The compiled model (`--target onnx`) or the generated crate's folder (`--target rust`).
         #[arg(short, long)]
         output: PathBuf,
+        /// What to write: an ONNX model, or a Rust crate linking the qdqc-kernels crate.
+        #[arg(long, value_enum, default_value = "onnx")]
+        target: TargetArg,
         /// Lift and extract only: no rewrite runs.
         #[arg(long)]
         no_fuse: bool,
@@ -95,6 +99,12 @@ enum Command {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
+enum TargetArg {
+    Onnx,
+    Rust,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum ContractArg {
     Exact,
     Real,
@@ -156,7 +166,21 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights, allow, inputs, timings } => {
+        Command::Compile {
+            input,
+            output,
+            target,
+            no_fuse,
+            report,
+            explain,
+            contract,
+            ort_isa,
+            keep_int8_activations,
+            fold_weights,
+            allow,
+            inputs,
+            timings,
+        } => {
             let mut lossy = Allow::default();
             for a in allow {
                 match a {
@@ -178,6 +202,23 @@ fn run(command: Command) -> Result<(), Error> {
                 timings,
                 ..CompileOptions::default()
             };
+            if let TargetArg::Rust = target {
+                if report.is_some() {
+                    return Err(Error::bad_input(&input, "--report is not written for --target rust yet"));
+                }
+                let result = qdqc::compile_rust(&input, &output, &options)?;
+                if explain {
+                    print!("{}", result.explain());
+                }
+                println!(
+                    "qdqc: wrote the Rust crate {} ({} group(s) fused, {} refused); contract {:?}; build it with `cargo build --release` there",
+                    output.display(),
+                    result.fused,
+                    result.decisions.iter().filter(|d| !d.fired).count(),
+                    result.contract
+                );
+                return Ok(());
+            }
             let result = qdqc::compile_with_report(&input, &output, report.as_deref(), &options)?;
             for w in &result.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
