@@ -86,7 +86,8 @@ fn compare(model: &Path, harness: &Path, dir: &Path, seed: u64) -> Vec<Row> {
 
 #[test]
 fn pow2_models_are_byte_identical_to_onnx_runtime() {
-    for name in ["cnn_residual_u8u8_pt_pow2", "cnn_residual_u8s8_pc_asym_pow2", "cnn_residual_s8s8_pc_pow2"] {
+    // `_batch_n`: the batch dim is symbolic ('N'); ort_run.py feeds batch 2.
+    for name in ["cnn_residual_u8u8_pt_pow2", "cnn_residual_u8s8_pc_asym_pow2", "cnn_residual_s8s8_pc_pow2", "cnn_residual_u8u8_pt_pow2_batch_n"] {
         let dir = work(name);
         let out = dir.join("crate");
         generate(&model(name), &out);
@@ -100,6 +101,21 @@ fn pow2_models_are_byte_identical_to_onnx_runtime() {
             }
         }
         println!("{name}: {tensors} tensors, {elements} elements byte-identical over 8 seeds; crate built in {:.1} s", took.as_secs_f64());
+        // Every kernel path the host has gives the same bytes as the default one.
+        for isa in ["portable", "avx2", "avx512vnni"] {
+            let forced = dir.join(format!("rust0_{isa}.npz"));
+            let o = Command::new(&harness).arg(dir.join("in0.npz")).arg(&forced).arg("--intermediates").env("QDQC_KERNELS_ISA", isa).output().unwrap();
+            if !o.status.success() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(err.contains(isa) && isa != "portable", "{name}: {isa}: {err}");
+                println!("{name}: path {isa} not on this host");
+                continue;
+            }
+            for l in python(&["--compare".as_ref(), dir.join("rust0.npz").as_os_str(), forced.as_os_str()]).lines() {
+                let v: Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["identical"], v["elements"], "{name}: path {isa} differs: {v}");
+            }
+        }
     }
 }
 
