@@ -14,6 +14,28 @@
 //! accumulator); Add/Mul, pools and Concat requantize exactly on codes; QuantizeLinear and
 //! DequantizeLinear are ONNX Runtime's arithmetic. Nothing is decided from the protobuf beyond
 //! the authored node's op type and attributes and the initializers' elements.
+//!
+//! | ops (`ops.rs`) | kernel |
+//! |---|---|
+//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant_certified` per element; i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
+//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
+//! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
+//! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat | `codes::movement::concat` |
+//! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
+//! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
+//! | f32 Add, Sub, Mul, Div (broadcasting), Relu; Conv (2-D), Gemm, AveragePool (2-D), GlobalAveragePool | `runtime.rs`: one IEEE operation per element; sums in ascending index order, bias last (the kernel crate's `float::` will replace these) |
+//!
+//! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
+//! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,
+//! one copy per requantized QLinearConcat input, and the output tensors. `run` makes a fresh
+//! workspace each call.
+//!
+//! Weights: packed panels (`PackedB`, `PackedConv`), requantization forms and Add/Mul tables are
+//! built once in `Model::new()` from the blob (the kernel crate has no constructor from packed
+//! bytes yet, so the blob holds the weights in ONNX layout). `include_bytes!` costs rustc little
+//! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
+//! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
+//! same offsets.
 
 mod blob;
 mod emit;
