@@ -65,8 +65,10 @@ pub struct Crate {
 /// Generates the crate, or says which node the backend does not support (nothing is written
 /// by this function).
 pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) -> Result<Crate, String> {
-    if !lowered.subgraphs.is_empty() {
-        return Err("graphs with subgraphs (If/Loop/Scan) are not supported by the Rust target".into());
+    if let Some(sub) = lowered.subgraphs.first() {
+        let owner = model.main_graph().node.get(sub.node);
+        let (name, op) = owner.map_or(("?", "?"), |n| (n.name(), n.op_type()));
+        return Err(format!("node '{name}' ({op}): subgraphs (attribute {}) are not supported by the Rust target", sub.attr));
     }
     let mut values = values::Values::new(model, &lowered.constants);
     let g = model.main_graph();
