@@ -203,10 +203,7 @@ fn run(command: Command) -> Result<(), Error> {
                 ..CompileOptions::default()
             };
             if let TargetArg::Rust = target {
-                if report.is_some() {
-                    return Err(Error::bad_input(&input, "--report is not written for --target rust yet"));
-                }
-                let result = qdqc::compile_rust(&input, &output, &options)?;
+                let result = qdqc::compile_rust(&input, &output, report.as_deref(), &options)?;
                 if explain {
                     print!("{}", result.explain());
                 }

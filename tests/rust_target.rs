@@ -151,8 +151,24 @@ fn generation_is_deterministic_and_snapshotted() {
     for file in ["Cargo.toml", "src/lib.rs", "src/runtime.rs", "src/main.rs", "src/weights.bin"] {
         assert_eq!(std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap(), "{file} differs between two generations");
     }
-    // Generating again over a generated crate replaces it (the transaction's swap).
-    generate(&model(name), &a);
+    // Generating again over a generated crate replaces it (the transaction's swap), with a report.
+    let report = dir.join("report.json");
+    let o = qdqc(&[
+        "compile".as_ref(),
+        model(name).as_os_str(),
+        "--target".as_ref(),
+        "rust".as_ref(),
+        "-o".as_ref(),
+        a.as_os_str(),
+        "--report".as_ref(),
+        report.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["output"], a.display().to_string());
+    assert!(json["decisions"].as_array().is_some_and(|d| d.iter().any(|d| d["fired"] == true)));
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with(".qdqc-")).collect();
+    assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
     let lib = std::fs::read_to_string(a.join("src/lib.rs")).unwrap();
     assert!(!lib.contains("unsafe {") && lib.contains("#![forbid(unsafe_code)]"));
     insta::assert_snapshot!("rust_target_cnn_residual_u8u8_pt_pow2_lib", lib);
