@@ -162,10 +162,7 @@ fn resigned_json(r: &qdqc_lower::resign::Resigned) -> ResignedTensor {
         zero_point_int8: r.zero_point,
         zero_point_uint8: r.zero_point + 128,
         verdict: r.proof.word(),
-        proof: match &r.proof {
-            qdqc_exact::Verdict::Exact { proof } => Some(proof.clone()),
-            _ => None,
-        },
+        proof: r.proof.certificate().cloned(),
     }
 }
 
@@ -419,10 +416,7 @@ pub(crate) fn warnings(model: &Model) -> Vec<String> {
 
 fn proof_micros(decisions: &[Decision]) -> u64 {
     use qdqc_exact::Verdict;
-    let micros = |v: &Verdict| match v {
-        Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => proof.micros,
-        Verdict::Unknown { .. } => 0,
-    };
+    let micros = |v: &Verdict| v.proof().map_or(0, |p| p.micros);
     decisions.iter().flat_map(|d| &d.verdicts).map(|(_, v)| micros(v)).sum()
 }
 
@@ -453,14 +447,12 @@ fn tensor_names<'g>(g: Option<&'g qdqc_lang::onnx::GraphProto>, out: &mut std::c
     out.extend(g.initializer.iter().filter_map(|t| t.name.as_deref()));
     for n in &g.node {
         out.extend(n.output.iter().map(String::as_str));
-        for a in &n.attribute {
-            a.g.iter().chain(&a.graphs).for_each(|sub| tensor_names(Some(sub), out));
-        }
+        qdqc_lang::ir::node_graphs(n).for_each(|sub| tensor_names(Some(sub), out));
     }
 }
 
 fn count_nodes(g: &qdqc_lang::onnx::GraphProto) -> usize {
-    let nested = g.node.iter().flat_map(|n| &n.attribute).flat_map(|a| a.g.iter().chain(&a.graphs));
+    let nested = g.node.iter().flat_map(qdqc_lang::ir::node_graphs);
     g.node.len() + nested.map(count_nodes).sum::<usize>()
 }
 

@@ -121,7 +121,7 @@ fn count(g: &qdqc_lang::onnx::GraphProto, counts: &mut Counts, ops: &mut BTreeMa
             _ => {}
         }
         *ops.entry(op_key).or_default() += 1;
-        for sub in node.attribute.iter().flat_map(|a| a.g.iter().chain(&a.graphs)) {
+        for sub in qdqc_lang::ir::node_graphs(node) {
             count(sub, counts, ops);
         }
     }

@@ -81,7 +81,7 @@ fn graph_edges(g: &GraphProto, location: &str, out: &mut Vec<Edge>) {
             });
         }
         for attr in &node.attribute {
-            for sub in attr.g.iter().chain(&attr.graphs) {
+            for sub in qdqc_lang::ir::attribute_graphs(attr) {
                 graph_edges(sub, &format!("{location}{}.{}/", key(node), attr.name.as_deref().unwrap_or("")), out);
             }
         }

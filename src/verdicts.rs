@@ -16,17 +16,14 @@ pub(crate) struct Maps<'a> {
 impl Maps<'_> {
     pub fn insert(&mut self, isa: Isa, v: Verdict) {
         self.verdict.insert(isa, v.word());
-        match v {
-            Verdict::Exact { proof } => {
-                self.proof.insert(isa, proof);
-            }
-            Verdict::Refuted { counterexample, proof } => {
-                self.proof.insert(isa, proof);
-                self.counterexample.insert(isa, counterexample);
-            }
-            Verdict::Unknown { reason } => {
-                self.reason.insert(isa, reason);
-            }
+        if let Some(proof) = v.proof() {
+            self.proof.insert(isa, proof.clone());
+        }
+        if let Some(counterexample) = v.counterexample() {
+            self.counterexample.insert(isa, counterexample.clone());
+        }
+        if let Some(reason) = v.reason() {
+            self.reason.insert(isa, reason.to_string());
         }
     }
 }

@@ -81,7 +81,7 @@ fn graphs(g: Option<&GraphProto>) -> Vec<&GraphProto> {
     let mut stack: Vec<&GraphProto> = g.into_iter().collect();
     while let Some(g) = stack.pop() {
         out.push(g);
-        stack.extend(g.node.iter().flat_map(|n| &n.attribute).flat_map(|a| a.g.iter().chain(&a.graphs)));
+        stack.extend(g.node.iter().flat_map(qdqc_lang::ir::node_graphs));
     }
     out
 }

@@ -626,7 +626,7 @@ fn pinned_pool_cases(oracle: &mut Oracle) -> Vec<PoolCase> {
         case.refutation = Some((last, c));
         cases.push(case);
     }
-    let geom = common::pool_geometry_5x5();
+    let geom = common::geometry::pool_geometry_5x5();
     let params = PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) };
     let c = pool::prove_average_pool(&params, &geom, common::host_isa(), Contract::Exact).counterexample().cloned().expect("a refutation");
     let codes = qdqc_ort::pool::counterexample_window(&c);

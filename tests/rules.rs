@@ -515,7 +515,7 @@ fn average_pool_model(p: &[QParam]) -> ModelProto {
 /// The first output whose window has the counterexample's size, and that window's inputs.
 fn counterexample_window(c: &Counterexample) -> (usize, Vec<usize>) {
     let size = qdqc_ort::pool::counterexample_window(c).len();
-    let windows = pool_geometry_5x5().windows().unwrap();
+    let windows = geometry::pool_geometry_5x5().windows().unwrap();
     let (at, w) = windows.iter().enumerate().find(|(_, w)| w.inputs.len() == size).expect("a window of that size");
     (at, w.inputs.clone())
 }

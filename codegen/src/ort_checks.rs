@@ -30,7 +30,7 @@ fn check_graph<'g>(g: &'g GraphProto, scope: &mut Vec<HashMap<&'g str, &'g [i64]
             let dims = |i: usize| n.input.get(i).filter(|s| !s.is_empty()).and_then(|name| scope.iter().rev().find_map(|s| s.get(name.as_str()).copied()));
             check_node(op, &dims).map_err(|p| format!("node '{}' ({op}): {p}", n.name.as_deref().unwrap_or("")))?;
         }
-        for body in n.attribute.iter().flat_map(|a| a.g.iter().chain(&a.graphs)) {
+        for body in qdqc_lang::ir::node_graphs(n) {
             check_graph(body, scope)?;
         }
     }

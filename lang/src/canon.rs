@@ -44,7 +44,7 @@ fn graph_text(model: &Model, g: &GraphProto, depth: usize, out: &mut String) {
         let inputs: Vec<&str> = n.input.iter().map(|s| if s.is_empty() { "_" } else { s.as_str() }).collect();
         writeln!(out, "{pad}  {} = {name}: {domain}{}{attrs_text}({})", n.output.join(", "), n.op_type.as_deref().unwrap_or("?"), inputs.join(", ")).unwrap();
         for a in attrs {
-            for sub in a.g.iter().chain(a.graphs.iter()) {
+            for sub in crate::ir::attribute_graphs(a) {
                 writeln!(out, "{pad}    {}:", a.name.as_deref().unwrap_or("")).unwrap();
                 graph_text(model, sub, depth + 3, out);
             }

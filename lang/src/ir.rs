@@ -88,6 +88,21 @@ pub fn attribute_graphs(a: &AttributeProto) -> &[GraphProto] {
     }
 }
 
+/// [`attribute_graphs`], for editing the bodies in place.
+pub fn attribute_graphs_mut(a: &mut AttributeProto) -> &mut [GraphProto] {
+    match a.r#type.and_then(|t| AttributeType::try_from(t).ok()) {
+        Some(AttributeType::Graph) => a.g.as_mut_slice(),
+        Some(AttributeType::Graphs) => &mut a.graphs,
+        _ => &mut [],
+    }
+}
+
+/// The bodies of every graph-valued attribute of `node`, in attribute order, as
+/// [`attribute_graphs`] reads them: what a walk over nested graphs descends into.
+pub fn node_graphs(node: &crate::onnx::NodeProto) -> impl Iterator<Item = &GraphProto> {
+    node.attribute.iter().flat_map(attribute_graphs)
+}
+
 /// The graph `index` of attribute `attr_pos` of node `node` in `parent`: the one lookup of a body
 /// by position, the same reading [`Graph`] was built with.
 pub fn subgraph_proto(parent: &GraphProto, node: usize, attr_pos: usize, index: usize) -> Option<&GraphProto> {
@@ -96,12 +111,7 @@ pub fn subgraph_proto(parent: &GraphProto, node: usize, attr_pos: usize, index: 
 
 /// [`subgraph_proto`], for editing the body in place.
 pub fn subgraph_proto_mut(nodes: &mut [crate::onnx::NodeProto], node: usize, attr_pos: usize, index: usize) -> Option<&mut GraphProto> {
-    let a = nodes.get_mut(node)?.attribute.get_mut(attr_pos)?;
-    match a.r#type.and_then(|t| AttributeType::try_from(t).ok()) {
-        Some(AttributeType::Graph) => a.g.as_mut().filter(|_| index == 0),
-        Some(AttributeType::Graphs) => a.graphs.get_mut(index),
-        _ => None,
-    }
+    attribute_graphs_mut(nodes.get_mut(node)?.attribute.get_mut(attr_pos)?).get_mut(index)
 }
 
 /// Names visible from enclosing graphs, with the dims of their initializers.

@@ -8,6 +8,7 @@
 //! * [`shapes`]: static shape inference for the main graph, kept on [`Model::shapes`].
 //! * [`canon`]: the canonical text form used by snapshots.
 //! * [`prune`]: dropping initializers an edit left unread.
+//! * [`scope`]: the scope chain of a graph and the graphs enclosing it, read as qdqc and as ONNX Runtime read it.
 
 pub mod analysis;
 pub mod attr;
@@ -21,6 +22,7 @@ pub mod opset;
 pub mod outputs;
 pub mod prune;
 pub mod save;
+pub mod scope;
 pub mod shapes;
 pub mod tensor;
 pub mod term;

@@ -54,10 +54,8 @@ pub fn implicit_imports(model: &ModelProto) -> Vec<(String, String)> {
                 let name = n.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"));
                 out.push((domain.to_string(), format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or(""))));
             }
-            for a in &n.attribute {
-                for sub in a.g.iter().chain(&a.graphs) {
-                    walk(model, sub, out);
-                }
+            for sub in crate::ir::node_graphs(n) {
+                walk(model, sub, out);
             }
         }
     }

@@ -19,10 +19,8 @@ fn reads(g: &GraphProto, out: &mut BTreeSet<String>) {
     out.extend(g.output.iter().filter_map(|o| o.name.clone()));
     for n in &g.node {
         out.extend(n.input.iter().filter(|i| !i.is_empty()).cloned());
-        for a in &n.attribute {
-            for body in a.g.iter().chain(&a.graphs) {
-                reads(body, out);
-            }
+        for body in crate::ir::node_graphs(n) {
+            reads(body, out);
         }
     }
 }
@@ -34,10 +32,8 @@ fn prune(g: &mut GraphProto, before: &BTreeSet<String>, now: &BTreeSet<String>) 
         now.contains(&name) || !before.contains(&name) || inputs.contains(&name)
     });
     for n in &mut g.node {
-        for a in &mut n.attribute {
-            for body in a.g.iter_mut().chain(a.graphs.iter_mut()) {
-                prune(body, before, now);
-            }
+        for body in n.attribute.iter_mut().flat_map(crate::ir::attribute_graphs_mut) {
+            prune(body, before, now);
         }
     }
 }
@@ -45,12 +41,15 @@ fn prune(g: &mut GraphProto, before: &BTreeSet<String>, now: &BTreeSet<String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::{AttributeProto, NodeProto, TensorProto, ValueInfoProto};
+    use crate::onnx::{AttributeProto, NodeProto, TensorProto, ValueInfoProto, attribute_proto::AttributeType};
 
     fn node(inputs: &[&str], body: Option<GraphProto>) -> NodeProto {
         NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
-            attribute: body.into_iter().map(|g| AttributeProto { name: Some("body".into()), g: Some(g), ..Default::default() }).collect(),
+            attribute: body
+                .into_iter()
+                .map(|g| AttributeProto { name: Some("body".into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() })
+                .collect(),
             ..Default::default()
         }
     }

@@ -2,12 +2,12 @@
 //! depth-first walk from the roots first meets them, leaves printed inline by name, the nodes of
 //! a class sorted by their text, and the facts each class carries. No raw e-class ids.
 
-use crate::facts::Scopes;
 use crate::lift::{Root, lift};
 use crate::region::regions;
 use egg::Id;
 use qdqc_lang::analysis::{Facts, QdqEGraph};
 use qdqc_lang::canon::dtype_name;
+use qdqc_lang::scope::Scope;
 use qdqc_lang::term::{Op, Term};
 use qdqc_lang::{Model, ir};
 use std::collections::HashMap;
@@ -16,11 +16,11 @@ use std::fmt::Write;
 /// Every region of every graph of `model`, lifted and printed.
 pub fn lifted_text(model: &Model) -> String {
     let mut out = String::new();
-    graph_text(model, &model.graph, &Scopes::main(model), &mut out);
+    graph_text(model, &model.graph, &Scope::main(model), &mut out);
     out
 }
 
-fn graph_text<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out: &mut String) {
+fn graph_text<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scope<'m>, out: &mut String) {
     let proto = scopes.current();
     let where_ = if graph.location.is_empty() { "main graph".to_string() } else { graph.location.trim().to_string() };
     for region in regions(graph, proto) {

@@ -2,9 +2,9 @@
 //! DequantizeLinear nodes and whose output feeds QuantizeLinear nodes. `qdqc inspect` lists
 //! them; the audit and the fusion rules of later stages start from the same discovery.
 
-use crate::facts::Scopes;
 use crate::region::{NodeKind, kind};
 use qdqc_lang::onnx::NodeProto;
+use qdqc_lang::scope::Scope;
 use qdqc_lang::{Model, ir};
 
 /// Quantization parameters of one Q or DQ node, as stored (scales as exact bit patterns).
@@ -40,11 +40,11 @@ pub struct Group {
 
 pub fn find(model: &Model) -> Vec<Group> {
     let mut out = Vec::new();
-    find_in(model, &model.graph, &Scopes::main(model), &mut out);
+    find_in(model, &model.graph, &Scope::main(model), &mut out);
     out
 }
 
-fn find_in<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out: &mut Vec<Group>) {
+fn find_in<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scope<'m>, out: &mut Vec<Group>) {
     let proto = scopes.current();
     for (pos, node) in proto.node.iter().enumerate() {
         if matches!(kind(node), NodeKind::Quantize | NodeKind::Dequantize) {
@@ -85,7 +85,7 @@ fn find_in<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scopes<'m>, out: &m
     }
 }
 
-fn end(model: &Model, scopes: &Scopes, qdq: &NodeProto, tensor: &str) -> End {
+fn end(model: &Model, scopes: &Scope, qdq: &NodeProto, tensor: &str) -> End {
     let input = |i: usize| qdq.input.get(i).filter(|s| !s.is_empty()).map(|s| scopes.facts(model, s));
     let scale = input(1);
     let zp = input(2);

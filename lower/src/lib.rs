@@ -5,7 +5,6 @@
 pub mod dump;
 pub mod emit;
 pub mod extract;
-pub mod facts;
 pub mod groups;
 pub mod lift;
 pub mod lowered;
@@ -13,8 +12,8 @@ pub mod order;
 pub mod region;
 pub mod resign;
 
-use facts::Scopes;
 use lowered::{LoweredGraph, LoweredSubgraph};
+use qdqc_lang::scope::Scope;
 use qdqc_lang::{Error, Model, Result, ir};
 use qdqc_rewrites::{Decision, Log, RuleOptions};
 use std::collections::BTreeMap;
@@ -68,7 +67,7 @@ pub fn lower(model: &Model, options: &Options) -> Result<Lowering> {
     let log = Log::default();
     let rules = options.rules.as_ref().map(|o| qdqc_rewrites::catalog(o, &log)).unwrap_or_default();
     let mut stats = Stats::default();
-    let graph = lower_graph(model, &model.graph, &Scopes::main(model), &[], options, &rules, &mut stats)?;
+    let graph = lower_graph(model, &model.graph, &Scope::main(model), &[], options, &rules, &mut stats)?;
     Ok(Lowering { graph, stats, decisions: log.take() })
 }
 
@@ -86,7 +85,7 @@ fn authored(node: &qdqc_lang::onnx::NodeProto, pos: usize) -> lowered::LoweredNo
 fn lower_graph(
     model: &Model,
     graph: &ir::Graph,
-    scopes: &Scopes,
+    scopes: &Scope,
     outer: &[&lowered::LoweredConstant],
     options: &Options,
     rules: &[qdqc_rewrites::Rewrite],

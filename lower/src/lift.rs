@@ -1,11 +1,11 @@
 //! Lifting: one region of the graph becomes one e-graph of [`Term`]s.
 
-use crate::facts::Scopes;
 use crate::region::{NodeKind, Region, kind};
 use egg::Id;
 use qdqc_lang::analysis::{Env, QdqAnalysis, QdqEGraph, TagFacts};
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::NodeProto;
+use qdqc_lang::scope::Scope;
 use qdqc_lang::term::{NodeTag, Op, Term, ValueRef};
 use qdqc_lang::{Model, ir};
 use std::collections::{BTreeSet, HashMap};
@@ -33,7 +33,7 @@ pub struct Lifted {
     pub roots: Vec<Root>,
 }
 
-pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scopes, region: &Region) -> Lifted {
+pub fn lift(model: &Model, graph: &ir::Graph, scopes: &Scope, region: &Region) -> Lifted {
     let proto = scopes.current();
     let mut lifter = Lifter {
         model,
@@ -91,16 +91,16 @@ fn local_order(graph: &ir::Graph, nodes: &[NodeProto], region: &Region) -> Vec<u
     order
 }
 
-struct Lifter<'a> {
+struct Lifter<'a, 'm> {
     model: &'a Model,
-    scopes: &'a Scopes<'a>,
+    scopes: &'a Scope<'m>,
     egraph: QdqEGraph,
     value_refs: HashMap<String, ValueRef>,
     /// E-class of each value produced inside the region.
     class_of: HashMap<String, Id>,
 }
 
-impl Lifter<'_> {
+impl Lifter<'_, '_> {
     fn value_ref(&mut self, name: &str) -> ValueRef {
         if let Some(&v) = self.value_refs.get(name) {
             return v;

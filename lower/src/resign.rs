@@ -314,10 +314,8 @@ fn collect_names(g: &GraphProto, out: &mut BTreeSet<String>) {
     out.extend(g.input.iter().chain(&g.output).chain(&g.value_info).filter_map(|v| v.name.clone()));
     for n in &g.node {
         out.extend(n.input.iter().chain(&n.output).cloned());
-        for a in &n.attribute {
-            for sub in a.g.iter().chain(&a.graphs) {
-                collect_names(sub, out);
-            }
+        for sub in qdqc_lang::ir::node_graphs(n) {
+            collect_names(sub, out);
         }
     }
 }

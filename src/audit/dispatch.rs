@@ -2,13 +2,12 @@
 //! parameters read from the model.
 
 use super::params::{ChannelParams, Ctx};
-use qdqc_exact::p1::exhaustive;
-use qdqc_exact::reference::dequantize;
-use qdqc_exact::{Certificate, Contract, Method, QParam, Verdict};
+use qdqc_exact::on_codes;
+use qdqc_exact::{Contract, QParam, Verdict};
 use qdqc_ort::binary::{self, BinaryOp, BinaryParams, Broadcast};
 use qdqc_ort::matmul_dynamic::{self, DynamicMatMul};
+use qdqc_ort::optimizer::{Fusion, Rewrite};
 use qdqc_ort::requant::{self, Bias, GemmGroup, GemmKind, NearBoundary, column_channels, row_channels};
-use qdqc_ort::selectors::{Fusion, Rewrite};
 use qdqc_ort::weight_bias::{self, FloatPath};
 use qdqc_ort::{Isa, lut, pool, softmax};
 use serde::Serialize;
@@ -100,7 +99,7 @@ fn prove_group(ctx: &Ctx, f: &Fusion, isa: Isa, contract: Contract) -> Result<Ve
             lut::prove_concat(&inputs, y()?, contract)
         }
         ("Where", _) => lut::prove_where(x(1)?, x(2)?, y()?, contract),
-        ("dropDQ", "ArgMax") => argmax_on_codes(x(0)?),
+        ("dropDQ", "ArgMax") => on_codes::argmax(x(0)?),
         (rule, _) if rule.starts_with("drop") => round_trip(x(0)?, y().unwrap_or(x(0)?), rule),
         (rule, op) => return Err(format!("no prover for ORT rule {rule} on {op}")),
     })
@@ -245,7 +244,7 @@ fn weights_group(ctx: &Ctx, target: usize, op: &str, x_pos: usize, w_pos: usize,
 }
 
 /// The verdict on a WeightBiasQuantization of a float bias whose node stays float: the rewrite
-/// lists the node, then its Relu/Clip steps and its Q (`selectors::Work::list_float_weight_bias_paths`).
+/// lists the node, then its Relu/Clip steps and its Q (`optimizer::level1`, `Work::list_float_weight_bias_paths`).
 /// `None` for the other WeightBiasQuantization rewrites (the fused group decides those).
 pub fn weight_bias_verdict(ctx: &Ctx, r: &Rewrite, contract: Contract) -> Option<Verdict> {
     let (&target, path) = r.nodes.split_first()?;
@@ -326,39 +325,12 @@ fn pool_geometry(ctx: &Ctx, f: &Fusion) -> Result<(pool::PoolGeometry, Vec<usize
     Ok((geom, symbolic))
 }
 
-/// ORT's drop rules run the op on codes: the obligation of qdqc's own on-codes rules
-/// (`rules::on_codes`), the scale positive for the monotone ones.
+/// ORT's drop rules run the op on codes: the engine's on-codes obligation (the one qdqc's own
+/// on-codes rules use), the scale positive for the monotone ones.
 fn round_trip(x: QParam, y: QParam, rule: &str) -> Verdict {
-    match qdqc_rewrites::rules::on_codes(x, y, rule.ends_with("positive_scale"), true) {
+    match on_codes::prove(x, y, rule.ends_with("positive_scale"), true) {
         Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{rule}: {reason}") },
         v => v,
-    }
-}
-
-/// ORT's dropDQ runs ArgMax on the codes: checked on every pair of codes.
-fn argmax_on_codes(x: QParam) -> Verdict {
-    let dq = |q: i64| dequantize(q, x.scale, x.zero_point);
-    let first_max = |a: f32, b: f32| i64::from(b > a);
-    exhaustive(
-        &[x.domain("a"), x.domain("b")],
-        "ArgMax of two elements, on values and on codes",
-        |p| first_max(dq(p[0]), dq(p[1])),
-        |p| i64::from(p[1] > p[0]),
-        |_| None,
-    )
-}
-
-/// A verdict for one of ORT's other transformers, whose exactness the selector replay decided.
-pub fn rewrite_verdict(r: &Rewrite) -> Verdict {
-    if r.exact {
-        Verdict::Exact { proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 0, micros: 0, detail: r.transformer.to_string() } }
-    } else if let Some(counterexample) = r.witness.clone() {
-        Verdict::Refuted {
-            counterexample,
-            proof: Certificate { method: Method::P4Lemma(r.detail.clone()), domain: 1, micros: 0, detail: r.transformer.to_string() },
-        }
-    } else {
-        Verdict::Unknown { reason: format!("changes numerics: {}", r.detail) }
     }
 }
 

@@ -10,11 +10,11 @@ use crate::verdicts::Maps;
 use params::Ctx;
 use qdqc_exact::{Certificate, Contract, Counterexample, Verdict};
 use qdqc_lang::canon::dtype_name;
+use qdqc_lang::scope::Scope;
 use qdqc_lang::{Model, Result, ir};
-use qdqc_lower::facts::Scopes;
 use qdqc_ort::hazards::hazards;
+use qdqc_ort::optimizer::{self, Fusion};
 use qdqc_ort::requant::NearBoundary;
-use qdqc_ort::selectors::{self, Fusion};
 use qdqc_ort::{Isa, OrtTarget};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -109,10 +109,10 @@ pub fn audit(path: &Path, target: &OrtTarget, contracts: &[Contract]) -> Result<
     let mut groups: Vec<Group> = Vec::new();
     // Graph contexts by location, so a fusion's node positions resolve in their own graph.
     let mut contexts = Vec::new();
-    collect(&model, &model.graph, Scopes::main(&model), &mut contexts);
+    collect(&model, &model.graph, Scope::main(&model), &mut contexts);
     let (primary, second) = (contracts[0], contracts.get(1).copied());
     for &isa in target.profiles() {
-        let outcome = selectors::optimize(&model, &model.graph, model.main_graph(), isa);
+        let outcome = optimizer::optimize(&model, &model.graph, model.main_graph(), isa);
         for fusion in &outcome.fusions {
             let ctx = contexts.iter().find(|c| c.graph.location == fusion.location).expect("every graph has a context");
             let verdict = dispatch::prove(ctx, fusion, isa, primary);
@@ -133,7 +133,7 @@ pub fn audit(path: &Path, target: &OrtTarget, contracts: &[Contract]) -> Result<
             let ctx = contexts.iter().find(|c| c.graph.location == rewrite.location).expect("every graph has a context");
             // A float bias rounded in a node that stays float is decided per contract; the other
             // rewrites remove or merge Q/DQ (codes, not a reduction): one verdict for both.
-            let verdict = |contract| dispatch::weight_bias_verdict(ctx, rewrite, contract).unwrap_or_else(|| dispatch::rewrite_verdict(rewrite));
+            let verdict = |contract| dispatch::weight_bias_verdict(ctx, rewrite, contract).unwrap_or_else(|| rewrite.verdict.clone());
             let slot = record(&mut groups, dispatch::describe_rewrite(ctx, rewrite), isa, verdict(primary));
             if let Some(contract) = second {
                 let r = groups[slot].real.get_or_insert_with(ContractVerdicts::default);
@@ -159,7 +159,7 @@ pub(crate) fn hazards_json(model: &Model) -> Vec<ReportedHazard> {
     hazards(model).into_iter().map(|h| ReportedHazard { kind: h.kind.to_string(), node: h.node, message: h.message }).collect()
 }
 
-fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scopes<'m>, out: &mut Vec<Ctx<'m>>) {
+fn collect<'m>(model: &'m Model, graph: &'m ir::Graph, scopes: Scope<'m>, out: &mut Vec<Ctx<'m>>) {
     let proto = scopes.current();
     for sub in &graph.subgraphs {
         if let Some(g) = sub.proto(proto) {

@@ -4,8 +4,8 @@
 use qdqc_exact::QParam;
 use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, NodeProto};
+use qdqc_lang::scope::Scope;
 use qdqc_lang::{Model, ir};
-use qdqc_lower::facts::Scopes;
 
 /// The largest weight the audit proves: 2^24 codes (a 4096 x 4096 matrix), 256 MiB once widened
 /// to i64 and split into channels; a larger one is reported unknown, naming this bound.
@@ -15,7 +15,7 @@ pub const AUDIT_CODES: u64 = 1 << 24;
 pub struct Ctx<'m> {
     pub model: &'m Model,
     pub graph: &'m ir::Graph,
-    pub scopes: Scopes<'m>,
+    pub scopes: Scope<'m>,
 }
 
 /// Per-channel (or per-tensor, with one entry) parameters of a Q or DQ.

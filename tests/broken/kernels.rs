@@ -3,13 +3,14 @@
 //! of `qdqc_ort`.
 
 use crate::Broken;
+use crate::geometry::pool_geometry_5x5;
 use qdqc_exact::p1::exhaustive;
 use qdqc_exact::reference::{CodeType, dequantize, quantize};
 use qdqc_exact::{Contract, QParam, Verdict};
 use qdqc_ort::Isa;
 use qdqc_ort::binary::{BinaryKernel, BinaryOp, BinaryParams, Broadcast, builds};
 use qdqc_ort::lut::{self, Lut};
-use qdqc_ort::pool::{self, PoolGeometry, PoolParams};
+use qdqc_ort::pool::{self, PoolParams};
 use qdqc_ort::softmax;
 
 pub fn rules() -> Vec<Broken> {
@@ -60,9 +61,11 @@ pub fn rules() -> Vec<Broken> {
         Broken {
             name: "qlinear_average_pool_zero_point_before_rounding",
             claim: "QLinearAveragePool's float path equals DQ → AveragePool → Q; it rounds fl(y/sY + zY), which moves values next to a tie onto it",
-            broken: || pool::prove_average_pool(&PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) }, &geometry_5x5(), Isa::X86Avx512Vnni, Contract::Exact),
+            broken: || pool::prove_average_pool(&PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 128) }, &pool_geometry_5x5(), Isa::X86Avx512Vnni, Contract::Exact),
             // With zY = 0 the zero point cannot move the quotient.
-            twin: Some(|| pool::prove_average_pool(&PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 0) }, &geometry_5x5(), Isa::X86Avx512Vnni, Contract::Exact)),
+            twin: Some(|| {
+                pool::prove_average_pool(&PoolParams { x: u8p(0.5, 128), y: u8p(0.3, 0) }, &pool_geometry_5x5(), Isa::X86Avx512Vnni, Contract::Exact)
+            }),
         },
     ]
 }
@@ -83,19 +86,6 @@ fn avx2_as_sse2(p: BinaryParams) -> Verdict {
         |x| avx2.eval(x[0], x[1]),
         |_| None,
     )
-}
-
-/// 3×3 windows, stride 1, pad 1, padding excluded, over a 5×5 image: windows of 4, 6 and 9.
-fn geometry_5x5() -> PoolGeometry {
-    PoolGeometry {
-        input: vec![5, 5],
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        pads: vec![1; 4],
-        dilations: vec![1, 1],
-        ceil_mode: false,
-        count_include_pad: false,
-    }
 }
 
 /// `MlasLogisticKernel` (`core/mlas/lib/logistic.cpp`): Eigen's rational approximation on the

@@ -4,7 +4,10 @@
 
 mod activations;
 mod codes;
+// The 5×5 pool geometry the facade's tests share.
 mod gemm;
+#[path = "../common/geometry.rs"]
+mod geometry;
 mod kernels;
 mod nbits;
 mod pairs;

@@ -10,6 +10,8 @@ use qdqc_lang::onnx::{
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod geometry;
+
 pub const F32: i32 = 1;
 pub const U8: i32 = 2;
 pub const I8: i32 = 3;
@@ -194,18 +196,4 @@ pub fn host_isa() -> qdqc_ort::Isa {
         eprintln!("ONNX Runtime host profile: {isa}");
         isa
     })
-}
-
-/// 3×3 windows, stride 1, pad 1, padding excluded, over a 5×5 image: windows of 4, 6 and 9 (the
-/// pool geometry the kernel-model and rule tests share).
-pub fn pool_geometry_5x5() -> qdqc_ort::pool::PoolGeometry {
-    qdqc_ort::pool::PoolGeometry {
-        input: vec![5, 5],
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        pads: vec![1; 4],
-        dilations: vec![1, 1],
-        ceil_mode: false,
-        count_include_pad: false,
-    }
 }

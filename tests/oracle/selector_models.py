@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Small QDQ models for the differential test of qdqc's ORT 1.31 optimizer replay
-(rewrites/ort/src/selectors.rs) and of its hazards (rewrites/ort/src/hazards.rs).
+(rewrites/ort/src/optimizer/) and of its hazards (rewrites/ort/src/hazards.rs).
 
     python tests/oracle/selector_models.py OUTDIR
 

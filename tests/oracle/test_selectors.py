@@ -1,4 +1,4 @@
-"""qdqc's replay of ONNX Runtime 1.31's QDQ optimizer (rewrites/ort/src/selectors.rs), as
+"""qdqc's replay of ONNX Runtime 1.31's QDQ optimizer (rewrites/ort/src/optimizer/), as
 `qdqc audit --json` reports it, against the pinned onnxruntime wheel.
 
 For every model of selector_models.py and two ORT configurations

@@ -8,6 +8,9 @@
 //!   wider evaluation with an exact fallback).
 //! - [`codes`]: ops on u8/i8 codes — Add/Mul, pooling, lookup tables, data movement,
 //!   QuantizeLinear/DequantizeLinear — correctly rounded where they requantize.
+//! - [`float`]: f32 kernels for the ops that stay float (Conv, MatMul/Gemm, elementwise, library
+//!   functions, Softmax, pools, Resize, reductions, normalizations), each with a fixed, documented
+//!   evaluation order and portable elementary functions: the same bits on every machine.
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
 //!
@@ -16,6 +19,7 @@
 
 pub mod codes;
 pub mod conv;
+pub mod float;
 pub mod gemm;
 mod isa;
 mod micro;

@@ -8,8 +8,12 @@
 #![warn(missing_docs)]
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
+pub mod fold;
+pub mod lemma;
+pub mod lookup;
 pub mod movement;
 pub mod num;
+pub mod on_codes;
 pub mod p1;
 pub mod p2;
 pub mod p3;
@@ -164,5 +168,62 @@ impl Verdict {
             Verdict::Refuted { counterexample, .. } => Some(counterexample),
             _ => None,
         }
+    }
+
+    /// The certificate of an `Exact` verdict.
+    pub fn certificate(&self) -> Option<&Certificate> {
+        match self {
+            Verdict::Exact { proof } => Some(proof),
+            _ => None,
+        }
+    }
+
+    /// What was checked, for an `Exact` or a `Refuted` verdict.
+    pub fn proof(&self) -> Option<&Certificate> {
+        match self {
+            Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => Some(proof),
+            Verdict::Unknown { .. } => None,
+        }
+    }
+
+    /// Why an `Unknown` verdict has no answer.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Verdict::Unknown { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The verdict in one line of words: the certificate's detail, or the reason.
+    pub fn explanation(&self) -> &str {
+        match self {
+            Verdict::Exact { proof } | Verdict::Refuted { proof, .. } => &proof.detail,
+            Verdict::Unknown { reason } => reason,
+        }
+    }
+
+    /// The same verdict with `note` appended to its detail or reason (`"…; note"`): context a
+    /// caller adds, e.g. what another form of the group gave. The answer does not change.
+    pub fn annotated(self, note: &str) -> Verdict {
+        match self {
+            Verdict::Exact { mut proof } => {
+                proof.detail = format!("{}; {note}", proof.detail);
+                Verdict::Exact { proof }
+            }
+            Verdict::Refuted { counterexample, mut proof } => {
+                proof.detail = format!("{}; {note}", proof.detail);
+                Verdict::Refuted { counterexample, proof }
+            }
+            Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{reason}; {note}") },
+        }
+    }
+}
+
+/// A certificate is the evidence of an exact verdict. Certificates are made only here and in a
+/// target's kernel-model proofs (e.g. `qdqc-ort`'s requantization synthesis, which proves the
+/// parameters it returns); this wraps one as the verdict it stands for.
+impl From<Certificate> for Verdict {
+    fn from(proof: Certificate) -> Verdict {
+        Verdict::Exact { proof }
     }
 }

@@ -1,11 +1,12 @@
 //! Hazards (contract §7.1): what a runtime would silently reinterpret or break, reported even when qdqc
 //! changes nothing. Hazards that depend on fusion look at the groups ONNX Runtime 1.31 fuses
-//! ([`crate::selectors`]) on any modelled ISA profile, and name the profiles when not all.
+//! ([`crate::optimizer`]) on any modelled ISA profile, and name the profiles when not all.
 
 use crate::Isa;
-use crate::selectors::{Const, Fusion, Scope, optimize_graph, walk_graphs};
+use crate::optimizer::{Fusion, optimize_graph, walk_graphs};
 use qdqc_exact::reference::CodeType;
 use qdqc_lang::onnx::{DataType, GraphProto, NodeProto};
+use qdqc_lang::scope::{Const, Scope};
 use qdqc_lang::tensor::IntView;
 use qdqc_lang::{Model, ir, tensor};
 use std::collections::BTreeMap;
@@ -33,11 +34,11 @@ pub fn hazards(model: &Model) -> Vec<Hazard> {
 type ScaleProblem = (&'static str, fn(f32) -> bool, &'static str);
 
 /// One graph, with the constants its scope sees.
-struct Level<'a, 'p, 'm> {
+struct Level<'a, 'm> {
     model: &'m Model,
     graph: &'a ir::Graph,
     proto: &'m GraphProto,
-    scope: &'a Scope<'p, 'm>,
+    scope: &'a Scope<'m>,
 }
 
 /// A group fused on some ISA profiles, in as many variants as the profiles differ (code types
@@ -58,7 +59,7 @@ impl Fused {
     }
 }
 
-impl<'m> Level<'_, '_, 'm> {
+impl<'m> Level<'_, 'm> {
     fn check(&self, out: &mut Vec<Hazard>) {
         for (pos, node) in self.proto.node.iter().enumerate() {
             let mut report = |kind, message: String| out.push(Hazard { kind, node: self.describe(pos), message });
@@ -450,12 +451,12 @@ impl<'m> Level<'_, '_, 'm> {
             let n = &self.proto.node[pos];
             for name in [self.input(n, 1), self.input(n, 2)].into_iter().flatten() {
                 let Some(c) = self.constant(&name) else { continue };
-                if c.len() > 1 {
+                if c.element_count() > 1 {
                     let kernel = f.fused_op.trim_start_matches("com.microsoft.");
                     let message = format!(
                         "'{name}' of {} has {} elements: ORT fuses this group into {kernel} ({}), whose kernel takes per-tensor activation parameters, so session creation or the first run fails (onnxruntime 1.31.1); quantize activations per tensor",
                         ir::describe(n, pos, &self.graph.location),
-                        c.len(),
+                        c.element_count(),
                         self.on(&fused.isas())
                     );
                     report("per-channel-activation", message);
@@ -544,7 +545,7 @@ fn first_overflow(w: &IntView<'_>, rows: &[(usize, usize, usize, usize)]) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selectors::testing::*;
+    use crate::optimizer::testing::*;
     use DataType::{Float16, Int8, Int32, Uint8};
     use qdqc_lang::onnx::TensorProto;
 

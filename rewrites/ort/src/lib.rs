@@ -4,7 +4,7 @@
 //! `x86-avx2` under `tests/emulate-avx2.sh`); models of ISAs the host lacks are pinned by unit
 //! tests written from the source arithmetic (contract §3.3–§3.9).
 //!
-//! Beside the kernel models: [`selectors`], a replay of ORT's graph optimizer on QDQ groups, and
+//! Beside the kernel models: [`optimizer`], a replay of ORT's graph optimizer on QDQ groups, and
 //! [`hazards`], what ORT's own rewrites would change in a model.
 
 // A compiler that sells bit-exactness: every narrowing cast is a checked `try_from` or an `allow`
@@ -17,10 +17,10 @@ pub mod hazards;
 pub mod lut;
 pub mod matmul_dynamic;
 pub mod nbits;
+pub mod optimizer;
 pub mod pool;
 pub mod profile;
 pub mod requant;
-pub mod selectors;
 pub mod softmax;
 mod target;
 pub mod weight_bias;

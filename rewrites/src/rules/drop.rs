@@ -1,7 +1,8 @@
 //! `DQ → op → Q` around data movement and monotone ops becomes the op on the codes (contract
 //! §5.2).
 //!
-//! Obligation: the DQ and the Q have bitwise-equal per-tensor scale and zero point, and
+//! Obligation ([`qdqc_exact::on_codes::prove`], which also decides ORT's own drop-Q/DQ fusions
+//! for `qdqc audit`): the DQ and the Q have bitwise-equal per-tensor scale and zero point, and
 //! `Q(DQ(q)) = q` for every code (P4, checked by P1 for the concrete parameters); monotone ops
 //! (MaxPool, ReduceMax/Min) also need a positive scale; Resize only selects in `nearest` mode.
 //! Broken twins: `tests/broken` "maxpool_on_codes_negative_scale", "resize_linear_on_codes",
@@ -10,9 +11,8 @@
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
-use qdqc_exact::p1::exhaustive;
-use qdqc_exact::reference::{dequantize, quantize};
-use qdqc_exact::{Certificate, Method, QParam, Verdict};
+use qdqc_exact::Verdict;
+use qdqc_exact::on_codes;
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::AttrValue;
 use qdqc_lang::term::Term;
@@ -69,33 +69,6 @@ struct OnCodes {
     log: Log,
 }
 
-/// The obligation for one parameter pair: bitwise-equal DQ and Q parameters, `Q(DQ(q)) = q` for
-/// every code (P4, checked by P1), a positive scale for monotone ops, and a selecting (not
-/// interpolating) op. Also what `qdqc audit` checks for ORT's own drop-Q/DQ fusions.
-pub fn prove(x: QParam, y: QParam, monotone: bool, selects: bool) -> Verdict {
-    if x.scale.to_bits() != y.scale.to_bits() || x.zero_point != y.zero_point || x.code != y.code {
-        return Verdict::Unknown { reason: "DQ and Q parameters differ (bitwise)".into() };
-    }
-    if monotone && x.scale.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-        return Verdict::Unknown { reason: format!("scale {} is not positive: the order of codes is not the order of values", x.scale) };
-    }
-    if !selects {
-        return Verdict::Unknown { reason: "Resize in a mode other than nearest interpolates".into() };
-    }
-    let roundtrip = |q: &[i64]| quantize(dequantize(q[0], x.scale, x.zero_point), x.scale, x.zero_point, x.code);
-    match exhaustive(&[x.domain("q")], "Q(DQ(q)) = q", roundtrip, |q| q[0], |_| None) {
-        Verdict::Exact { proof } => Verdict::Exact {
-            proof: Certificate {
-                method: Method::P4Lemma("elementwise Q/DQ commute with data movement and, for a positive scale, with order".into()),
-                domain: proof.domain,
-                micros: proof.micros,
-                detail: "Q(DQ(q)) = q checked for every code (P1)".into(),
-            },
-        },
-        other => other,
-    }
-}
-
 impl Applier<Term, QdqAnalysis> for OnCodes {
     fn apply_one(&self, eg: &mut QdqEGraph, eclass: Id, s: &Subst, _: Option<&PatternAst<Term>>, _: Symbol) -> Vec<Id> {
         let Some(group) = Group::new(eg, &[var(s, "?td"), var(s, "?to")], var(s, "?tq")) else { return vec![] };
@@ -107,7 +80,7 @@ impl Applier<Term, QdqAnalysis> for OnCodes {
         let selects = self.op != "Resize" || attributes.iter().all(|a| a.name != "mode" || a.value == AttrValue::Str("nearest".into()));
         let params = qparam(eg, Some(var(s, "?x")), var(s, "?s"), var(s, "?z")).and_then(|x| Ok((x, qparam(eg, Some(eclass), var(s, "?s2"), var(s, "?z2"))?)));
         let (fired, verdicts) = match params {
-            Ok((x, y)) => decide(&self.options, |_| prove(x, y, self.monotone, selects)),
+            Ok((x, y)) => decide(&self.options, |_| on_codes::prove(x, y, self.monotone, selects)),
             Err(reason) => (false, self.options.target.profiles().iter().map(|&i| (i, Verdict::Unknown { reason: reason.clone() })).collect()),
         };
         group.log(&self.log, self.name, &format!("{} (on codes)", self.op), fired, verdicts);

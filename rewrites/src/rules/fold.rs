@@ -2,7 +2,7 @@
 //! its value, computed with ORT's DequantizeLinear arithmetic. Off by default: it trades model
 //! size (4 bytes per element instead of the code's width) for a DQ per run.
 //!
-//! Obligation (contract §5.4; exact by construction): every element is the reference
+//! Obligation (contract §5.4; exact by construction, decided by [`qdqc_exact::fold`]): every element is the reference
 //! `fl(f32(q − zp) · s)` of [`qdqc_exact::reference::dequantize`], the formula of ORT's CPU
 //! kernel for every layout (per-tensor, per-axis, blocked; one conversion of an exact integer
 //! difference, one multiply, no FMA). That holds for 4-, 8- and 16-bit codes with f32 scales and
@@ -20,9 +20,10 @@
 use super::group::{Group, absent, constant, decide, f32_constant, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
+use qdqc_exact::Verdict;
+use qdqc_exact::fold;
 use qdqc_exact::movement::ParamLayout;
-use qdqc_exact::reference::{CodeType, dequantize};
-use qdqc_exact::{Certificate, Method, Verdict};
+use qdqc_exact::reference::CodeType;
 use qdqc_lang::analysis::{QdqAnalysis, QdqEGraph};
 use qdqc_lang::onnx::DataType;
 use qdqc_lang::term::{FloatOp, Op, OpClass, Term};
@@ -53,13 +54,14 @@ fn constant_sensitive_reader(eg: &QdqEGraph, eclass: Id, t: Id) -> Option<String
     })
 }
 
-/// The dims and f32 values of the folded table, or why it is not folded.
-fn fold(eg: &QdqEGraph, eclass: Id, s: &Subst) -> Result<(Vec<i64>, Vec<f32>), String> {
+/// The dims and f32 values of the folded table with the engine's verdict on them, or why it is
+/// not folded.
+fn folded_table(eg: &QdqEGraph, eclass: Id, s: &Subst) -> Result<(Vec<i64>, Vec<f32>, Verdict), String> {
     let (w, sc, zp) = (var(s, "?w"), var(s, "?s"), var(s, "?z"));
     let (wf, wc) = constant(eg, w).ok_or("the codes are not a constant initializer")?;
     let dtype = wf.dtype.ok_or("the codes have no type")?;
-    CodeType::from_dtype(dtype)
-        .filter(|c| matches!(c.bits(), 4 | 8 | 16))
+    let code = CodeType::from_dtype(dtype)
+        .filter(|&c| fold::covers(c))
         .ok_or_else(|| format!("codes of type {}: folding is shown exact for 4-, 8- and 16-bit integers only", dtype.as_str_name()))?;
     let codes = wc.ints.as_ref().ok_or("the table is too large for its codes to be kept")?;
     let (sf, scc) = constant(eg, sc).ok_or("the scale is not a constant")?;
@@ -80,13 +82,11 @@ fn fold(eg: &QdqEGraph, eclass: Id, s: &Subst) -> Result<(Vec<i64>, Vec<f32>), S
     if let Some(reason) = constant_sensitive_reader(eg, eclass, var(s, "?t")) {
         return Err(reason);
     }
-    let values = (0..codes.len())
-        .map(|i| {
-            let p = layout.param_index(&wc.dims, &scc.dims, i);
-            dequantize(codes[i], f32::from_bits(scales[p]), zero_points[p])
-        })
-        .collect();
-    Ok((wc.dims.clone(), values))
+    let (values, verdict) = fold::dequantize_table(code, codes, |i| {
+        let p = layout.param_index(&wc.dims, &scc.dims, i);
+        (f32::from_bits(scales[p]), zero_points[p])
+    });
+    Ok((wc.dims.clone(), values, verdict))
 }
 
 impl Applier<Term, QdqAnalysis> for FoldWeights {
@@ -95,25 +95,14 @@ impl Applier<Term, QdqAnalysis> for FoldWeights {
         if self.log.decided(NAME, &group.output) {
             return vec![];
         }
-        let folded = fold(eg, eclass, s);
+        let folded = folded_table(eg, eclass, s);
         let verdict = match &folded {
-            Ok((_, values)) => Verdict::Exact {
-                proof: Certificate {
-                    method: Method::P4Lemma("constant folding with the reference DequantizeLinear".into()),
-                    domain: values.len() as u64,
-                    micros: 0,
-                    detail: format!(
-                        "{} elements computed as fl(f32(q − zp) · s), ORT's DequantizeLinear arithmetic; {} bytes of f32",
-                        values.len(),
-                        4 * values.len()
-                    ),
-                },
-            },
+            Ok((_, _, verdict)) => verdict.clone(),
             Err(reason) => Verdict::Unknown { reason: reason.clone() },
         };
         let (fired, verdicts) = decide(&self.options, |_| verdict.clone());
         group.log(&self.log, NAME, "initializer (f32)", fired, verdicts);
-        let (true, Ok((dims, values))) = (fired, folded) else { return vec![] };
+        let (true, Ok((dims, values, _))) = (fired, folded) else { return vec![] };
         // The initializer takes the DQ output's name, so every reader (subgraphs included) sees it.
         let table = f32_constant(eg, &values, dims, &group.output);
         eg.union(eclass, table);

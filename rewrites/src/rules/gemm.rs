@@ -340,33 +340,22 @@ fn synthesized(synthesis: Synthesis, model: &[(Isa, Verdict)]) -> Vec<(Isa, Verd
         .map(|(isa, mut proof)| {
             let own = model.iter().find(|(i, _)| *i == isa).map_or(String::new(), |(_, v)| summary(v));
             proof.detail = format!("{}; the model's own scales: {own}", proof.detail);
-            (isa, Verdict::Exact { proof })
+            (isa, Verdict::from(proof))
         })
         .collect()
 }
 
 fn summary(v: &Verdict) -> String {
-    match v {
-        Verdict::Exact { .. } => "exact".into(),
-        Verdict::Refuted { counterexample, .. } => format!("refuted ({counterexample})"),
-        Verdict::Unknown { reason } => format!("unknown ({reason})"),
+    match (v.counterexample(), v.reason()) {
+        (Some(counterexample), _) => format!("refuted ({counterexample})"),
+        (_, Some(reason)) => format!("unknown ({reason})"),
+        _ => v.word().into(),
     }
 }
 
 /// A verdict of the uint8-weight form, with what the int8-weight form gave on that ISA.
 fn with_int8_form(v: Verdict, s8: &Verdict) -> Verdict {
-    let note = format!("uint8 weights (codes + 128, zero points + 128); the int8 weights: {}", summary(s8));
-    match v {
-        Verdict::Exact { mut proof } => {
-            proof.detail = format!("{}; {note}", proof.detail);
-            Verdict::Exact { proof }
-        }
-        Verdict::Refuted { counterexample, mut proof } => {
-            proof.detail = format!("{}; {note}", proof.detail);
-            Verdict::Refuted { counterexample, proof }
-        }
-        Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{reason}; {note}") },
-    }
+    v.annotated(&format!("uint8 weights (codes + 128, zero points + 128); the int8 weights: {}", summary(s8)))
 }
 
 /// Created constants for the uint8-weight form: the weights `w + 128` in the authored weight's
@@ -390,14 +379,7 @@ fn shifted_weights(eg: &mut QdqEGraph, s: &Subst, g: &GemmGroup, output: &str) -
 
 /// A refused `real` group's verdict, with why synthesis found no parameters either.
 fn with_synthesis_refusal(v: Verdict, why: &str) -> Verdict {
-    match v {
-        Verdict::Refuted { counterexample, mut proof } => {
-            proof.detail = format!("{}; real-contract synthesis: {why}", proof.detail);
-            Verdict::Refuted { counterexample, proof }
-        }
-        Verdict::Unknown { reason } => Verdict::Unknown { reason: format!("{reason}; real-contract synthesis: {why}") },
-        exact => exact,
-    }
+    if v.is_exact() { v } else { v.annotated(&format!("real-contract synthesis: {why}")) }
 }
 
 impl Applier<Term, QdqAnalysis> for Fusion {

@@ -1,7 +1,8 @@
 //! A chain of elementwise IEEE ops between a DequantizeLinear and a QuantizeLinear over 8-bit
 //! codes becomes a lookup table: `Gather(table, Cast(codes → int32))` (contract §5.5).
 //!
-//! Obligation: by construction — the table holds the reference evaluation of every code (under
+//! Obligation ([`qdqc_exact::lookup`], which builds the table and checks it): by construction —
+//! the table holds the reference evaluation of every code (under
 //! `exact` the same correctly rounded f32 operations every conforming runtime performs; under
 //! `real` exact rational arithmetic, which Div and Sqrt do not have) — and checked by P1 against
 //! the chain. Only ops whose f32 result is one correct rounding qualify (Relu, Neg, Abs,
@@ -14,10 +15,9 @@
 use super::group::{Group, decide, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
-use qdqc_exact::num::Dyadic;
-use qdqc_exact::p1::exhaustive;
-use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize, quantize_real};
-use qdqc_exact::{Contract, QParam, Verdict};
+use qdqc_exact::lookup::{Step, prove, table};
+use qdqc_exact::reference::CodeType;
+use qdqc_exact::{QParam, Verdict};
 use qdqc_lang::analysis::{Constant, QdqEGraph, TagFacts, ValueFacts};
 use qdqc_lang::attr::Attribute;
 use qdqc_lang::onnx::DataType;
@@ -28,77 +28,6 @@ const RULE: &str = "lookup-table";
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     let pattern: egg::Pattern<Term> = "(q ?tq ?e ?s ?z)".parse().expect("valid pattern");
     vec![Rewrite::new(RULE, pattern, Table { options: options.clone(), log: log.clone() }).expect("valid rule")]
-}
-
-/// One step of the chain, applied to an f32.
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Unary(FloatOp),
-    /// The op with a scalar constant; `left` when the constant is the first operand.
-    Scalar {
-        op: FloatOp,
-        c: f32,
-        left: bool,
-    },
-    Clip {
-        lo: f32,
-        hi: f32,
-    },
-}
-
-impl Step {
-    fn apply(self, x: f32) -> f32 {
-        use FloatOp::*;
-        match self {
-            Step::Unary(Relu) => x.max(0.0),
-            Step::Unary(Neg) => -x,
-            Step::Unary(Abs) => x.abs(),
-            Step::Unary(Sqrt) => x.sqrt(),
-            Step::Unary(op) => unreachable!("{op:?} is not a chain step"),
-            Step::Scalar { op, c, left } => {
-                let (a, b) = if left { (c, x) } else { (x, c) };
-                match op {
-                    Add => a + b,
-                    Sub => a - b,
-                    Mul => a * b,
-                    Div => a / b,
-                    Max => a.max(b),
-                    Min => a.min(b),
-                    _ => unreachable!("{op:?} is not a chain step"),
-                }
-            }
-            Step::Clip { lo, hi } => x.max(lo).min(hi),
-        }
-    }
-}
-
-impl Step {
-    /// The step in exact arithmetic (the `real` contract); `None` where the result is not a
-    /// dyadic rational (Div, Sqrt) or leaves i128.
-    fn apply_exact(self, x: Dyadic) -> Option<Dyadic> {
-        use FloatOp::*;
-        let max = |a: Dyadic, b: Dyadic| Some(if a.checked_add(-b)?.mant >= 0 { a } else { b });
-        let min = |a: Dyadic, b: Dyadic| Some(if a.checked_add(-b)?.mant <= 0 { a } else { b });
-        match self {
-            Step::Unary(Relu) => max(x, Dyadic::ZERO),
-            Step::Unary(Neg) => Some(-x),
-            Step::Unary(Abs) => Some(if x.mant < 0 { -x } else { x }),
-            Step::Unary(_) => None,
-            Step::Scalar { op, c, left } => {
-                let c = Dyadic::from_f32(c)?;
-                let (a, b) = if left { (c, x) } else { (x, c) };
-                match op {
-                    Add => a.checked_add(b),
-                    Sub => a.checked_add(-b),
-                    Mul => a.checked_mul(b),
-                    Max => max(a, b),
-                    Min => min(a, b),
-                    _ => None,
-                }
-            }
-            Step::Clip { lo, hi } => min(max(x, Dyadic::from_f32(lo)?)?, Dyadic::from_f32(hi)?),
-        }
-    }
 }
 
 /// The f32 scalar an e-class holds, if it is a one-element f32 constant.
@@ -144,49 +73,6 @@ fn chain(eg: &QdqEGraph, mut class: Id) -> Option<(Vec<Step>, [Id; 4], Vec<Id>)>
 struct Table {
     options: RuleOptions,
     log: Log,
-}
-
-/// The table indexed as ONNX Gather indexes it with the codes cast to int32: codes 0..=255 for
-/// uint8; for int8, non-negative codes first, negative ones from the end (Gather's negative
-/// indices count from the end).
-fn table(x: QParam, y: QParam, steps: &[Step], contract: Contract) -> Result<Vec<i64>, String> {
-    let eval = |c: i64| reference(x, y, steps, contract, c);
-    (0..256).map(|i| eval(if x.code == CodeType::I8 && i >= 128 { i - 256 } else { i })).collect()
-}
-
-/// `Q(chain(DQ(c)))` under the contract: f32 operations for `exact`, exact rationals for `real`.
-fn reference(x: QParam, y: QParam, steps: &[Step], contract: Contract, c: i64) -> Result<i64, String> {
-    match contract {
-        Contract::Exact => {
-            let v = steps.iter().fold(dequantize(c, x.scale, x.zero_point), |v, s| s.apply(v));
-            if !v.is_finite() {
-                return Err(format!("code {c} gives {v} (runtimes quantize it differently)"));
-            }
-            Ok(quantize(v, y.scale, y.zero_point, y.code))
-        }
-        Contract::Real => {
-            let v = steps
-                .iter()
-                .try_fold(dequantize_real(c, x.scale, x.zero_point).ok_or("scale is not finite")?, |v, s| s.apply_exact(v))
-                .ok_or("a step (Div, Sqrt) has no exact rational value")?;
-            quantize_real(v, y.scale, y.zero_point, y.code).ok_or_else(|| "the output scale is not finite and non-zero".to_string())
-        }
-    }
-}
-
-fn prove(x: QParam, y: QParam, steps: &[Step], contract: Contract) -> Verdict {
-    let t = match table(x, y, steps, contract) {
-        Ok(t) => t,
-        Err(reason) => return Verdict::Unknown { reason },
-    };
-    let index = |c: i64| c.rem_euclid(256) as usize;
-    exhaustive(
-        &[x.domain("q")],
-        "Gather(table, q) against Q(chain(DQ(q))) for every code",
-        |c| reference(x, y, steps, contract, c[0]).unwrap_or(i64::MIN),
-        |c| t[index(c[0])],
-        |_| None,
-    )
 }
 
 /// A created value (an intermediate, or a constant when `bytes` is set).

@@ -20,7 +20,6 @@ mod nbits;
 mod pool;
 mod u8_weights;
 
-pub use drop::prove as on_codes;
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
 pub use memo::{Memo, MemoCounts};
 

@@ -280,11 +280,10 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         };
         let packed = nbits::pack(&w);
         let check = nbits::check(&w, &packed);
-        if !check.is_exact() {
+        let Some(proof) = check.certificate().cloned() else {
             group.log(&self.log, self.name, FUSED_OP, false, self.options.target.profiles().iter().map(|&i| (i, check.clone())).collect());
             return vec![];
-        }
-        let Verdict::Exact { proof } = check else { unreachable!("checked above") };
+        };
         let lossy = self.lossy(eg, s, &w, &packed, proof);
         group.log_lossy(&self.log, self.name, FUSED_OP, true, Vec::new(), Some(lossy));
         let inputs = self.inputs(eg, s, &w, &packed);

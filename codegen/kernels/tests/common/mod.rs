@@ -46,6 +46,22 @@ impl Rng {
     pub fn i8s(&mut self, len: usize) -> Vec<i8> {
         (0..len).map(|_| self.next() as i8).collect()
     }
+
+    /// A uniform f32 in [lo, hi).
+    pub fn f32_in(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+
+    /// `len` uniform f32 in [lo, hi).
+    pub fn f32s(&mut self, len: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..len).map(|_| self.f32_in(lo, hi)).collect()
+    }
+
+    /// `len` values `c·2^exp` with integer codes c in [−range, range]: products and short sums of
+    /// them are exact in f32, so every evaluation order gives the same bits (P2-exact data).
+    pub fn pow2s(&mut self, len: usize, range: i64, exp: i32) -> Vec<f32> {
+        (0..len).map(|_| (self.below(2 * range as u64 + 1) as i64 - range) as f32 * 2f32.powi(exp)).collect()
+    }
 }
 
 /// `Σ_k (a[m][k] − za)(b[k][n] − zb[n])` in i64, b row-major `[K][N]`.
