@@ -87,7 +87,15 @@ fn compare(model: &Path, harness: &Path, dir: &Path, seed: u64) -> Vec<Row> {
 #[test]
 fn pow2_models_are_byte_identical_to_onnx_runtime() {
     // `_batch_n`: the batch dim is symbolic ('N'); ort_run.py feeds batch 2.
-    for name in ["cnn_residual_u8u8_pt_pow2", "cnn_residual_u8s8_pc_asym_pow2", "cnn_residual_s8s8_pc_pow2", "cnn_residual_u8u8_pt_pow2_batch_n"] {
+    for name in [
+        "cnn_residual_u8u8_pt_pow2",
+        "cnn_residual_u8s8_pc_asym_pow2",
+        "cnn_residual_s8s8_pc_pow2",
+        "cnn_residual_u8u8_pt_pow2_batch_n",
+        "dwsep_net_u8u8_pt_pow2",
+        "dwsep_net_u8s8_pc_asym_pow2",
+        "dwsep_net_s8s8_pc_pow2",
+    ] {
         let dir = work(name);
         let out = dir.join("crate");
         generate(&model(name), &out);
@@ -178,12 +186,12 @@ fn generation_is_deterministic_and_snapshotted() {
 fn unsupported_ops_are_refused_before_anything_is_written() {
     let dir = work("unsupported");
     let out = dir.join("crate");
-    let m = repo().join("tests/rust_target/models/dwsep_net_u8s8_pc_asym_pow2.onnx");
+    let m = repo().join("tests/rust_target/models/lstm_net_u8s8_pc_asym_pow2.onnx");
     let o = qdqc(&["compile".as_ref(), m.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("node 'a1_hardsigmoid' (HardSigmoid)") && err.contains("not supported by the Rust target"), "{err}");
+    assert!(err.contains("node 'lstm' (LSTM)") && err.contains("not supported by the Rust target"), "{err}");
     assert!(!out.exists() && std::fs::read_dir(&dir).unwrap().count() == 0, "something was written");
     // An existing folder that is not a generated crate is never replaced.
     let mine = dir.join("mine");

@@ -334,59 +334,130 @@ impl Emitter<'_, '_> {
                 format!("{pre}        codes::movement::concat(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
             }
             Kind::Reshape => format!("y.copy_from_slice({});", self.slice(x0)?),
-            Kind::FloatBinary { op: sym } => format!(
-                "broadcast_f32({}, &{}, {}, &{}, &{}, &mut y, |a, b| a {sym} b);",
-                self.slice(&op.inputs[0])?,
-                self.shape(&op.inputs[0])?,
-                self.slice(&op.inputs[1])?,
-                self.shape(&op.inputs[1])?,
-                self.shape(&op.output)?
-            ),
-            Kind::Relu => format!("for (v, &a) in y.iter_mut().zip({}) {{\n            *v = a.max(0.0);\n        }}", self.slice(x0)?),
+            Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
+                let target = match (scales, sizes) {
+                    (Some(s), _) => format!("codes::movement::ResizeTarget::Scales(&{})", f32_list(s)),
+                    (None, Some(z)) => format!("codes::movement::ResizeTarget::Sizes(&{})", list(z)),
+                    (None, None) => return Err("Resize needs scales or sizes".into()),
+                };
+                format!(
+                    "codes::movement::resize_nearest::<{yt}>({}, &{}, {target}, codes::movement::CoordinateTransform::{transform}, codes::movement::NearestMode::{nearest}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?
+                )
+            }
+            Kind::Resize { linear: true, transform, scales, .. } => {
+                let scales = match scales {
+                    Some(s) => f32_list(s),
+                    None => {
+                        // Sizes: ONNX Runtime's scales are output/input in f32.
+                        let (i, o) = (self.p.values.shape(x0)?, self.p.values.shape(&op.output)?);
+                        let v: Vec<String> = i.iter().zip(&o).map(|(a, b)| format!("({} as f32 / {} as f32)", self.dim(b), self.dim(a))).collect();
+                        format!("[{}]", v.join(", "))
+                    }
+                };
+                format!(
+                    "float::resize::resize_linear({}, &{}, &{}, &{scales}, float::resize::Coordinates::{transform}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    self.shape(&op.output)?
+                )
+            }
+            Kind::FloatBinary { op: sym } => {
+                let f = match sym {
+                    '+' => "Add",
+                    '-' => "Sub",
+                    '*' => "Mul",
+                    _ => "Div",
+                };
+                format!(
+                    "float::elementwise::binary(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(&op.inputs[0])?,
+                    self.shape(&op.inputs[0])?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
+            Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?),
             Kind::FloatConv { groups, window } => {
                 let bias = match op.inputs.get(2) {
                     Some(b) => format!("Some({})", self.slice(b)?),
                     None => "None".into(),
                 };
-                format!(
-                    "conv_f32({}, &{}, {}, &{}, {bias}, {groups}, &{}, &{}, &{}, &mut y, &{});",
-                    self.slice(x0)?,
-                    self.shape(x0)?,
-                    self.slice(&op.inputs[1])?,
-                    self.shape(&op.inputs[1])?,
+                let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
+                let (Some(Extent::Fixed(cin)), Some(Extent::Fixed(cout))) = (xs.get(1), ws.first()) else {
+                    return Err("Conv needs fixed channel counts".into());
+                };
+                let rank = window.kernel.len();
+                let params = format!(
+                    "ConvParams {{ in_channels: {cin}, out_channels: {cout}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
+                    list(&window.kernel),
                     list(&window.strides),
-                    list(&window.pads),
                     list(&window.dilations),
-                    self.shape(&op.output)?
+                    list(&window.pads[..rank]),
+                    list(&window.pads[rank..])
+                );
+                let field = format!("n{i}_params");
+                self.fields.push((field.clone(), "ConvParams".into(), params));
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let batch = self.dim(&xs[0]);
+                format!(
+                    "float::conv::conv(self.k, &self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    spatial.join(", "),
+                    self.slice(&op.inputs[1])?
                 )
             }
-            Kind::FloatGemm { trans_b } => {
-                let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.slice(b)?),
+            Kind::FloatGemm { alpha, beta, trans_a, trans_b } => {
+                let c = match op.inputs.get(2) {
+                    Some(c) => format!("Some(({}, &{}[..]))", self.slice(c)?, self.shape(c)?),
                     None => "None".into(),
                 };
                 let (a, b) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
-                let (Some(k), Some(n)) = (a.get(1).cloned(), b.get(if *trans_b { 0 } else { 1 }).cloned()) else {
+                if a.len() != 2 || b.len() != 2 {
                     return Err("Gemm operands of rank other than 2".into());
-                };
-                let (k, n) = (self.dim(&k), self.dim(&n));
-                let m = self.dim(&a[0]);
-                format!("gemm_f32({}, {m}, {k}, {}, {n}, {trans_b}, {bias}, &mut y);", self.slice(x0)?, self.slice(&op.inputs[1])?)
-            }
-            Kind::FloatAveragePool { window, count_include_pad } => {
-                let field = format!("n{i}_pool");
-                self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));
+                }
+                let (a0, a1, b0, b1) = (self.dim(&a[0]), self.dim(&a[1]), self.dim(&b[0]), self.dim(&b[1]));
                 format!(
-                    "average_pool_f32({}, &{}, &self.{field}, {count_include_pad}, &mut y, &{});",
+                    "float::gemm::gemm(self.k, &float::gemm::GemmParams {{ alpha: f32::from_bits({alpha:#010x}), beta: f32::from_bits({beta:#010x}), trans_a: {trans_a}, trans_b: {trans_b} }}, {}, [{a0}, {a1}], {}, [{b0}, {b1}], {c}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
-                    self.shape(x0)?,
-                    self.shape(&op.output)?
+                    self.slice(&op.inputs[1])?
+                )
+            }
+            Kind::FloatPool { max, window, count_include_pad } => {
+                let rank = window.kernel.len();
+                let field = format!("n{i}_fpool");
+                let params = format!(
+                    "float::pool::PoolParams {{ kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{}, ceil_mode: {}, count_include_pad: {count_include_pad} }}",
+                    list(&window.kernel),
+                    list(&window.strides),
+                    list(&window.dilations),
+                    list(&window.pads[..rank]),
+                    list(&window.pads[rank..]),
+                    window.ceil_mode
+                );
+                self.fields.push((field.clone(), "float::pool::PoolParams".into(), params));
+                let xs = self.p.values.shape(x0)?;
+                let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let kind = if *max { "Max" } else { "Average" };
+                format!(
+                    "float::pool::pool(float::pool::PoolKind::{kind}, &self.{field}, {}, {}, &[{}], &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    planes.join(" * "),
+                    spatial.join(", ")
                 )
             }
             Kind::FloatGlobalAveragePool => {
-                let s = self.p.values.shape(x0)?;
-                let plane: Vec<String> = s[2..].iter().map(|e| self.dim(e)).collect();
-                format!("global_average_pool_f32({}, {}, &mut y);", self.slice(x0)?, plane.join(" * "))
+                let xs = self.p.values.shape(x0)?;
+                let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
+                let plane: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                format!(
+                    "float::pool::global_pool(float::pool::PoolKind::Average, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    planes.join(" * "),
+                    plane.join(" * ")
+                )
             }
         };
         let (e, s) = self.p.plan.slot[&op.output];
@@ -446,7 +517,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "/// Support code shared by every generated crate.\npub mod runtime;\n").unwrap();
     writeln!(w, "pub use runtime::{{DType, Dim, Error, Tensor, Value}};").unwrap();
     writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::codes::{{self, QCode, binary::{{Binary, BinaryOp}}, pool::PoolParams}};").unwrap();
-    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::{{Kernels, Layout, PackedB, conv::{{ConvParams, PackedConv}}, requant::Code}};").unwrap();
+    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::{{Kernels, Layout, PackedB, conv::{{ConvParams, PackedConv}}, float, requant::Code}};").unwrap();
     writeln!(w, "#[allow(unused_imports)]\nuse runtime::*;\n").unwrap();
     writeln!(w, "/// 64-byte alignment for the embedded weights.\n#[repr(C, align(64))]\nstruct Aligned<T: ?Sized>(T);\n").unwrap();
     writeln!(w, "static BLOB: &Aligned<[u8]> = &Aligned(*include_bytes!(\"weights.bin\"));\n").unwrap();

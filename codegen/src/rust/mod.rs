@@ -22,8 +22,9 @@
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
+//! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
-//! | f32 Add, Sub, Mul, Div (broadcasting), Relu; Conv (2-D), Gemm, AveragePool (2-D), GlobalAveragePool | `runtime.rs`: one IEEE operation per element; sums in ascending index order, bias last (the kernel crate's `float::` will replace these) |
+//! | f32 Add, Sub, Mul, Div (broadcasting), Relu, HardSigmoid; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA) |
 //!
 //! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
 //! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,

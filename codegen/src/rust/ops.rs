@@ -61,16 +61,19 @@ pub enum Kind {
     Concat { axis: usize, requant: Vec<Option<(Q, Q)>> },
     /// Flatten, Reshape, Squeeze, Unsqueeze: the same elements, another shape.
     Reshape,
+    /// Resize: nearest (codes or f32) or linear (f32), by constant scales or sizes; the
+    /// coordinate transform and nearest mode as variant names of the kernel crate's enums.
+    Resize { linear: bool, transform: &'static str, nearest: &'static str, scales: Option<Vec<u32>>, sizes: Option<Vec<i64>> },
     /// f32 Add/Sub/Mul/Div with broadcasting: one IEEE operation per element.
     FloatBinary { op: char },
-    /// f32 Relu.
-    Relu,
-    /// f32 Conv (2-D), inputs x, w and an optional bias.
+    /// f32 Relu / HardSigmoid (`float::elementwise::Map`, as Rust text).
+    FloatMap { map: String },
+    /// f32 Conv (1–3-D), inputs x, w and an optional bias.
     FloatConv { groups: usize, window: Window },
-    /// f32 Gemm (alpha = beta = 1, no transA), inputs a, b and an optional c.
-    FloatGemm { trans_b: bool },
-    /// f32 AveragePool (2-D).
-    FloatAveragePool { window: Window, count_include_pad: bool },
+    /// f32 Gemm, inputs a, b and an optional c.
+    FloatGemm { alpha: u32, beta: u32, trans_a: bool, trans_b: bool },
+    /// f32 AveragePool / MaxPool.
+    FloatPool { max: bool, window: Window, count_include_pad: bool },
     /// f32 GlobalAveragePool.
     FloatGlobalAveragePool,
 }
@@ -145,6 +148,22 @@ impl Node<'_, '_> {
             None => Ok(default),
             Some(AttrValue::Int(v)) => Ok(*v),
             Some(_) => Err(format!("attribute {name} is not an int")),
+        }
+    }
+
+    fn string(&self, name: &str, default: &str) -> Result<String, String> {
+        match self.attr(name) {
+            None => Ok(default.to_string()),
+            Some(AttrValue::Str(v)) => Ok(v.clone()),
+            Some(_) => Err(format!("attribute {name} is not a string")),
+        }
+    }
+
+    fn float(&self, name: &str, default: f32) -> Result<f32, String> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(AttrValue::Float(v)) => Ok(*v),
+            Some(_) => Err(format!("attribute {name} is not a float")),
         }
     }
 
@@ -307,7 +326,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let (y, elem) = n.q(3, 4)?;
             (Kind::GlobalAveragePool { x, y }, vec![tensor(0)?], elem)
         }
-        "MaxPool" => {
+        "MaxPool" if !float_input(n, 0)? => {
             n.only(&["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "storage_order"])?;
             let kernel = n.ints("kernel_shape")?.ok_or("kernel_shape missing")?;
             let window = n.window(kernel.len(), kernel)?;
@@ -351,44 +370,77 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             };
             (Kind::FloatBinary { op }, vec![tensor(0)?, tensor(1)?], Elem::F32)
         }
-        "Relu" if float_input(n, 0)? => (Kind::Relu, vec![tensor(0)?], Elem::F32),
+        "Relu" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatMap { map: "Map::Relu".into() }, vec![tensor(0)?], Elem::F32)
+        }
+        "HardSigmoid" if float_input(n, 0)? => {
+            n.only(&["alpha", "beta"])?;
+            let (alpha, beta) = (n.float("alpha", 0.2)?, n.float("beta", 0.5)?);
+            let map = format!("Map::HardSigmoid {{ alpha: f32::from_bits({:#010x}), beta: f32::from_bits({:#010x}) }}", alpha.to_bits(), beta.to_bits());
+            (Kind::FloatMap { map }, vec![tensor(0)?], Elem::F32)
+        }
         "Conv" if float_input(n, 0)? => {
             n.only(&["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"])?;
             let ws = n.values.shape(n.input(1)?)?;
-            if ws.len() != 4 {
-                return Err("float Conv other than 2-D is not supported by the Rust target".into());
-            }
-            let kernel = ws[2..]
+            let kernel = ws
+                .get(2..)
+                .unwrap_or_default()
                 .iter()
                 .map(|e| if let super::values::Extent::Fixed(v) = e { Ok(*v) } else { Err("symbolic kernel".to_string()) })
                 .collect::<Result<Vec<_>, _>>()?;
-            let window = n.window(2, kernel)?;
+            let window = n.window(kernel.len(), kernel)?;
             let mut inputs = vec![tensor(0)?, tensor(1)?];
             inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
             (Kind::FloatConv { groups: n.int("group", 1)? as usize, window }, inputs, Elem::F32)
         }
         "Gemm" if float_input(n, 0)? => {
             n.only(&["transA", "transB", "alpha", "beta"])?;
-            if n.int("transA", 0)? != 0
-                || !matches!(n.attr("alpha"), None | Some(AttrValue::Float(1.0)))
-                || !matches!(n.attr("beta"), None | Some(AttrValue::Float(1.0)))
-            {
-                return Err("float Gemm with transA, alpha ≠ 1 or beta ≠ 1 is not supported by the Rust target".into());
-            }
             let mut inputs = vec![tensor(0)?, tensor(1)?];
             inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
-            (Kind::FloatGemm { trans_b: n.int("transB", 0)? != 0 }, inputs, Elem::F32)
+            let kind = Kind::FloatGemm {
+                alpha: n.float("alpha", 1.0)?.to_bits(),
+                beta: n.float("beta", 1.0)?.to_bits(),
+                trans_a: n.int("transA", 0)? != 0,
+                trans_b: n.int("transB", 0)? != 0,
+            };
+            (kind, inputs, Elem::F32)
         }
-        "AveragePool" if float_input(n, 0)? => {
-            n.only(&["auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides", "dilations"])?;
+        "AveragePool" | "MaxPool" if float_input(n, 0)? => {
+            n.only(&["auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides", "dilations", "storage_order"])?;
             let kernel = n.ints("kernel_shape")?.ok_or("kernel_shape missing")?;
-            if kernel.len() != 2 {
-                return Err("float AveragePool other than 2-D is not supported by the Rust target".into());
-            }
-            let window = n.window(2, kernel)?;
-            (Kind::FloatAveragePool { window, count_include_pad: n.int("count_include_pad", 0)? != 0 }, vec![tensor(0)?], Elem::F32)
+            let window = n.window(kernel.len(), kernel)?;
+            let kind = Kind::FloatPool { max: n.op_type == "MaxPool", window, count_include_pad: n.int("count_include_pad", 0)? != 0 };
+            (kind, vec![tensor(0)?], Elem::F32)
         }
         "GlobalAveragePool" if float_input(n, 0)? => (Kind::FloatGlobalAveragePool, vec![tensor(0)?], Elem::F32),
+        "Resize" => {
+            n.only(&["mode", "coordinate_transformation_mode", "nearest_mode"])?;
+            let mode = n.string("mode", "nearest")?;
+            let linear = match mode.as_str() {
+                "nearest" => false,
+                "linear" if float_input(n, 0)? => true,
+                other => return Err(format!("Resize mode {other} on this element type is not supported by the Rust target")),
+            };
+            let transform = match n.string("coordinate_transformation_mode", "half_pixel")?.as_str() {
+                "half_pixel" => "HalfPixel",
+                "asymmetric" => "Asymmetric",
+                "align_corners" => "AlignCorners",
+                "pytorch_half_pixel" => "PytorchHalfPixel",
+                other => return Err(format!("Resize coordinate_transformation_mode {other} is not supported by the Rust target")),
+            };
+            let nearest = match n.string("nearest_mode", "round_prefer_floor")?.as_str() {
+                "round_prefer_floor" => "RoundPreferFloor",
+                "round_prefer_ceil" => "RoundPreferCeil",
+                "floor" => "Floor",
+                "ceil" => "Ceil",
+                other => return Err(format!("Resize nearest_mode {other} is not supported by the Rust target")),
+            };
+            let scales = if n.inputs.get(2).is_some_and(|s| !s.is_empty()) { Some(n.constant(2)?.f32_bits).filter(|v| !v.is_empty()) } else { None };
+            let sizes = if scales.is_none() { Some(n.constant(3)?.ints) } else { None };
+            let elem = elem_of(n, 0)?;
+            (Kind::Resize { linear, transform, nearest, scales, sizes }, vec![tensor(0)?], elem)
+        }
         other => return Err(format!("operator {other} is not supported by the Rust target")),
     };
     Ok(Op { node: n.name.to_string(), kind, inputs, output, elem })
