@@ -1,10 +1,10 @@
 //! `qdqc compile --target rust`: the generated crate builds (offline, no warnings: `-D warnings`),
 //! its harness runs on seeded inputs, and its outputs and every quantized intermediate are compared
 //! with ONNX Runtime 1.31.1 under ORT_DISABLE_ALL on the original model
-//! (`tests/rust_target/ort_run.py`, run by the oracle venv: `$QDQC_PYTHON`, default
+//! (`tests/rust_codegen/ort_run.py`, run by the oracle venv: `$QDQC_PYTHON`, default
 //! `<repo>/target/venv/bin/python`, made by `bash tests/oracle/setup.sh`). On the pow2 models every
 //! tensor must be byte-identical; on the quantize_static example the deviations are printed.
-//! Generated crates share one `CARGO_TARGET_DIR` (`target/rust-target-build`), so reruns are fast.
+//! Generated crates share one `CARGO_TARGET_DIR` (`target/rust-codegen-build`), so reruns are fast.
 
 mod common;
 
@@ -17,9 +17,9 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A fresh folder for one test under `target/rust-target-tests`.
+/// A fresh folder for one test under `target/rust-codegen-tests`.
 fn work(name: &str) -> PathBuf {
-    let dir = repo().join("target/rust-target-tests").join(name);
+    let dir = repo().join("target/rust-codegen-tests").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -27,7 +27,7 @@ fn work(name: &str) -> PathBuf {
 
 fn model(name: &str) -> PathBuf {
     let shipped = repo().join("examples/models").join(format!("{name}.onnx"));
-    if shipped.exists() { shipped } else { repo().join("tests/rust_target/models").join(format!("{name}.onnx")) }
+    if shipped.exists() { shipped } else { repo().join("tests/rust_codegen/models").join(format!("{name}.onnx")) }
 }
 
 fn qdqc(args: &[&std::ffi::OsStr]) -> std::process::Output {
@@ -42,7 +42,7 @@ fn generate(model: &Path, out: &Path) {
 
 /// Builds the generated crate (warnings are errors); returns the harness and the build time.
 fn build(dir: &Path) -> (PathBuf, Duration) {
-    let target = repo().join("target/rust-target-build");
+    let target = repo().join("target/rust-codegen-build");
     let start = Instant::now();
     let o = Command::new(env!("CARGO"))
         .args(["build", "--offline", "--quiet"])
@@ -58,7 +58,7 @@ fn build(dir: &Path) -> (PathBuf, Duration) {
 }
 
 fn python(args: &[&std::ffi::OsStr]) -> String {
-    let o = Command::new(common::oracle_python()).arg(repo().join("tests/rust_target/ort_run.py")).args(args).output().unwrap();
+    let o = Command::new(common::oracle_python()).arg(repo().join("tests/rust_codegen/ort_run.py")).args(args).output().unwrap();
     assert!(o.status.success(), "ort_run.py failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
 }
@@ -179,14 +179,14 @@ fn generation_is_deterministic_and_snapshotted() {
     assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
     let lib = std::fs::read_to_string(a.join("src/lib.rs")).unwrap();
     assert!(!lib.contains("unsafe {") && lib.contains("#![forbid(unsafe_code)]"));
-    insta::assert_snapshot!("rust_target_cnn_residual_u8u8_pt_pow2_lib", lib);
+    insta::assert_snapshot!("rust_codegen_cnn_residual_u8u8_pt_pow2_lib", lib);
 }
 
 #[test]
 fn unsupported_ops_are_refused_before_anything_is_written() {
     let dir = work("unsupported");
     let out = dir.join("crate");
-    let m = repo().join("tests/rust_target/models/lstm_net_u8s8_pc_asym_pow2.onnx");
+    let m = repo().join("tests/rust_codegen/models/lstm_net_u8s8_pc_asym_pow2.onnx");
     let o = qdqc(&["compile".as_ref(), m.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");

@@ -1,4 +1,4 @@
-"""ONNX Runtime's side of tests/rust_target.rs.
+"""ONNX Runtime's side of tests/rust_codegen.rs.
 
     ort_run.py MODEL SEED INPUTS.npz ORT.npz      seeded inputs (uniform in [-1, 1) for float,
                                                   full code range for u8/i8) and ORT_DISABLE_ALL's
