@@ -36,7 +36,13 @@ fn qdqc(args: &[&std::ffi::OsStr]) -> std::process::Output {
 
 /// `qdqc compile MODEL --target rust -o OUT`, which must succeed.
 fn generate(model: &Path, out: &Path) {
-    let o = qdqc(&["compile".as_ref(), model.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()]);
+    generate_with(model, out, &[]);
+}
+
+fn generate_with(model: &Path, out: &Path, extra: &[&str]) {
+    let mut args = vec!["compile".as_ref(), model.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let o = qdqc(&args);
     assert!(o.status.success(), "qdqc failed on {}: {}", model.display(), String::from_utf8_lossy(&o.stderr));
 }
 
@@ -127,12 +133,19 @@ fn pow2_models_are_byte_identical_to_onnx_runtime() {
     }
 }
 
+/// The example as compiled (`exact`) and unfused (`--no-fuse`: every op float, on the kernel
+/// crate's float kernels).
 #[test]
 fn quantize_static_example_against_onnx_runtime() {
+    quantize_static_example("cnn_residual_qdq", &[]);
+    quantize_static_example("cnn_residual_qdq_no_fuse", &["--no-fuse"]);
+}
+
+fn quantize_static_example(label: &str, extra: &[&str]) {
     let name = "cnn_residual_qdq";
-    let dir = work(name);
+    let dir = work(label);
     let out = dir.join("crate");
-    generate(&model(name), &out);
+    generate_with(&model(name), &out, extra);
     let (harness, took) = build(&out);
     let mut worst: std::collections::BTreeMap<String, (u64, u64, f64)> = Default::default();
     for seed in 0..8 {
@@ -142,11 +155,11 @@ fn quantize_static_example_against_onnx_runtime() {
         }
     }
     for (tensor, (n, same, dev)) in &worst {
-        println!("{name}: {tensor}: {same}/{n} identical, max deviation {dev}");
+        println!("{label}: {tensor}: {same}/{n} identical, max deviation {dev}");
         // Float convolutions sum in another order than ONNX Runtime's: at most one code apart.
         assert!(*dev <= 1.0 || tensor == "logits", "{tensor}: deviation {dev}");
     }
-    println!("{name}: crate built in {:.1} s", took.as_secs_f64());
+    println!("{label}: crate built in {:.1} s", took.as_secs_f64());
 }
 
 #[test]

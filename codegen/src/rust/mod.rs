@@ -20,7 +20,7 @@
 //! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant_certified` per element; i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
-//! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat | `codes::movement::concat` |
+//! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |

@@ -351,7 +351,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
         }
         "Concat" => {
             n.only(&["axis"])?;
-            let elem = code_input(n, 0)?;
+            let elem = elem_of(n, 0)?;
             let inputs: Vec<String> = n.inputs.iter().filter(|s| !s.is_empty()).cloned().collect();
             let axis = axis(n.int("axis", 0)?, n.rank(0)?)?;
             (Kind::Concat { axis, requant: vec![None; inputs.len()] }, inputs, elem)
