@@ -2,7 +2,7 @@
 //! proofs), then its lowered form generated as a Rust crate (`qdqc_codegen::rust`) and written as
 //! one transaction: every file into a temporary folder beside OUT_DIR, renamed into place at the
 //! end (a previous generated crate there is replaced only then; any other existing OUT_DIR is
-//! refused). An unsupported op, attribute or element type is a bad-input error naming the node,
+//! refused; a killed run's staging folder is removed by the next run into the same parent). An unsupported op, attribute or element type is a bad-input error naming the node,
 //! before anything is written.
 //!
 //! The generated `Cargo.toml` finds the kernel crate by a path relative to OUT_DIR: the
@@ -84,10 +84,33 @@ fn relative(to: &Path, from: &Path) -> PathBuf {
     out
 }
 
+/// Removes the staging folders (`.qdqc-<pid>-*.tmp`, `.old`) of runs that died (SIGKILL, or a
+/// signal during the write: the CLI's handler removes staged files, not folders).
+fn remove_stale_folders(dir: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| {
+            let rest = n.strip_prefix(".qdqc-")?;
+            rest.strip_suffix(".tmp").or_else(|| rest.strip_suffix(".old"))?.split_once('-')?.0.parse::<u32>().ok()
+        });
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Writes the crate into a temporary folder beside `out_dir`, then swaps it into place.
 fn write(out_dir: &Path, generated: &Crate) -> Result<()> {
     let parent = qdqc_lang::outputs::folder(out_dir);
     let name = out_dir.file_name().ok_or_else(|| Error::bad_input(out_dir, "not a folder name"))?.to_string_lossy().into_owned();
+    remove_stale_folders(parent);
     let staged = parent.join(format!(".qdqc-{}-{name}.tmp", std::process::id()));
     let old = parent.join(format!(".qdqc-{}-{name}.old", std::process::id()));
     let result = (|| {

@@ -172,6 +172,12 @@ fn generation_is_deterministic_and_snapshotted() {
     for file in ["Cargo.toml", "src/lib.rs", "src/runtime.rs", "src/main.rs", "src/weights.bin"] {
         assert_eq!(std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap(), "{file} differs between two generations");
     }
+    // A killed run's staging folder (a dead pid) is removed by the next run.
+    let dead = Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    let _ = { dead }.wait();
+    let stale = dir.join(format!(".qdqc-{pid}-a.tmp"));
+    std::fs::create_dir_all(stale.join("src")).unwrap();
     // Generating again over a generated crate replaces it (the transaction's swap), with a report.
     let report = dir.join("report.json");
     let o = qdqc(&[
