@@ -24,8 +24,8 @@ pub struct CompileOptions {
     /// The contract every fusion is proven against (contract §2).
     pub contract: Contract,
     /// The target: a fusion fires only if proven on every one of its profiles. ONNX Runtime by
-    /// default; [`Target::Rust`] proves for the Rust kernels, whose output is the lowered form
-    /// ([`Compiled::lowered`]) until the Rust code generator lands.
+    /// default; [`Target::Rust`] proves for the Rust kernels, whose lowered form
+    /// ([`Compiled::lowered`]) `compile_rust` turns into a crate.
     pub target: Target,
     /// Per-region e-graph runner limits (iterations, nodes, time), deterministic by default.
     pub limits: Limits,
@@ -256,9 +256,9 @@ pub fn compile(input: &Path, output: &Path, options: &CompileOptions) -> Result<
 /// (`qdqc_lang::outputs`). Output paths are checked before any work: none may be an input file or
 /// another output (bad input), and every folder must take a new file (I/O error).
 pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Path>, options: &CompileOptions) -> Result<CompileReport> {
-    // Writing a Rust target means writing Rust code; [`compile_model`] gives its lowered form.
+    // The Rust target's fused nodes mean Rust kernels, not ONNX Runtime's: it writes a crate.
     if matches!(options.target, Target::Rust(_)) {
-        return Err(qdqc_lang::Error::bad_input(input, "--target rust: the Rust code generator is not built yet"));
+        return Err(qdqc_lang::Error::bad_input(input, "the Rust target writes a crate (`qdqc::compile_rust`, `--target rust`), not an ONNX model"));
     }
     let model = Model::load(input)?;
     let inputs: Vec<(&str, std::path::PathBuf)> = std::iter::once(("the input model", input.to_path_buf()))
@@ -292,13 +292,13 @@ pub struct Compiled<'m> {
     /// The model the compiled form was lowered from (the input, or its re-signed form), which a
     /// save reads external tensors from.
     pub source: std::borrow::Cow<'m, Model>,
+    /// The backend-neutral lowered form the ONNX model was written from (the Rust backend reads
+    /// it with `source`).
+    pub lowered: qdqc_lower::lowered::LoweredGraph,
     /// The report. Until the model is written (`compile_with_report`), `output` is empty and
     /// `model_bytes`, `model_size.after_bytes` are the in-memory protobuf's size, with no
     /// `external_data`.
     pub report: CompileReport,
-    /// The lowered form the model was emitted from, backend-neutral: what the Rust code
-    /// generator reads (`--target rust`).
-    pub lowered: qdqc_lower::lowered::LoweredGraph,
 }
 
 /// Compiles a loaded model in memory: the library's entry point; [`compile`] and

@@ -1,7 +1,7 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa, OrtTarget};
+use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa, OrtTarget, RustTarget, Target};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,8 +22,12 @@ enum Command {
     /// Compile a QDQ model: lift it into e-graphs, apply proven rewrites, write ONNX.
     Compile {
         input: PathBuf,
+        /// The compiled model (`--target onnx`) or the generated crate's folder (`--target rust`).
         #[arg(short, long)]
         output: PathBuf,
+        /// What to write: an ONNX model, or a Rust crate linking the qdqc-kernels crate.
+        #[arg(long, value_enum, default_value = "onnx")]
+        target: TargetArg,
         /// Lift and extract only: no rewrite runs.
         #[arg(long)]
         no_fuse: bool,
@@ -36,9 +40,10 @@ enum Command {
         /// exact: same bits as the original on the same runtime; real: same bits as exact real arithmetic.
         #[arg(long, value_enum, default_value = "exact")]
         contract: ContractArg,
-        /// A fusion must be proven on every one of these ISA profiles.
-        #[arg(long, value_name = "PROFILE[,PROFILE]|all", default_value = "all", value_parser = parse_target)]
-        ort_isa: OrtTarget,
+        /// `--target onnx`: a fusion must be proven on every one of ONNX Runtime's ISA profiles
+        /// given (default: all). The Rust target's kernels give the same bits on every ISA.
+        #[arg(long, value_name = "PROFILE[,PROFILE]|all", value_parser = parse_target)]
+        ort_isa: Option<OrtTarget>,
         /// Keep int8 activations int8. By default, when every profile is x86, an int8 activation
         /// read only by DequantizeLinear becomes uint8 with its zero point + 128 (bit-identical
         /// values; the form ORT's x86 integer kernels run fast).
@@ -92,6 +97,12 @@ enum Command {
     },
     /// Print the ISA profile whose kernels ONNX Runtime runs on this machine (`--ort-isa host`).
     Host,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TargetArg {
+    Onnx,
+    Rust,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -156,7 +167,21 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Compile { input, output, no_fuse, report, explain, contract, ort_isa, keep_int8_activations, fold_weights, allow, inputs, timings } => {
+        Command::Compile {
+            input,
+            output,
+            target,
+            no_fuse,
+            report,
+            explain,
+            contract,
+            ort_isa,
+            keep_int8_activations,
+            fold_weights,
+            allow,
+            inputs,
+            timings,
+        } => {
             let mut lossy = Allow::default();
             for a in allow {
                 match a {
@@ -167,17 +192,41 @@ fn run(command: Command) -> Result<(), Error> {
             if let Some(path) = inputs {
                 lossy.inputs = qdqc::read_inputs(&path)?;
             }
-            warn_if_not_host(&ort_isa);
+            let target: Target = match (target, ort_isa) {
+                (TargetArg::Rust, Some(_)) => {
+                    return Err(Error::bad_input(&input, "--ort-isa applies to --target onnx; the Rust target gives the same bits on every ISA"));
+                }
+                (TargetArg::Rust, None) => RustTarget::generic().into(),
+                (TargetArg::Onnx, ort) => {
+                    let ort = ort.unwrap_or_default();
+                    warn_if_not_host(&ort);
+                    ort.into()
+                }
+            };
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
-                target: ort_isa.into(),
+                target,
                 resign: !keep_int8_activations,
                 fold_weights,
                 allow: lossy,
                 timings,
                 ..CompileOptions::default()
             };
+            if let Target::Rust(_) = options.target {
+                let result = qdqc::compile_rust(&input, &output, report.as_deref(), &options)?;
+                if explain {
+                    print!("{}", result.explain());
+                }
+                println!(
+                    "qdqc: wrote the Rust crate {} ({} group(s) fused, {} refused); contract {:?}; build it with `cargo build --release` there",
+                    output.display(),
+                    result.fused,
+                    result.decisions.iter().filter(|d| !d.fired).count(),
+                    result.contract
+                );
+                return Ok(());
+            }
             let result = qdqc::compile_with_report(&input, &output, report.as_deref(), &options)?;
             for w in &result.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());

@@ -68,11 +68,21 @@ fn under_exact_the_rust_target_fires_only_proven_groups_and_says_why_the_rest_st
 }
 
 #[test]
-fn the_path_form_refuses_the_rust_target_and_writes_nothing() {
+fn the_onnx_writer_refuses_the_rust_target_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.onnx");
     let err = qdqc::compile(Path::new(MODEL), &out, &rust(Contract::Real)).unwrap_err();
     assert_eq!(err.kind, ErrorKind::BadInput);
-    assert!(err.to_string().contains("--target rust: the Rust code generator is not built yet"), "{err}");
+    assert!(err.to_string().contains("the Rust target writes a crate"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn the_crate_writer_refuses_the_ort_target_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("crate");
+    let err = qdqc::compile_rust(Path::new(MODEL), &out, None, &qdqc::CompileOptions::default()).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::BadInput);
+    assert!(err.to_string().contains("compile_rust needs the Rust target"), "{err}");
     assert!(!out.exists());
 }

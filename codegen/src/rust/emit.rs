@@ -1,0 +1,591 @@
+//! The text of the generated `src/lib.rs`: one `Model` type whose fields hold what `new()` builds
+//! once from the weight blob (packed weights, requantization forms, code tables), and whose
+//! `run_with` executes the ops in order over the planned workspace slots.
+
+use super::blob::Blob;
+use super::ops::{Integer, Kind, Op, Q, Window};
+use super::slots::Plan;
+use super::values::{Elem, Extent, Values};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// A value as the generated code reaches it.
+enum Place {
+    Input(usize),
+    Slot(Elem, usize),
+    Field(String),
+}
+
+pub struct Program<'a, 'm> {
+    pub values: &'a Values<'m>,
+    pub ops: &'a [Op],
+    pub plan: &'a Plan,
+    /// Graph inputs: name, element type, shape.
+    pub inputs: Vec<(String, Elem, Vec<Extent>)>,
+    pub outputs: Vec<String>,
+    pub source: String,
+}
+
+struct Emitter<'a, 'm> {
+    p: &'a Program<'a, 'm>,
+    blob: Blob,
+    /// Field name, type, initializer.
+    fields: Vec<(String, String, String)>,
+    /// Constant tensors read at run time, by value name: field name.
+    tensors: BTreeMap<String, String>,
+    names: Vec<String>,
+}
+
+fn q_expr(q: Q) -> String {
+    format!("quant({:#010x}, {})", q.scale, q.zero_point)
+}
+
+fn f32_list(bits: &[u32]) -> String {
+    let v: Vec<String> = bits.iter().map(|b| format!("f32::from_bits({b:#010x})")).collect();
+    format!("[{}]", v.join(", "))
+}
+
+fn list<T: std::fmt::Display>(v: &[T]) -> String {
+    let v: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", v.join(", "))
+}
+
+fn str_lit(s: &str) -> String {
+    format!("{s:?}")
+}
+
+impl Emitter<'_, '_> {
+    fn place(&self, name: &str) -> Result<Place, String> {
+        if let Some(i) = self.p.inputs.iter().position(|(n, _, _)| n == name) {
+            return Ok(Place::Input(i));
+        }
+        if let Some(&(e, s)) = self.p.plan.slot.get(name) {
+            return Ok(Place::Slot(e, s));
+        }
+        self.tensors.get(name).map(|f| Place::Field(f.clone())).ok_or_else(|| format!("'{name}' is read before it is computed"))
+    }
+
+    fn slice(&self, name: &str) -> Result<String, String> {
+        Ok(match self.place(name)? {
+            Place::Input(i) => format!("x{i}"),
+            Place::Slot(e, s) => format!("&ws.{}[{s}][..]", e.rust()),
+            Place::Field(f) => format!("&self.{f}[..]"),
+        })
+    }
+
+    fn dim(&mut self, e: &Extent) -> String {
+        match e {
+            Extent::Fixed(n) => n.to_string(),
+            Extent::Named(s) => {
+                let i = match self.names.iter().position(|n| n == s) {
+                    Some(i) => i,
+                    None => {
+                        self.names.push(s.clone());
+                        self.names.len() - 1
+                    }
+                };
+                format!("d[{i}]")
+            }
+        }
+    }
+
+    fn shape(&mut self, name: &str) -> Result<String, String> {
+        let s = self.p.values.shape(name)?;
+        let dims: Vec<String> = s.iter().map(|e| self.dim(e)).collect();
+        Ok(format!("[{}]", dims.join(", ")))
+    }
+
+    fn numel(&mut self, name: &str) -> Result<String, String> {
+        let s = self.p.values.shape(name)?;
+        let dims: Vec<String> = s.iter().map(|e| self.dim(e)).collect();
+        Ok(if dims.is_empty() { "1".into() } else { dims.join(" * ") })
+    }
+
+    /// A constant tensor read at run time becomes a field loaded from the blob.
+    fn tensor_field(&mut self, name: &str) -> Result<(), String> {
+        if self.tensors.contains_key(name) || !self.p.values.is_constant(name) || self.p.inputs.iter().any(|(n, _, _)| n == name) {
+            return Ok(());
+        }
+        let c = self.p.values.constant(name)?;
+        let field = format!("c{}", self.tensors.len());
+        let (ty, init) = self.load(&c)?;
+        self.fields.push((field.clone(), ty, init));
+        self.tensors.insert(name.to_string(), field);
+        Ok(())
+    }
+
+    /// The blob entry of a constant and the expression that reads it back.
+    fn load(&mut self, c: &super::values::Constant) -> Result<(String, String), String> {
+        use qdqc_lang::onnx::DataType;
+        let n = c.ints.len().max(c.f32_bits.len());
+        Ok(match c.dtype {
+            DataType::Float => {
+                let bytes: Vec<u8> = c.f32_bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+                ("Vec<f32>".into(), format!("blob.f32s({}, {n})", self.blob.add(&bytes)))
+            }
+            DataType::Uint8 => {
+                let bytes: Vec<u8> = c.ints.iter().map(|&v| v as u8).collect();
+                ("Vec<u8>".into(), format!("blob.u8s({}, {n})", self.blob.add(&bytes)))
+            }
+            DataType::Int8 => {
+                let bytes: Vec<u8> = c.ints.iter().map(|&v| v as i8 as u8).collect();
+                ("Vec<i8>".into(), format!("blob.i8s({}, {n})", self.blob.add(&bytes)))
+            }
+            DataType::Int32 => {
+                let bytes: Vec<u8> = c.ints.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+                ("Vec<i32>".into(), format!("blob.i32s({}, {n})", self.blob.add(&bytes)))
+            }
+            other => return Err(format!("a constant of type {} is not supported by the Rust target", other.as_str_name())),
+        })
+    }
+
+    fn window(w: &Window) -> String {
+        format!(
+            "PoolParams {{ kernel: vec!{}, strides: vec!{}, pads: vec!{}, dilations: vec!{}, ceil_mode: {} }}",
+            list(&w.kernel),
+            list(&w.strides),
+            list(&w.pads),
+            list(&w.dilations),
+            w.ceil_mode
+        )
+    }
+
+    fn requant(&mut self, i: usize, op: &Op, int: &Integer) -> Result<String, String> {
+        let bias = match &int.bias {
+            Some(b) => {
+                let c = self.p.values.constant(b)?;
+                if c.dtype != qdqc_lang::onnx::DataType::Int32 || c.ints.len() != int.channels {
+                    return Err(format!("bias '{b}' must be {} int32 codes", int.channels));
+                }
+                self.load(&c)?.1
+            }
+            None => "Vec::new()".into(),
+        };
+        let field = format!("n{i}_rq");
+        let code = if op.elem == Elem::U8 { "Code::U8" } else { "Code::I8" };
+        let init = format!(
+            "Requant::new(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, {}, {code}, {}, {})?",
+            int.x.scale,
+            f32_list(&int.weight_scales),
+            int.y.scale,
+            int.y.zero_point,
+            int.channels,
+            str_lit(&op.node)
+        );
+        self.fields.push((field.clone(), "Requant".into(), init));
+        Ok(field)
+    }
+
+    fn weights(&mut self, int: &Integer) -> Result<(String, String), String> {
+        let w = self.p.values.constant(&int.weights)?;
+        let (_, data) = self.load(&w)?;
+        let zps: Vec<String> = int.weight_zps.iter().map(|z| z.to_string()).collect();
+        Ok((data, format!("[{}]", zps.join(", "))))
+    }
+
+    /// One op: field initializers (pushed) and the statement block.
+    fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
+        for x in &op.inputs {
+            self.tensor_field(x)?;
+        }
+        let node = str_lit(&op.node);
+        let (yt, x0) = (op.elem.rust(), op.inputs.first().map(String::as_str).unwrap_or(""));
+        let xt = |e: &Self, name: &str| -> Result<&'static str, String> {
+            Ok(match e.place(name)? {
+                Place::Input(k) => e.p.inputs[k].1.rust(),
+                Place::Slot(el, _) => el.rust(),
+                Place::Field(_) => {
+                    let c = e.p.values.constant(name)?;
+                    super::values::Elem::of(c.dtype).ok_or("constant type")?.rust()
+                }
+            })
+        };
+        let body = match &op.kind {
+            Kind::Quantize { axis, scales, zps } => format!(
+                "codes::qdq::quantize_linear::<{yt}>({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                self.slice(x0)?,
+                self.shape(x0)?,
+                f32_list(scales),
+                list(zps)
+            ),
+            Kind::Dequantize { axis, scales, zps } => format!(
+                "codes::qdq::dequantize_linear::<{}>({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                xt(self, x0)?,
+                self.slice(x0)?,
+                self.shape(x0)?,
+                f32_list(scales),
+                list(zps)
+            ),
+            Kind::Conv { int, groups, window } => {
+                let (data, zps) = self.weights(int)?;
+                let shape = self.p.values.shape(x0)?;
+                let in_channels = match shape.get(1) {
+                    Some(Extent::Fixed(c)) => *c,
+                    _ => return Err("QLinearConv needs a fixed channel count".into()),
+                };
+                let w = self.p.values.constant(&int.weights)?;
+                let params = format!(
+                    "ConvParams {{ in_channels: {in_channels}, out_channels: {}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
+                    w.dims[0],
+                    list(&window.kernel),
+                    list(&window.strides),
+                    list(&window.dilations),
+                    list(&window.pads[..window.kernel.len()]),
+                    list(&window.pads[window.kernel.len()..])
+                );
+                let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
+                let field = format!("n{i}_conv");
+                self.fields.push((
+                    field.clone(),
+                    "PackedConv".into(),
+                    format!("PackedConv::{ctor}({params}, &{data}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
+                ));
+                let rq = self.requant(i, op, int)?;
+                format!(
+                    "qlinear_conv::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, &{}, {}, &mut y, &mut ws.scratch, {node})?;",
+                    xt(self, x0)?,
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    int.x.zero_point
+                )
+            }
+            Kind::Gemm { int, k, n, trans_b } => {
+                let (data, zps) = self.weights(int)?;
+                let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
+                let layout = if *trans_b { "Layout::NK" } else { "Layout::KN" };
+                let field = format!("n{i}_b");
+                self.fields.push((
+                    field.clone(),
+                    "PackedB".into(),
+                    format!("PackedB::{ctor}(&{data}, {k}, {n}, {layout}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
+                ));
+                let rq = self.requant(i, op, int)?;
+                format!(
+                    "qlinear_gemm::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, ({}) / {k}, {}, &mut y, &mut ws.scratch, {node})?;",
+                    xt(self, x0)?,
+                    self.slice(x0)?,
+                    self.numel(x0)?,
+                    int.x.zero_point
+                )
+            }
+            Kind::Binary { mul, a, b, y } => {
+                let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
+                let field = format!("n{i}_table");
+                let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+                self.fields.push((
+                    field.clone(),
+                    format!("Binary<{at}, {bt}, {yt}>"),
+                    format!("Binary::new({bop}, {}, {}, {}).map_err(codes_err({node}))?", q_expr(*a), q_expr(*b), q_expr(*y)),
+                ));
+                format!(
+                    "self.{field}.apply({}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(&op.inputs[0])?,
+                    self.shape(&op.inputs[0])?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
+            Kind::AveragePool { window, count_include_pad, x, y } => {
+                let field = format!("n{i}_pool");
+                self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));
+                format!(
+                    "codes::pool::average_pool::<{}, {yt}>({}, &{}, &self.{field}, {count_include_pad}, {}, {}, &mut y).map_err(codes_err({node}))?;",
+                    xt(self, x0)?,
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    q_expr(*x),
+                    q_expr(*y)
+                )
+            }
+            Kind::GlobalAveragePool { x, y } => format!(
+                "codes::pool::global_average_pool::<{}, {yt}>({}, &{}, {}, {}, &mut y).map_err(codes_err({node}))?;",
+                xt(self, x0)?,
+                self.slice(x0)?,
+                self.shape(x0)?,
+                q_expr(*x),
+                q_expr(*y)
+            ),
+            Kind::MaxPool { window } => {
+                let field = format!("n{i}_pool");
+                self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));
+                format!("codes::pool::max_pool::<{yt}>({}, &{}, &self.{field}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+            }
+            Kind::Concat { axis, requant } => {
+                let mut pre = String::new();
+                let mut parts = Vec::new();
+                for (j, (x, rq)) in op.inputs.iter().zip(requant).enumerate() {
+                    let (slice, shape) = (self.slice(x)?, self.shape(x)?);
+                    match rq {
+                        None => parts.push(format!("({slice}, &{shape}[..])")),
+                        Some((qx, qy)) => {
+                            let field = format!("n{i}_t{j}");
+                            let xty = xt(self, x)?;
+                            self.fields.push((
+                                field.clone(),
+                                format!("[{yt}; 256]"),
+                                format!("requant_table::<{xty}, {yt}>({}, {}, {node})?", q_expr(*qx), q_expr(*qy)),
+                            ));
+                            // One copy per requantized input per run (documented in the README).
+                            writeln!(pre, "        let r{j}: Vec<{yt}> = ({slice}).iter().map(|v| self.{field}[v.index()]).collect();").unwrap();
+                            parts.push(format!("(&r{j}[..], &{shape}[..])"));
+                        }
+                    }
+                }
+                format!("{pre}        codes::movement::concat(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
+            }
+            Kind::Reshape => format!("y.copy_from_slice({});", self.slice(x0)?),
+            Kind::Lut { table } => {
+                let field = format!("n{i}_table");
+                self.fields.push((field.clone(), format!("[{yt}; 256]"), list(table)));
+                format!("codes::lut::apply_lut(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
+            }
+            Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
+                let target = match (scales, sizes) {
+                    (Some(s), _) => format!("codes::movement::ResizeTarget::Scales(&{})", f32_list(s)),
+                    (None, Some(z)) => format!("codes::movement::ResizeTarget::Sizes(&{})", list(z)),
+                    (None, None) => return Err("Resize needs scales or sizes".into()),
+                };
+                format!(
+                    "codes::movement::resize_nearest::<{yt}>({}, &{}, {target}, codes::movement::CoordinateTransform::{transform}, codes::movement::NearestMode::{nearest}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?
+                )
+            }
+            Kind::Resize { linear: true, transform, scales, .. } => {
+                let scales = match scales {
+                    Some(s) => f32_list(s),
+                    None => {
+                        // Sizes: ONNX Runtime's scales are output/input in f32.
+                        let (i, o) = (self.p.values.shape(x0)?, self.p.values.shape(&op.output)?);
+                        let v: Vec<String> = i.iter().zip(&o).map(|(a, b)| format!("({} as f32 / {} as f32)", self.dim(b), self.dim(a))).collect();
+                        format!("[{}]", v.join(", "))
+                    }
+                };
+                format!(
+                    "float::resize::resize_linear({}, &{}, &{}, &{scales}, float::resize::Coordinates::{transform}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    self.shape(&op.output)?
+                )
+            }
+            Kind::FloatBinary { op: sym } => {
+                let f = match sym {
+                    '+' => "Add",
+                    '-' => "Sub",
+                    '*' => "Mul",
+                    _ => "Div",
+                };
+                format!(
+                    "float::elementwise::binary(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(&op.inputs[0])?,
+                    self.shape(&op.inputs[0])?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
+            Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?),
+            Kind::FloatConv { groups, window } => {
+                let bias = match op.inputs.get(2) {
+                    Some(b) => format!("Some({})", self.slice(b)?),
+                    None => "None".into(),
+                };
+                let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
+                let (Some(Extent::Fixed(cin)), Some(Extent::Fixed(cout))) = (xs.get(1), ws.first()) else {
+                    return Err("Conv needs fixed channel counts".into());
+                };
+                let rank = window.kernel.len();
+                let params = format!(
+                    "ConvParams {{ in_channels: {cin}, out_channels: {cout}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
+                    list(&window.kernel),
+                    list(&window.strides),
+                    list(&window.dilations),
+                    list(&window.pads[..rank]),
+                    list(&window.pads[rank..])
+                );
+                let field = format!("n{i}_params");
+                self.fields.push((field.clone(), "ConvParams".into(), params));
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let batch = self.dim(&xs[0]);
+                format!(
+                    "float::conv::conv(self.k, &self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    spatial.join(", "),
+                    self.slice(&op.inputs[1])?
+                )
+            }
+            Kind::FloatGemm { alpha, beta, trans_a, trans_b } => {
+                let c = match op.inputs.get(2) {
+                    Some(c) => format!("Some(({}, &{}[..]))", self.slice(c)?, self.shape(c)?),
+                    None => "None".into(),
+                };
+                let (a, b) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
+                if a.len() != 2 || b.len() != 2 {
+                    return Err("Gemm operands of rank other than 2".into());
+                }
+                let (a0, a1, b0, b1) = (self.dim(&a[0]), self.dim(&a[1]), self.dim(&b[0]), self.dim(&b[1]));
+                format!(
+                    "float::gemm::gemm(self.k, &float::gemm::GemmParams {{ alpha: f32::from_bits({alpha:#010x}), beta: f32::from_bits({beta:#010x}), trans_a: {trans_a}, trans_b: {trans_b} }}, {}, [{a0}, {a1}], {}, [{b0}, {b1}], {c}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.slice(&op.inputs[1])?
+                )
+            }
+            Kind::FloatPool { max, window, count_include_pad } => {
+                let rank = window.kernel.len();
+                let field = format!("n{i}_fpool");
+                let params = format!(
+                    "float::pool::PoolParams {{ kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{}, ceil_mode: {}, count_include_pad: {count_include_pad} }}",
+                    list(&window.kernel),
+                    list(&window.strides),
+                    list(&window.dilations),
+                    list(&window.pads[..rank]),
+                    list(&window.pads[rank..]),
+                    window.ceil_mode
+                );
+                self.fields.push((field.clone(), "float::pool::PoolParams".into(), params));
+                let xs = self.p.values.shape(x0)?;
+                let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let kind = if *max { "Max" } else { "Average" };
+                format!(
+                    "float::pool::pool(float::pool::PoolKind::{kind}, &self.{field}, {}, {}, &[{}], &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    planes.join(" * "),
+                    spatial.join(", ")
+                )
+            }
+            Kind::FloatGlobalAveragePool => {
+                let xs = self.p.values.shape(x0)?;
+                let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
+                let plane: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                format!(
+                    "float::pool::global_pool(float::pool::PoolKind::Average, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    planes.join(" * "),
+                    plane.join(" * ")
+                )
+            }
+        };
+        let (e, s) = self.p.plan.slot[&op.output];
+        let n = self.numel(&op.output)?;
+        let mut out = String::new();
+        writeln!(out, "        // {} ({})", op.node, op.output).unwrap();
+        writeln!(out, "        let mut y = slot(&mut ws.{}[{s}], {n});", e.rust()).unwrap();
+        let body = if body.starts_with("        ") { body } else { format!("        {body}") };
+        writeln!(out, "{body}").unwrap();
+        if op.elem != Elem::F32 {
+            writeln!(
+                out,
+                "        if let Some(f) = observe.as_mut() {{\n            f({}, Value::{}(Tensor {{ shape: {}.to_vec(), data: y.clone() }}));\n        }}",
+                str_lit(&op.output),
+                op.elem.variant(),
+                self.shape(&op.output)?
+            )
+            .unwrap();
+        }
+        writeln!(out, "        ws.{}[{s}] = y;", e.rust()).unwrap();
+        Ok(out)
+    }
+}
+
+/// `src/lib.rs` and the blob.
+pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
+    let mut e = Emitter { p, blob: Blob::default(), fields: Vec::new(), tensors: BTreeMap::new(), names: Vec::new() };
+    let mut steps = String::new();
+    for (i, op) in p.ops.iter().enumerate() {
+        steps.push_str(&e.op(i, op).map_err(|m| format!("node '{}': {m}", op.node))?);
+    }
+    let mut decl = Vec::new();
+    for (name, elem, shape) in &p.inputs {
+        let dims: Vec<String> = shape
+            .iter()
+            .map(|d| match d {
+                Extent::Fixed(n) => format!("Dim::Fixed({n})"),
+                Extent::Named(s) => {
+                    e.dim(d);
+                    format!("Dim::Named({s:?})")
+                }
+            })
+            .collect();
+        decl.push(format!("    ({name:?}, DType::{}, &[{}]),", elem.variant(), dims.join(", ")));
+    }
+    let mut outs = Vec::new();
+    for o in &p.outputs {
+        let Place::Slot(el, s) = e.place(o)? else { return Err(format!("graph output '{o}' is not computed by a node")) };
+        outs.push(format!("            Value::{}(Tensor {{ shape: {}.to_vec(), data: ws.{}[{s}].clone() }}),", el.variant(), e.shape(o)?, el.rust()));
+    }
+    let mut src = String::new();
+    let w = &mut src;
+    writeln!(w, "//! Generated by qdqc (`qdqc compile --target rust`) from {}; do not edit.", p.source).unwrap();
+    writeln!(w, "//! `Model::new()` builds the kernels' operands once from `weights.bin`; `Model::run` checks the").unwrap();
+    writeln!(w, "//! inputs and runs the ops in order over a workspace of reusable buffers.").unwrap();
+    writeln!(w, "#![forbid(unsafe_code)]\n").unwrap();
+    writeln!(w, "/// Support code shared by every generated crate.\npub mod runtime;\n").unwrap();
+    writeln!(w, "pub use runtime::{{DType, Dim, Error, Tensor, Value}};").unwrap();
+    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::codes::{{self, QCode, binary::{{Binary, BinaryOp}}, pool::PoolParams}};").unwrap();
+    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::{{Kernels, Layout, PackedB, conv::{{ConvParams, PackedConv}}, float, requant::Code}};").unwrap();
+    writeln!(w, "#[allow(unused_imports)]\nuse runtime::*;\n").unwrap();
+    writeln!(w, "/// 64-byte alignment for the embedded weights.\n#[repr(C, align(64))]\nstruct Aligned<T: ?Sized>(T);\n").unwrap();
+    writeln!(w, "static BLOB: &Aligned<[u8]> = &Aligned(*include_bytes!(\"weights.bin\"));\n").unwrap();
+    writeln!(w, "/// The graph inputs: name, element type, shape.\npub const INPUTS: &[(&str, DType, &[Dim])] = &[\n{}\n];\n", decl.join("\n")).unwrap();
+    let out_names: Vec<String> = p.outputs.iter().map(|o| format!("{o:?}")).collect();
+    writeln!(w, "/// The graph outputs, in the order `run` returns them.\npub const OUTPUTS: &[&str] = &[{}];\n", out_names.join(", ")).unwrap();
+    let names: Vec<String> = e.names.iter().map(|n| format!("{n:?}")).collect();
+    writeln!(w, "/// Named dimensions, bound by the inputs at run time.\nconst NAMES: &[&str] = &[{}];\n", names.join(", ")).unwrap();
+    writeln!(w, "/// The model: kernel path and every operand built once.\npub struct Model {{\n    k: Kernels,").unwrap();
+    for (f, t, _) in &e.fields {
+        writeln!(w, "    {f}: {t},").unwrap();
+    }
+    writeln!(w, "}}\n").unwrap();
+    let count = |el: Elem| p.plan.counts.get(&el).copied().unwrap_or(0);
+    writeln!(
+        w,
+        "/// Buffers of one run: a slot per element type reused along the program (static liveness\n/// plan); they grow on the first run (or a larger batch) and are reused after.\npub struct Workspace {{\n    f32: Vec<Vec<f32>>,\n    u8: Vec<Vec<u8>>,\n    i8: Vec<Vec<i8>>,\n    scratch: Scratch,\n}}\n"
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "impl Default for Workspace {{\n    fn default() -> Self {{\n        Workspace {{ f32: vec![Vec::new(); {}], u8: vec![Vec::new(); {}], i8: vec![Vec::new(); {}], scratch: Scratch::default() }}\n    }}\n}}\n",
+        count(Elem::F32),
+        count(Elem::U8),
+        count(Elem::I8)
+    )
+    .unwrap();
+    writeln!(
+        w,
+        "impl Workspace {{\n    /// Bytes the workspace holds (its buffers' capacities).\n    pub fn bytes(&self) -> usize {{\n        let f: usize = self.f32.iter().map(|v| 4 * v.capacity()).sum();\n        let u: usize = self.u8.iter().map(|v| v.capacity()).sum::<usize>() + self.scratch.codes.capacity() + self.i8.iter().map(|v| v.capacity()).sum::<usize>();\n        f + u + 4 * self.scratch.acc.capacity()\n    }}\n}}\n"
+    )
+    .unwrap();
+    writeln!(w, "impl Model {{").unwrap();
+    writeln!(w, "    /// The kernel path `new()` chose.\n    pub fn kernels(&self) -> Kernels {{\n        self.k\n    }}\n").unwrap();
+    writeln!(w, "    /// Builds every operand; the kernel path is `QDQC_KERNELS_ISA` or the host's best (every path gives the same bits).").unwrap();
+    writeln!(w, "    pub fn new() -> Result<Model, Error> {{").unwrap();
+    writeln!(w, "        let blob = Blob(&BLOB.0);").unwrap();
+    writeln!(w, "        let _ = &blob;").unwrap();
+    writeln!(w, "        let k = Kernels::from_env().map_err(|e| Error::Kernel(e.to_string()))?;").unwrap();
+    writeln!(w, "        Ok(Model {{\n            k,").unwrap();
+    for (f, _, init) in &e.fields {
+        writeln!(w, "            {f}: {init},").unwrap();
+    }
+    writeln!(w, "        }})\n    }}\n").unwrap();
+    writeln!(w, "    /// Runs the model on `inputs` (in `INPUTS` order); the outputs come in `OUTPUTS` order.").unwrap();
+    writeln!(
+        w,
+        "    pub fn run(&self, inputs: &[Value]) -> Result<Vec<Value>, Error> {{\n        self.run_with(&mut Workspace::default(), inputs, None)\n    }}\n"
+    )
+    .unwrap();
+    writeln!(w, "    /// [`Model::run`] over a caller's workspace (no allocation once it has grown); `observe` sees every quantized intermediate.").unwrap();
+    writeln!(
+        w,
+        "    pub fn run_with(&self, ws: &mut Workspace, inputs: &[Value], mut observe: Option<&mut dyn FnMut(&str, Value)>) -> Result<Vec<Value>, Error> {{"
+    )
+    .unwrap();
+    let binding = if e.names.is_empty() { "let _" } else { "let d" };
+    writeln!(w, "        {binding} = bind(inputs, INPUTS, NAMES)?;").unwrap();
+    for (i, (_, elem, _)) in p.inputs.iter().enumerate() {
+        writeln!(w, "        let x{i} = {}_input(&inputs[{i}]);", elem.rust()).unwrap();
+    }
+    w.push_str(&steps);
+    writeln!(w, "        let _ = observe.as_mut();").unwrap();
+    writeln!(w, "        Ok(vec![\n{}\n        ])\n    }}\n}}", outs.join("\n")).unwrap();
+    Ok((src, e.blob.bytes))
+}

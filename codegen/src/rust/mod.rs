@@ -1,0 +1,208 @@
+//! The Rust backend (`qdqc compile --target rust`, contract §3.12): the lowered form and the
+//! authored model become a small crate that links the kernel crate `qdqc-kernels`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `Cargo.toml` | package and harness named after the model file ([`crate_name`]), lib `generated`, its own workspace; `qdqc-kernels` by relative path ([`KernelsPath`]), `npyz` and `zip` for the harness |
+//! | `src/lib.rs` | `Model::new()`, `Model::run`, `Model::run_with` (workspace reuse, intermediates), `INPUTS`, `OUTPUTS` (`emit.rs`) |
+//! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
+//! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates` |
+//! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`) |
+//!
+//! Every created node gets its Rust-kernel meaning: convolutions and GEMMs accumulate exactly in
+//! i32 and requantize correctly rounded (`requant_certified`, equal to `requant_exact` on every
+//! accumulator); Add/Mul, pools and Concat requantize exactly on codes; QuantizeLinear and
+//! DequantizeLinear are ONNX Runtime's arithmetic. Nothing is decided from the protobuf beyond
+//! the authored node's op type and attributes and the initializers' elements.
+//!
+//! | ops (`ops.rs`) | kernel |
+//! |---|---|
+//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant_certified` per element; i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
+//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
+//! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
+//! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
+//! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
+//! | `Gather(table, Cast(codes → int32))` (rule `lookup-table`; the Cast is read through) | `codes::lut::apply_lut` |
+//! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
+//! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
+//! | f32 Add, Sub, Mul, Div (broadcasting), Relu, HardSigmoid; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA) |
+//!
+//! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
+//! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,
+//! one copy per requantized QLinearConcat input, and the output tensors. `run` makes a fresh
+//! workspace each call.
+//!
+//! Weights: packed panels (`PackedB`, `PackedConv`), requantization forms and Add/Mul tables are
+//! built once in `Model::new()` from the blob (the kernel crate has no constructor from packed
+//! bytes yet, so the blob holds the weights in ONNX layout). `include_bytes!` costs rustc little
+//! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
+//! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
+//! same offsets.
+
+mod blob;
+mod emit;
+mod ops;
+mod slots;
+mod values;
+
+use qdqc_lang::Model;
+use qdqc_lang::attr::Attribute;
+use qdqc_lower::lowered::{Computation, LoweredGraph};
+use std::collections::{BTreeMap, BTreeSet};
+
+const RUNTIME: &str = include_str!("template/runtime.rs");
+const HARNESS: &str = include_str!("template/main.rs");
+
+/// Where the generated `Cargo.toml` finds the kernel crate: a path relative to the output
+/// folder, written as given (the facade computes it from this source tree's location, so no
+/// absolute path reaches the generated code).
+#[derive(Clone, Debug)]
+pub struct KernelsPath(pub String);
+
+/// The generated crate: file paths relative to its folder, and their bytes, in writing order.
+pub struct Crate {
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Generates the crate, or says which node the backend does not support (nothing is written
+/// by this function).
+pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) -> Result<Crate, String> {
+    if let Some(sub) = lowered.subgraphs.first() {
+        let owner = model.main_graph().node.get(sub.node);
+        let (name, op) = owner.map_or(("?", "?"), |n| (n.name(), n.op_type()));
+        return Err(format!("node '{name}' ({op}): subgraphs (attribute {}) are not supported by the Rust target", sub.attr));
+    }
+    let mut values = values::Values::new(model, &lowered.constants);
+    let g = model.main_graph();
+    let inits: BTreeSet<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
+    let mut elems = BTreeMap::new();
+    let mut inputs = Vec::new();
+    for v in g.input.iter().filter_map(|v| v.name.as_deref()).filter(|n| !inits.contains(n)) {
+        let dt = values.input_elem(v).ok_or_else(|| format!("graph input '{v}' has no tensor type"))?;
+        let elem = values::Elem::of(dt).ok_or_else(|| format!("graph input '{v}' of type {} is not supported by the Rust target", dt.as_str_name()))?;
+        elems.insert(v.to_string(), elem);
+        inputs.push((v.to_string(), elem, values.shape(v).map_err(|e| format!("graph input '{v}': {e}"))?));
+    }
+    let mut ops = Vec::new();
+    // Casts of codes to int32 read only as Gather indices (lookup tables): Cast output → codes.
+    let mut indices: BTreeMap<&str, &str> = BTreeMap::new();
+    for n in &lowered.nodes {
+        let (name, op_type, domain, attrs): (String, String, String, Vec<Attribute>) = match &n.computation {
+            Computation::Authored { node } => {
+                let p = &g.node[*node];
+                let attrs = p
+                    .attribute
+                    .iter()
+                    .map(|a| Attribute::from_proto(a).ok_or_else(|| format!("node '{}': attribute {} of an unsupported kind", p.name(), a.name())))
+                    .collect::<Result<_, _>>()?;
+                (p.name().to_string(), p.op_type().to_string(), p.domain().to_string(), attrs)
+            }
+            Computation::Created { op_type, domain, name, attributes, .. } => (name.clone(), op_type.clone(), domain.clone(), attributes.clone()),
+        };
+        let label = if name.is_empty() { n.outputs.first().cloned().unwrap_or_default() } else { name };
+        if !matches!(domain.as_str(), "" | "ai.onnx" | "com.microsoft") {
+            return Err(format!("node '{label}': domain '{domain}' is not supported by the Rust target"));
+        }
+        if op_type == "DequantizeLinear" && n.inputs.first().is_some_and(|x| values.is_constant(x)) {
+            let folded = fold_dequantize(&values, &n.inputs, &attrs).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
+            values.fold(&n.outputs[0], folded);
+            continue;
+        }
+        if op_type == "Cast" && is_table_index(lowered, n, &attrs) {
+            indices.insert(&n.outputs[0], &n.inputs[0]);
+            continue;
+        }
+        let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
+        let op = match n.inputs.get(1).and_then(|i| indices.get(i.as_str())) {
+            Some(codes) if op_type == "Gather" => ops::lookup_table(&node, codes),
+            _ => ops::lower(&node),
+        }
+        .map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
+        elems.insert(op.output.clone(), op.elem);
+        ops.push(op);
+    }
+    let outputs: Vec<String> = g.output.iter().filter_map(|v| v.name.clone()).collect();
+    let keep: BTreeSet<String> = outputs.iter().cloned().collect();
+    let plan = slots::plan(&ops, &keep);
+    let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let program = emit::Program { values: &values, ops: &ops, plan: &plan, inputs, outputs, source };
+    let (lib, blob) = emit::lib_rs(&program)?;
+    Ok(Crate {
+        files: vec![
+            ("Cargo.toml".into(), cargo_toml(&crate_name(model), kernels).into_bytes()),
+            ("src/lib.rs".into(), lib.into_bytes()),
+            ("src/runtime.rs".into(), RUNTIME.as_bytes().to_vec()),
+            ("src/main.rs".into(), HARNESS.as_bytes().to_vec()),
+            ("src/weights.bin".into(), blob),
+        ],
+    })
+}
+
+/// A Cast to int32 whose output only Gather nodes read, as their indices: the lookup-table form,
+/// which the Gather reads through (the table is indexed by the code itself).
+fn is_table_index(lowered: &LoweredGraph, cast: &qdqc_lower::lowered::LoweredNode, attrs: &[Attribute]) -> bool {
+    let to_int32 = attrs.iter().any(|a| a.name == "to" && a.value == qdqc_lang::attr::AttrValue::Int(qdqc_lang::onnx::DataType::Int32 as i64));
+    let out = &cast.outputs[0];
+    let readers: Vec<_> = lowered.nodes.iter().filter(|m| m.inputs.contains(out)).collect();
+    let gathers = readers.iter().all(|m| {
+        let op = match &m.computation {
+            Computation::Created { op_type, .. } => op_type.as_str(),
+            Computation::Authored { .. } => "",
+        };
+        op == "Gather" && m.inputs.iter().position(|i| i == out) == Some(1) && m.inputs.iter().filter(|i| *i == out).count() == 1
+    });
+    to_int32 && cast.inputs.len() == 1 && !readers.is_empty() && gathers
+}
+
+/// A weight's or bias's DequantizeLinear, evaluated once here.
+fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribute]) -> Result<values::Constant, String> {
+    let q = values.constant(&inputs[0])?;
+    let scales = values.constant(inputs.get(1).ok_or("no scale")?)?;
+    let zps = inputs.get(2).filter(|s| !s.is_empty()).map(|z| values.constant(z)).transpose()?;
+    let axis = attrs.iter().find(|a| a.name == "axis").map_or(Ok(1), |a| match a.value {
+        qdqc_lang::attr::AttrValue::Int(v) => Ok(v),
+        _ => Err("attribute axis is not an int".to_string()),
+    })?;
+    if attrs.iter().any(|a| a.name != "axis") {
+        return Err("DequantizeLinear attributes other than axis are not supported by the Rust target".into());
+    }
+    values::dequantize(&q, &scales, zps.as_ref(), axis)
+}
+
+/// The package and harness name: the model file's stem in `[a-z0-9_]` (distinct crates sharing a
+/// `CARGO_TARGET_DIR` then never overwrite each other's harness).
+pub fn crate_name(model: &Model) -> String {
+    let stem = model.path.file_stem().map(|s| s.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let name: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if name.starts_with(|c: char| c.is_ascii_alphabetic()) { name } else { format!("model_{name}") }
+}
+
+fn cargo_toml(name: &str, kernels: &KernelsPath) -> String {
+    format!(
+        r#"# Generated by qdqc (`qdqc compile --target rust`); do not edit.
+[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+name = "generated"
+path = "src/lib.rs"
+
+[[bin]]
+name = "{name}"
+path = "src/main.rs"
+
+[dependencies]
+qdqc-kernels = {{ path = {:?} }}
+npyz = "0.9"
+zip = {{ version = "2", default-features = false, features = ["deflate"] }}
+
+# Its own workspace, wherever it is written.
+[workspace]
+"#,
+        kernels.0,
+        name = name
+    )
+}

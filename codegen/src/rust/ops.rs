@@ -1,0 +1,498 @@
+//! Each lowered node becomes one [`Op`]: the Rust-kernel meaning of the created node (QLinearConv,
+//! QGemm, … with correctly rounded requantization) or of the authored node. Parameters that are
+//! constants (scales, zero points, weights, attributes) are read here, at generation time; an
+//! op, attribute or element type the backend does not support is an error naming the node.
+
+use super::values::{Constant, Elem, Values};
+use qdqc_lang::attr::{AttrValue, Attribute};
+use qdqc_lang::onnx::DataType;
+
+/// Per-tensor quantization parameters: the scale's f32 bits and the zero point.
+#[derive(Clone, Copy, Debug)]
+pub struct Q {
+    pub scale: u32,
+    pub zero_point: i32,
+}
+
+/// Window geometry of a convolution or a pool.
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    /// Begins then ends (ONNX order).
+    pub pads: Vec<usize>,
+    pub ceil_mode: bool,
+}
+
+/// A requantizing integer kernel's parameters: weights (a constant), their zero points and
+/// scales, the input's and output's parameters, the bias codes.
+#[derive(Clone, Debug)]
+pub struct Integer {
+    pub weights: String,
+    pub weight_elem: Elem,
+    pub weight_zps: Vec<i64>,
+    pub weight_scales: Vec<u32>,
+    pub x: Q,
+    pub y: Q,
+    pub bias: Option<String>,
+    pub channels: usize,
+}
+
+#[derive(Clone, Debug)]
+pub enum Kind {
+    /// QuantizeLinear: f32 → codes, ONNX Runtime's arithmetic.
+    Quantize { axis: usize, scales: Vec<u32>, zps: Vec<i64> },
+    /// DequantizeLinear: codes → f32.
+    Dequantize { axis: usize, scales: Vec<u32>, zps: Vec<i64> },
+    /// QLinearConv.
+    Conv { int: Integer, groups: usize, window: Window },
+    /// QGemm / QLinearMatMul with constant weights: `[m][k] × [k][n]`.
+    Gemm { int: Integer, k: usize, n: usize, trans_b: bool },
+    /// QLinearAdd / QLinearMul.
+    Binary { mul: bool, a: Q, b: Q, y: Q },
+    /// QLinearAveragePool.
+    AveragePool { window: Window, count_include_pad: bool, x: Q, y: Q },
+    /// QLinearGlobalAveragePool.
+    GlobalAveragePool { x: Q, y: Q },
+    /// MaxPool on codes.
+    MaxPool { window: Window },
+    /// Concat, requantizing each input whose parameters differ from the output's (QLinearConcat).
+    Concat { axis: usize, requant: Vec<Option<(Q, Q)>> },
+    /// Flatten, Reshape, Squeeze, Unsqueeze: the same elements, another shape.
+    Reshape,
+    /// A lookup table (`Gather(table, Cast(codes → int32))`, rule `lookup-table`): 256 output
+    /// codes indexed by the input code's bit pattern, which is where ONNX's Gather reads an int8
+    /// code (a negative index counts from the end).
+    Lut { table: Vec<i64> },
+    /// Resize: nearest (codes or f32) or linear (f32), by constant scales or sizes; the
+    /// coordinate transform and nearest mode as variant names of the kernel crate's enums.
+    Resize { linear: bool, transform: &'static str, nearest: &'static str, scales: Option<Vec<u32>>, sizes: Option<Vec<i64>> },
+    /// f32 Add/Sub/Mul/Div with broadcasting: one IEEE operation per element.
+    FloatBinary { op: char },
+    /// f32 Relu / HardSigmoid (`float::elementwise::Map`, as Rust text).
+    FloatMap { map: String },
+    /// f32 Conv (1–3-D), inputs x, w and an optional bias.
+    FloatConv { groups: usize, window: Window },
+    /// f32 Gemm, inputs a, b and an optional c.
+    FloatGemm { alpha: u32, beta: u32, trans_a: bool, trans_b: bool },
+    /// f32 AveragePool / MaxPool.
+    FloatPool { max: bool, window: Window, count_include_pad: bool },
+    /// f32 GlobalAveragePool.
+    FloatGlobalAveragePool,
+}
+
+/// One node of the generated program.
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub node: String,
+    pub kind: Kind,
+    /// Tensors read at run time (graph inputs, intermediates, constant tensors).
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub elem: Elem,
+}
+
+/// Reads constant inputs and attributes of one node.
+pub struct Node<'a, 'm> {
+    pub name: &'a str,
+    pub op_type: &'a str,
+    pub inputs: &'a [String],
+    pub outputs: &'a [String],
+    pub attrs: &'a [Attribute],
+    pub values: &'a Values<'m>,
+    /// Element types of the values computed so far and of the graph inputs.
+    pub elems: &'a std::collections::BTreeMap<String, Elem>,
+}
+
+impl Node<'_, '_> {
+    fn input(&self, i: usize) -> Result<&str, String> {
+        self.inputs.get(i).map(String::as_str).filter(|s| !s.is_empty()).ok_or_else(|| format!("input {i} missing"))
+    }
+
+    fn constant(&self, i: usize) -> Result<Constant, String> {
+        let name = self.input(i)?;
+        if !self.values.is_constant(name) {
+            return Err(format!("input {i} ('{name}') must be a constant for the Rust target"));
+        }
+        self.values.constant(name)
+    }
+
+    fn scale(&self, i: usize) -> Result<u32, String> {
+        match self.constant(i)?.f32_bits.as_slice() {
+            [s] => Ok(*s),
+            _ => Err(format!("input {i}: a per-tensor f32 scale is needed")),
+        }
+    }
+
+    /// A zero point and the code type it gives (absent: u8 zero).
+    fn zero_point(&self, i: usize) -> Result<(i32, Elem), String> {
+        if self.inputs.get(i).is_none_or(|s| s.is_empty()) {
+            return Ok((0, Elem::U8));
+        }
+        let c = self.constant(i)?;
+        let elem = code_elem(c.dtype).ok_or_else(|| format!("input {i}: zero point of type {} (u8/i8 only)", c.dtype.as_str_name()))?;
+        match c.ints.as_slice() {
+            [z] => Ok((*z as i32, elem)),
+            _ => Err(format!("input {i}: a per-tensor zero point is needed")),
+        }
+    }
+
+    fn q(&self, scale: usize, zp: usize) -> Result<(Q, Elem), String> {
+        let (zero_point, elem) = self.zero_point(zp)?;
+        Ok((Q { scale: self.scale(scale)?, zero_point }, elem))
+    }
+
+    fn attr(&self, name: &str) -> Option<&AttrValue> {
+        self.attrs.iter().find(|a| a.name == name).map(|a| &a.value)
+    }
+
+    fn int(&self, name: &str, default: i64) -> Result<i64, String> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(AttrValue::Int(v)) => Ok(*v),
+            Some(_) => Err(format!("attribute {name} is not an int")),
+        }
+    }
+
+    fn string(&self, name: &str, default: &str) -> Result<String, String> {
+        match self.attr(name) {
+            None => Ok(default.to_string()),
+            Some(AttrValue::Str(v)) => Ok(v.clone()),
+            Some(_) => Err(format!("attribute {name} is not a string")),
+        }
+    }
+
+    fn float(&self, name: &str, default: f32) -> Result<f32, String> {
+        match self.attr(name) {
+            None => Ok(default),
+            Some(AttrValue::Float(v)) => Ok(*v),
+            Some(_) => Err(format!("attribute {name} is not a float")),
+        }
+    }
+
+    fn ints(&self, name: &str) -> Result<Option<Vec<usize>>, String> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(AttrValue::Ints(v)) => {
+                v.iter().map(|&x| usize::try_from(x).map_err(|_| format!("attribute {name}: negative entry {x}"))).collect::<Result<_, _>>().map(Some)
+            }
+            Some(_) => Err(format!("attribute {name} is not a list of ints")),
+        }
+    }
+
+    /// Refuses attributes the backend does not implement.
+    fn only(&self, allowed: &[&str]) -> Result<(), String> {
+        match self.attrs.iter().find(|a| !allowed.contains(&a.name.as_str())) {
+            Some(a) => Err(format!("attribute {} is not supported by the Rust target", a.name)),
+            None => Ok(()),
+        }
+    }
+
+    fn rank(&self, i: usize) -> Result<usize, String> {
+        Ok(self.values.shape(self.input(i)?)?.len())
+    }
+
+    fn window(&self, spatial: usize, kernel: Vec<usize>) -> Result<Window, String> {
+        match self.attr("auto_pad") {
+            None => {}
+            Some(AttrValue::Str(s)) if s == "NOTSET" => {}
+            Some(_) => return Err("auto_pad other than NOTSET is not supported by the Rust target".into()),
+        }
+        let w = Window {
+            kernel,
+            strides: self.ints("strides")?.unwrap_or(vec![1; spatial]),
+            dilations: self.ints("dilations")?.unwrap_or(vec![1; spatial]),
+            pads: self.ints("pads")?.unwrap_or(vec![0; 2 * spatial]),
+            ceil_mode: self.int("ceil_mode", 0)? != 0,
+        };
+        if w.kernel.len() != spatial || w.strides.len() != spatial || w.dilations.len() != spatial || w.pads.len() != 2 * spatial {
+            return Err(format!("window attributes do not match the {spatial} spatial axes"));
+        }
+        Ok(w)
+    }
+}
+
+fn code_elem(dt: DataType) -> Option<Elem> {
+    Elem::of(dt).filter(|e| *e != Elem::F32)
+}
+
+fn per_channel(c: &Constant) -> Vec<u32> {
+    c.f32_bits.clone()
+}
+
+/// The Rust-kernel op of one node, or why the backend does not support it.
+pub fn lower(n: &Node) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(format!("{} with more than one output is not supported by the Rust target", n.op_type));
+    }
+    let tensor = |i: usize| n.input(i).map(str::to_string);
+    let (kind, inputs, elem) = match n.op_type {
+        "QuantizeLinear" => {
+            n.only(&["axis", "saturate"])?;
+            let scales = n.constant(1)?.f32_bits;
+            let (zps, elem) = match n.inputs.get(2).filter(|s| !s.is_empty()) {
+                Some(_) => {
+                    let c = n.constant(2)?;
+                    (c.ints, code_elem(c.dtype).ok_or("zero point type (u8/i8 only)")?)
+                }
+                None => (vec![0], Elem::U8),
+            };
+            let axis = axis(n.int("axis", 1)?, n.rank(0)?)?;
+            (Kind::Quantize { axis, scales, zps }, vec![tensor(0)?], elem)
+        }
+        "DequantizeLinear" => {
+            n.only(&["axis"])?;
+            let scales = n.constant(1)?.f32_bits;
+            let zps = if n.inputs.get(2).is_some_and(|s| !s.is_empty()) { n.constant(2)?.ints } else { vec![0] };
+            let axis = axis(n.int("axis", 1)?, n.rank(0)?)?;
+            (Kind::Dequantize { axis, scales, zps }, vec![tensor(0)?], Elem::F32)
+        }
+        "QLinearConv" => {
+            n.only(&["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"])?;
+            let (x, _) = n.q(1, 2)?;
+            let (y, elem) = n.q(6, 7)?;
+            let w = n.constant(3)?;
+            let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+            let channels = w.dims[0];
+            let int = Integer {
+                weights: tensor(3)?,
+                weight_elem,
+                weight_zps: n.constant(5)?.ints,
+                weight_scales: per_channel(&n.constant(4)?),
+                x,
+                y,
+                bias: n.inputs.get(8).filter(|s| !s.is_empty()).cloned(),
+                channels,
+            };
+            let window = n.window(w.dims.len() - 2, w.dims[2..].to_vec())?;
+            let groups = n.int("group", 1)? as usize;
+            (Kind::Conv { int, groups, window }, vec![tensor(0)?], elem)
+        }
+        "QGemm" | "QLinearMatMul" => {
+            let gemm = n.op_type == "QGemm";
+            if gemm {
+                n.only(&["transA", "transB", "alpha"])?;
+                if n.int("transA", 0)? != 0 || !matches!(n.attr("alpha"), None | Some(AttrValue::Float(1.0))) {
+                    return Err("QGemm with transA or alpha ≠ 1 is not supported by the Rust target".into());
+                }
+            } else {
+                n.only(&[])?;
+            }
+            let (ys, yz) = if gemm { (7, 8) } else { (6, 7) };
+            if n.inputs.get(ys).is_none_or(|s| s.is_empty()) {
+                return Err("QGemm with a float output is not supported by the Rust target".into());
+            }
+            let (x, _) = n.q(1, 2)?;
+            let (y, elem) = n.q(ys, yz)?;
+            let w = n.constant(3)?;
+            let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+            let trans_b = gemm && n.int("transB", 0)? != 0;
+            let [r, c] = w.dims[..] else { return Err("weights of rank other than 2 are not supported by the Rust target".into()) };
+            let (k, nn) = if trans_b { (c, r) } else { (r, c) };
+            let int = Integer {
+                weights: tensor(3)?,
+                weight_elem,
+                weight_zps: n.constant(5)?.ints,
+                weight_scales: per_channel(&n.constant(4)?),
+                x,
+                y,
+                bias: if gemm { n.inputs.get(6).filter(|s| !s.is_empty()).cloned() } else { None },
+                channels: nn,
+            };
+            (Kind::Gemm { int, k, n: nn, trans_b }, vec![tensor(0)?], elem)
+        }
+        "QLinearAdd" | "QLinearMul" => {
+            n.only(&[])?;
+            let (a, _) = n.q(1, 2)?;
+            let (b, _) = n.q(4, 5)?;
+            let (y, elem) = n.q(6, 7)?;
+            (Kind::Binary { mul: n.op_type == "QLinearMul", a, b, y }, vec![tensor(0)?, tensor(3)?], elem)
+        }
+        "QLinearAveragePool" => {
+            n.only(&["auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides", "channels_last", "dilations"])?;
+            if n.int("channels_last", 0)? != 0 {
+                return Err("channels_last is not supported by the Rust target".into());
+            }
+            let (x, _) = n.q(1, 2)?;
+            let (y, elem) = n.q(3, 4)?;
+            let kernel = n.ints("kernel_shape")?.ok_or("kernel_shape missing")?;
+            let window = n.window(kernel.len(), kernel)?;
+            (Kind::AveragePool { window, count_include_pad: n.int("count_include_pad", 0)? != 0, x, y }, vec![tensor(0)?], elem)
+        }
+        "QLinearGlobalAveragePool" => {
+            n.only(&["channels_last"])?;
+            if n.int("channels_last", 0)? != 0 {
+                return Err("channels_last is not supported by the Rust target".into());
+            }
+            let (x, _) = n.q(1, 2)?;
+            let (y, elem) = n.q(3, 4)?;
+            (Kind::GlobalAveragePool { x, y }, vec![tensor(0)?], elem)
+        }
+        "MaxPool" if !float_input(n, 0)? => {
+            n.only(&["auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides", "storage_order"])?;
+            let kernel = n.ints("kernel_shape")?.ok_or("kernel_shape missing")?;
+            let window = n.window(kernel.len(), kernel)?;
+            (Kind::MaxPool { window }, vec![tensor(0)?], code_input(n, 0)?)
+        }
+        "QLinearConcat" => {
+            n.only(&["axis"])?;
+            let (y, elem) = n.q(0, 1)?;
+            let count = (n.inputs.len() - 2) / 3;
+            let mut inputs = Vec::new();
+            let mut requant = Vec::new();
+            for i in 0..count {
+                let (x, xe) = n.q(3 + 3 * i, 4 + 3 * i)?;
+                if xe != elem {
+                    return Err("QLinearConcat over inputs of another code type than the output is not supported by the Rust target".into());
+                }
+                inputs.push(tensor(2 + 3 * i)?);
+                requant.push((x.scale != y.scale || x.zero_point != y.zero_point).then_some((x, y)));
+            }
+            let axis = axis(n.int("axis", 0)?, n.rank(2)?)?;
+            (Kind::Concat { axis, requant }, inputs, elem)
+        }
+        "Concat" => {
+            n.only(&["axis"])?;
+            let elem = elem_of(n, 0)?;
+            let inputs: Vec<String> = n.inputs.iter().filter(|s| !s.is_empty()).cloned().collect();
+            let axis = axis(n.int("axis", 0)?, n.rank(0)?)?;
+            (Kind::Concat { axis, requant: vec![None; inputs.len()] }, inputs, elem)
+        }
+        "Flatten" | "Reshape" | "Squeeze" | "Unsqueeze" | "Identity" => {
+            n.only(&["axis", "allowzero", "axes"])?;
+            (Kind::Reshape, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Add" | "Sub" | "Mul" | "Div" if float_input(n, 0)? && float_input(n, 1)? => {
+            n.only(&[])?;
+            let op = match n.op_type {
+                "Add" => '+',
+                "Sub" => '-',
+                "Mul" => '*',
+                _ => '/',
+            };
+            (Kind::FloatBinary { op }, vec![tensor(0)?, tensor(1)?], Elem::F32)
+        }
+        "Relu" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatMap { map: "Map::Relu".into() }, vec![tensor(0)?], Elem::F32)
+        }
+        "HardSigmoid" if float_input(n, 0)? => {
+            n.only(&["alpha", "beta"])?;
+            let (alpha, beta) = (n.float("alpha", 0.2)?, n.float("beta", 0.5)?);
+            let map = format!("Map::HardSigmoid {{ alpha: f32::from_bits({:#010x}), beta: f32::from_bits({:#010x}) }}", alpha.to_bits(), beta.to_bits());
+            (Kind::FloatMap { map }, vec![tensor(0)?], Elem::F32)
+        }
+        "Conv" if float_input(n, 0)? => {
+            n.only(&["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"])?;
+            let ws = n.values.shape(n.input(1)?)?;
+            let kernel = ws
+                .get(2..)
+                .unwrap_or_default()
+                .iter()
+                .map(|e| if let super::values::Extent::Fixed(v) = e { Ok(*v) } else { Err("symbolic kernel".to_string()) })
+                .collect::<Result<Vec<_>, _>>()?;
+            let window = n.window(kernel.len(), kernel)?;
+            let mut inputs = vec![tensor(0)?, tensor(1)?];
+            inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
+            (Kind::FloatConv { groups: n.int("group", 1)? as usize, window }, inputs, Elem::F32)
+        }
+        "Gemm" if float_input(n, 0)? => {
+            n.only(&["transA", "transB", "alpha", "beta"])?;
+            let mut inputs = vec![tensor(0)?, tensor(1)?];
+            inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
+            let kind = Kind::FloatGemm {
+                alpha: n.float("alpha", 1.0)?.to_bits(),
+                beta: n.float("beta", 1.0)?.to_bits(),
+                trans_a: n.int("transA", 0)? != 0,
+                trans_b: n.int("transB", 0)? != 0,
+            };
+            (kind, inputs, Elem::F32)
+        }
+        "AveragePool" | "MaxPool" if float_input(n, 0)? => {
+            n.only(&["auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides", "dilations", "storage_order"])?;
+            let kernel = n.ints("kernel_shape")?.ok_or("kernel_shape missing")?;
+            let window = n.window(kernel.len(), kernel)?;
+            let kind = Kind::FloatPool { max: n.op_type == "MaxPool", window, count_include_pad: n.int("count_include_pad", 0)? != 0 };
+            (kind, vec![tensor(0)?], Elem::F32)
+        }
+        "GlobalAveragePool" if float_input(n, 0)? => (Kind::FloatGlobalAveragePool, vec![tensor(0)?], Elem::F32),
+        "Resize" => {
+            n.only(&["mode", "coordinate_transformation_mode", "nearest_mode"])?;
+            let mode = n.string("mode", "nearest")?;
+            let linear = match mode.as_str() {
+                "nearest" => false,
+                "linear" if float_input(n, 0)? => true,
+                other => return Err(format!("Resize mode {other} on this element type is not supported by the Rust target")),
+            };
+            let transform = match n.string("coordinate_transformation_mode", "half_pixel")?.as_str() {
+                "half_pixel" => "HalfPixel",
+                "asymmetric" => "Asymmetric",
+                "align_corners" => "AlignCorners",
+                "pytorch_half_pixel" => "PytorchHalfPixel",
+                other => return Err(format!("Resize coordinate_transformation_mode {other} is not supported by the Rust target")),
+            };
+            let nearest = match n.string("nearest_mode", "round_prefer_floor")?.as_str() {
+                "round_prefer_floor" => "RoundPreferFloor",
+                "round_prefer_ceil" => "RoundPreferCeil",
+                "floor" => "Floor",
+                "ceil" => "Ceil",
+                other => return Err(format!("Resize nearest_mode {other} is not supported by the Rust target")),
+            };
+            let scales = if n.inputs.get(2).is_some_and(|s| !s.is_empty()) { Some(n.constant(2)?.f32_bits).filter(|v| !v.is_empty()) } else { None };
+            let sizes = if scales.is_none() { Some(n.constant(3)?.ints) } else { None };
+            let elem = elem_of(n, 0)?;
+            (Kind::Resize { linear, transform, nearest, scales, sizes }, vec![tensor(0)?], elem)
+        }
+        other => return Err(format!("operator {other} is not supported by the Rust target")),
+    };
+    Ok(Op { node: n.name.to_string(), kind, inputs, output, elem })
+}
+
+/// `Gather(table, Cast(codes))` with the Cast looked through: `codes` is the Cast's input.
+pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&["axis"])?;
+    if n.int("axis", 0)? != 0 {
+        return Err("a lookup table gathers along axis 0".into());
+    }
+    let table = n.constant(0)?;
+    let elem = code_elem(table.dtype).ok_or("a lookup table of u8 or i8 codes")?;
+    if table.dims != [256] || table.ints.len() != 256 {
+        return Err(format!("a lookup table has 256 entries, not {:?}", table.dims));
+    }
+    if n.elems.get(codes).is_none_or(|e| *e == Elem::F32) {
+        return Err(format!("the table's indices '{codes}' are not 8-bit codes"));
+    }
+    Ok(Op { node: n.name.to_string(), kind: Kind::Lut { table: table.ints }, inputs: vec![codes.to_string()], output, elem })
+}
+
+/// The element type of input `i` (a graph input, a constant or an earlier node's output).
+fn elem_of(n: &Node, i: usize) -> Result<Elem, String> {
+    let name = n.input(i)?;
+    if let Some(e) = n.elems.get(name) {
+        return Ok(*e);
+    }
+    let dt = n.values.constant(name)?.dtype;
+    Elem::of(dt).ok_or_else(|| format!("input {i} of type {} is not supported by the Rust target", dt.as_str_name()))
+}
+
+/// Whether input `i` is f32.
+fn float_input(n: &Node, i: usize) -> Result<bool, String> {
+    Ok(elem_of(n, i)? == Elem::F32)
+}
+
+/// The element type of input `i`, which must be codes.
+fn code_input(n: &Node, i: usize) -> Result<Elem, String> {
+    match elem_of(n, i)? {
+        Elem::F32 => Err(format!("{} on f32 is not supported by the Rust target (only on codes)", n.op_type)),
+        e => Ok(e),
+    }
+}
+
+/// An ONNX axis (negative from the end) as a position.
+fn axis(a: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    if (-r..r).contains(&a) { Ok(a.rem_euclid(r.max(1)) as usize) } else { Err(format!("axis {a} out of range for rank {rank}")) }
+}

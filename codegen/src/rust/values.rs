@@ -1,0 +1,182 @@
+//! What the generator knows of every value: element type, shape (from the authored model's
+//! inferred shapes, `Model::shapes`) and, for constants, the elements (authored initializers and
+//! the constants created nodes need).
+
+use qdqc_lang::Model;
+use qdqc_lang::analysis::Dim;
+use qdqc_lang::onnx::{DataType, TensorProto, type_proto};
+use qdqc_lower::lowered::LoweredConstant;
+use std::collections::BTreeMap;
+
+/// Element types the generated code handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Elem {
+    F32,
+    U8,
+    I8,
+}
+
+impl Elem {
+    pub fn of(dt: DataType) -> Option<Elem> {
+        match dt {
+            DataType::Float => Some(Elem::F32),
+            DataType::Uint8 => Some(Elem::U8),
+            DataType::Int8 => Some(Elem::I8),
+            _ => None,
+        }
+    }
+
+    /// The Rust element type.
+    pub fn rust(self) -> &'static str {
+        match self {
+            Elem::F32 => "f32",
+            Elem::U8 => "u8",
+            Elem::I8 => "i8",
+        }
+    }
+
+    /// The runtime's `DType` variant.
+    pub fn variant(self) -> &'static str {
+        match self {
+            Elem::F32 => "F32",
+            Elem::U8 => "U8",
+            Elem::I8 => "I8",
+        }
+    }
+}
+
+/// A dimension: fixed, or named (bound by an input at run time).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Extent {
+    Fixed(usize),
+    Named(String),
+}
+
+/// A constant's elements, widened for the generator's own checks and for the blob.
+#[derive(Clone, Debug)]
+pub struct Constant {
+    pub dtype: DataType,
+    pub dims: Vec<usize>,
+    /// Integer elements (integer types).
+    pub ints: Vec<i64>,
+    /// f32 bit patterns (float tensors).
+    pub f32_bits: Vec<u32>,
+}
+
+/// The value table of the main graph.
+pub struct Values<'m> {
+    model: &'m Model,
+    initializers: BTreeMap<&'m str, &'m TensorProto>,
+    created: BTreeMap<&'m str, &'m LoweredConstant>,
+    /// DequantizeLinear of constants, evaluated at generation time.
+    folded: BTreeMap<String, Constant>,
+}
+
+impl<'m> Values<'m> {
+    pub fn new(model: &'m Model, created: &'m [LoweredConstant]) -> Values<'m> {
+        let g = model.main_graph();
+        let inputs: Vec<&str> = g.input.iter().filter_map(|v| v.name.as_deref()).collect();
+        // An initializer a graph input overrides is not a constant.
+        let initializers = g.initializer.iter().filter_map(|t| t.name.as_deref().map(|n| (n, t))).filter(|(n, _)| !inputs.contains(n)).collect();
+        Values { model, initializers, created: created.iter().map(|c| (c.name.as_str(), c)).collect(), folded: BTreeMap::new() }
+    }
+
+    pub fn is_constant(&self, name: &str) -> bool {
+        self.initializers.contains_key(name) || self.created.contains_key(name) || self.folded.contains_key(name)
+    }
+
+    /// Records a value computed at generation time.
+    pub fn fold(&mut self, name: &str, c: Constant) {
+        self.folded.insert(name.to_string(), c);
+    }
+
+    /// The elements of a constant, or why it cannot be read.
+    pub fn constant(&self, name: &str) -> Result<Constant, String> {
+        if let Some(c) = self.folded.get(name) {
+            return Ok(c.clone());
+        }
+        if let Some(c) = self.created.get(name) {
+            let dims = dims_of(&c.dims)?;
+            let payload = qdqc_lang::tensor::Payload::Raw(c.bytes.clone().into());
+            return read(c.dtype, dims, &payload, name);
+        }
+        let t = self.initializers.get(name).ok_or_else(|| format!("'{name}' is not a constant"))?;
+        let dtype = qdqc_lang::tensor::data_type(t)?;
+        let payload = self.model.payload(t)?;
+        read(dtype, dims_of(&t.dims)?, &payload, name)
+    }
+
+    /// The shape of a value, from the inferred shapes or a constant's dims.
+    pub fn shape(&self, name: &str) -> Result<Vec<Extent>, String> {
+        if let Some(c) = self.folded.get(name) {
+            return Ok(c.dims.iter().map(|&d| Extent::Fixed(d)).collect());
+        }
+        if let Some(c) = self.created.get(name) {
+            return Ok(dims_of(&c.dims)?.into_iter().map(Extent::Fixed).collect());
+        }
+        let dims = self.model.shapes.get(name).ok_or_else(|| format!("the shape of '{name}' is not known statically"))?;
+        dims.iter()
+            .map(|d| match d {
+                Dim::Known(n) if *n >= 0 => Ok(Extent::Fixed(*n as usize)),
+                Dim::Symbolic(s) if !s.is_empty() => Ok(Extent::Named(s.clone())),
+                _ => Err(format!("'{name}' has a dimension computed from an unknown one ({dims:?})")),
+            })
+            .collect()
+    }
+
+    /// The declared element type of a graph input.
+    pub fn input_elem(&self, name: &str) -> Option<DataType> {
+        let v = self.model.main_graph().input.iter().find(|v| v.name.as_deref() == Some(name))?;
+        match &v.r#type.as_ref()?.value {
+            Some(type_proto::Value::TensorType(t)) => DataType::try_from(t.elem_type?).ok(),
+            _ => None,
+        }
+    }
+}
+
+fn dims_of(dims: &[i64]) -> Result<Vec<usize>, String> {
+    dims.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}"))).collect()
+}
+
+fn read(dtype: DataType, dims: Vec<usize>, payload: &qdqc_lang::tensor::Payload<'_>, name: &str) -> Result<Constant, String> {
+    let (ints, f32_bits) = match dtype {
+        DataType::Float => (Vec::new(), qdqc_lang::tensor::f32_bits(dtype, payload).unwrap_or_default()),
+        DataType::Uint8 | DataType::Int8 | DataType::Int32 | DataType::Int64 => (qdqc_lang::tensor::ints(dtype, payload).unwrap_or_default(), Vec::new()),
+        other => return Err(format!("constant '{name}' of type {} is not supported by the Rust target", other.as_str_name())),
+    };
+    let n: usize = dims.iter().product();
+    if ints.len().max(f32_bits.len()) != n {
+        return Err(format!("constant '{name}' holds {} elements for dims {dims:?}", ints.len().max(f32_bits.len())));
+    }
+    Ok(Constant { dtype, dims, ints, f32_bits })
+}
+
+/// DequantizeLinear of a constant, as ONNX Runtime computes it: `fl32(fl32(q − zp)·s)`, per
+/// tensor or along `axis` (negative from the end).
+pub fn dequantize(q: &Constant, scales: &Constant, zps: Option<&Constant>, axis: i64) -> Result<Constant, String> {
+    let rank = q.dims.len() as i64;
+    let len = scales.f32_bits.len();
+    if len == 0 || !q.f32_bits.is_empty() {
+        return Err("DequantizeLinear of a constant needs integer codes and f32 scales".into());
+    }
+    let inner: usize = if len == 1 {
+        q.ints.len().max(1)
+    } else {
+        let a = if axis < 0 { axis + rank } else { axis };
+        if !(0..rank).contains(&a) || q.dims[a as usize] != len {
+            return Err(format!("DequantizeLinear: {len} scales along axis {axis} of {:?}", q.dims));
+        }
+        q.dims[a as usize + 1..].iter().product()
+    };
+    let zp = |c: usize| zps.and_then(|z| z.ints.get(if z.ints.len() == 1 { 0 } else { c }).copied()).unwrap_or(0);
+    let f32_bits = q
+        .ints
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let c = if len == 1 { 0 } else { (i / inner) % len };
+            ((v - zp(c)) as f32 * f32::from_bits(scales.f32_bits[c])).to_bits()
+        })
+        .collect();
+    Ok(Constant { dtype: DataType::Float, dims: q.dims.clone(), ints: Vec::new(), f32_bits })
+}

@@ -1,0 +1,243 @@
+//! `qdqc compile --target rust`: the generated crate builds (offline, no warnings: `-D warnings`),
+//! its harness runs on seeded inputs, and its outputs and every quantized intermediate are compared
+//! with ONNX Runtime 1.31.1 under ORT_DISABLE_ALL on the original model
+//! (`tests/rust_codegen/ort_run.py`, run by the oracle venv: `$QDQC_PYTHON`, default
+//! `<repo>/target/venv/bin/python`, made by `bash tests/oracle/setup.sh`). On the pow2 models every
+//! tensor must be byte-identical; on the quantize_static example the deviations are printed.
+//! Generated crates share one `CARGO_TARGET_DIR` (`target/rust-codegen-build`), so reruns are fast.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh folder for one test under `target/rust-codegen-tests`.
+fn work(name: &str) -> PathBuf {
+    let dir = repo().join("target/rust-codegen-tests").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn model(name: &str) -> PathBuf {
+    let shipped = repo().join("examples/models").join(format!("{name}.onnx"));
+    if shipped.exists() { shipped } else { repo().join("tests/rust_codegen/models").join(format!("{name}.onnx")) }
+}
+
+fn qdqc(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_qdqc")).args(args).output().unwrap()
+}
+
+/// `qdqc compile MODEL --target rust -o OUT`, which must succeed.
+fn generate(model: &Path, out: &Path) {
+    generate_with(model, out, &[]);
+}
+
+fn generate_with(model: &Path, out: &Path, extra: &[&str]) {
+    let mut args = vec!["compile".as_ref(), model.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let o = qdqc(&args);
+    assert!(o.status.success(), "qdqc failed on {}: {}", model.display(), String::from_utf8_lossy(&o.stderr));
+}
+
+/// Builds the generated crate (warnings are errors); returns the harness and the build time.
+fn build(dir: &Path) -> (PathBuf, Duration) {
+    let target = repo().join("target/rust-codegen-build");
+    let start = Instant::now();
+    let o = Command::new(env!("CARGO"))
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUSTFLAGS", "-D warnings")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the generated crate in {} does not build:\n{}", dir.display(), String::from_utf8_lossy(&o.stderr));
+    let toml = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    let name = toml.lines().find_map(|l| l.strip_prefix("name = \"")).unwrap().trim_end_matches('"');
+    (target.join("debug").join(name), start.elapsed())
+}
+
+fn python(args: &[&std::ffi::OsStr]) -> String {
+    let o = Command::new(common::oracle_python()).arg(repo().join("tests/rust_codegen/ort_run.py")).args(args).output().unwrap();
+    assert!(o.status.success(), "ort_run.py failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// One tensor compared: (name, elements, byte-identical elements, max |deviation|).
+type Row = (String, u64, u64, f64);
+
+/// Runs ORT and the harness on `seed`'s inputs; one row per tensor both wrote.
+fn compare(model: &Path, harness: &Path, dir: &Path, seed: u64) -> Vec<Row> {
+    let (inputs, ort, rust) = (dir.join(format!("in{seed}.npz")), dir.join(format!("ort{seed}.npz")), dir.join(format!("rust{seed}.npz")));
+    python(&[model.as_os_str(), seed.to_string().as_ref(), inputs.as_os_str(), ort.as_os_str()]);
+    let o = Command::new(harness).arg(&inputs).arg(&rust).arg("--intermediates").output().unwrap();
+    assert!(o.status.success(), "harness failed: {}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Row> = python(&["--compare".as_ref(), ort.as_os_str(), rust.as_os_str()])
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            assert!(v.get("error").is_none(), "{}: {}", model.display(), v);
+            (v["tensor"].as_str().unwrap().to_string(), v["elements"].as_u64().unwrap(), v["identical"].as_u64().unwrap(), v["max_deviation"].as_f64().unwrap())
+        })
+        .collect();
+    assert!(rows.len() > 1, "{}: ORT and the harness share no tensor", model.display());
+    rows
+}
+
+#[test]
+fn pow2_models_are_byte_identical_to_onnx_runtime() {
+    // `_batch_n`: the batch dim is symbolic ('N'); ort_run.py feeds batch 2.
+    for name in [
+        "cnn_residual_u8u8_pt_pow2",
+        "cnn_residual_u8s8_pc_asym_pow2",
+        "cnn_residual_s8s8_pc_pow2",
+        "cnn_residual_u8u8_pt_pow2_batch_n",
+        "dwsep_net_u8u8_pt_pow2",
+        "dwsep_net_u8s8_pc_asym_pow2",
+        "dwsep_net_s8s8_pc_pow2",
+    ] {
+        let dir = work(name);
+        let out = dir.join("crate");
+        generate(&model(name), &out);
+        let (harness, took) = build(&out);
+        let (mut tensors, mut elements) = (0, 0);
+        for seed in 0..8 {
+            for (tensor, n, same, dev) in compare(&model(name), &harness, &dir, seed) {
+                assert_eq!(same, n, "{name} seed {seed}: {tensor}: {same} of {n} elements identical (max deviation {dev})");
+                tensors += 1;
+                elements += n;
+            }
+        }
+        println!("{name}: {tensors} tensors, {elements} elements byte-identical over 8 seeds; crate built in {:.1} s", took.as_secs_f64());
+        // Every kernel path the host has gives the same bytes as the default one.
+        for isa in ["portable", "avx2", "avx512vnni"] {
+            let forced = dir.join(format!("rust0_{isa}.npz"));
+            let o = Command::new(&harness).arg(dir.join("in0.npz")).arg(&forced).arg("--intermediates").env("QDQC_KERNELS_ISA", isa).output().unwrap();
+            if !o.status.success() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(err.contains(isa) && isa != "portable", "{name}: {isa}: {err}");
+                println!("{name}: path {isa} not on this host");
+                continue;
+            }
+            for l in python(&["--compare".as_ref(), dir.join("rust0.npz").as_os_str(), forced.as_os_str()]).lines() {
+                let v: Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["identical"], v["elements"], "{name}: path {isa} differs: {v}");
+            }
+        }
+    }
+}
+
+/// The example as compiled (`exact`) and unfused (`--no-fuse`: every op float, on the kernel
+/// crate's float kernels).
+#[test]
+fn quantize_static_example_against_onnx_runtime() {
+    quantize_static_example("cnn_residual_qdq", &[]);
+    quantize_static_example("cnn_residual_qdq_no_fuse", &["--no-fuse"]);
+}
+
+fn quantize_static_example(label: &str, extra: &[&str]) {
+    let name = "cnn_residual_qdq";
+    let dir = work(label);
+    let out = dir.join("crate");
+    generate_with(&model(name), &out, extra);
+    let (harness, took) = build(&out);
+    let mut worst: std::collections::BTreeMap<String, (u64, u64, f64)> = Default::default();
+    for seed in 0..8 {
+        for (tensor, n, same, dev) in compare(&model(name), &harness, &dir, seed) {
+            let w = worst.entry(tensor).or_default();
+            *w = (w.0 + n, w.1 + same, w.2.max(dev));
+        }
+    }
+    for (tensor, (n, same, dev)) in &worst {
+        println!("{label}: {tensor}: {same}/{n} identical, max deviation {dev}");
+        // Float convolutions sum in another order than ONNX Runtime's: at most one code apart.
+        assert!(*dev <= 1.0 || tensor == "logits", "{tensor}: deviation {dev}");
+    }
+    println!("{label}: crate built in {:.1} s", took.as_secs_f64());
+}
+
+#[test]
+fn generation_is_deterministic_and_snapshotted() {
+    let name = "cnn_residual_u8u8_pt_pow2";
+    let dir = work("determinism");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    generate(&model(name), &a);
+    generate(&model(name), &b);
+    for file in ["Cargo.toml", "src/lib.rs", "src/runtime.rs", "src/main.rs", "src/weights.bin"] {
+        assert_eq!(std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap(), "{file} differs between two generations");
+    }
+    // A killed run's staging folder (a dead pid) is removed by the next run.
+    let dead = Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    let _ = { dead }.wait();
+    let stale = dir.join(format!(".qdqc-{pid}-a.tmp"));
+    std::fs::create_dir_all(stale.join("src")).unwrap();
+    // Generating again over a generated crate replaces it (the transaction's swap), with a report.
+    let report = dir.join("report.json");
+    let o = qdqc(&[
+        "compile".as_ref(),
+        model(name).as_os_str(),
+        "--target".as_ref(),
+        "rust".as_ref(),
+        "-o".as_ref(),
+        a.as_os_str(),
+        "--report".as_ref(),
+        report.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["output"], a.display().to_string());
+    assert!(json["decisions"].as_array().is_some_and(|d| d.iter().any(|d| d["fired"] == true)));
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with(".qdqc-")).collect();
+    assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
+    let lib = std::fs::read_to_string(a.join("src/lib.rs")).unwrap();
+    assert!(!lib.contains("unsafe {") && lib.contains("#![forbid(unsafe_code)]"));
+    insta::assert_snapshot!("rust_codegen_cnn_residual_u8u8_pt_pow2_lib", lib);
+}
+
+#[test]
+fn unsupported_ops_are_refused_before_anything_is_written() {
+    let dir = work("unsupported");
+    let out = dir.join("crate");
+    let m = repo().join("tests/rust_codegen/models/lstm_net_u8s8_pc_asym_pow2.onnx");
+    let o = qdqc(&["compile".as_ref(), m.as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), out.as_os_str()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("node 'lstm' (LSTM)") && err.contains("not supported by the Rust target"), "{err}");
+    assert!(!out.exists() && std::fs::read_dir(&dir).unwrap().count() == 0, "something was written");
+    // An existing folder that is not a generated crate is never replaced.
+    let mine = dir.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    let o = qdqc(&["compile".as_ref(), model("cnn_residual_qdq").as_os_str(), "--target".as_ref(), "rust".as_ref(), "-o".as_ref(), mine.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn the_harness_refuses_inputs_of_the_wrong_shape() {
+    let name = "cnn_residual_u8u8_pt_pow2";
+    let dir = work("bad_shape");
+    let out = dir.join("crate");
+    generate(&model(name), &out);
+    let (harness, _) = build(&out);
+    let inputs = dir.join("in.npz");
+    {
+        use npyz::WriterBuilder;
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&inputs).unwrap());
+        zip.start_file("input.npy", zip::write::SimpleFileOptions::default()).unwrap();
+        let mut w = npyz::WriteOptions::new().default_dtype().shape(&[1, 3, 8, 8]).writer(&mut zip).begin_nd().unwrap();
+        w.extend(std::iter::repeat_n(0.5f32, 192)).unwrap();
+        w.finish().unwrap();
+        zip.finish().unwrap();
+    }
+    let o = Command::new(&harness).arg(&inputs).arg(dir.join("out.npz")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("input 'input': axis 2 is 8, expected 16"), "{err}");
+}
