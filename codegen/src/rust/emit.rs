@@ -50,6 +50,12 @@ fn list<T: std::fmt::Display>(v: &[T]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// i64 literals, typed (an empty list still has a type).
+fn i64_list(v: &[i64]) -> String {
+    let v: Vec<String> = v.iter().map(|x| format!("{x}i64")).collect();
+    format!("[{}]", v.join(", "))
+}
+
 fn str_lit(s: &str) -> String {
     format!("{s:?}")
 }
@@ -368,13 +374,7 @@ impl Emitter<'_, '_> {
                     self.shape(&op.output)?
                 )
             }
-            Kind::FloatBinary { op: sym } => {
-                let f = match sym {
-                    '+' => "Add",
-                    '-' => "Sub",
-                    '*' => "Mul",
-                    _ => "Div",
-                };
+            Kind::FloatBinary { op: f } => {
                 format!(
                     "float::elementwise::binary(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
                     self.slice(&op.inputs[0])?,
@@ -464,6 +464,65 @@ impl Emitter<'_, '_> {
                     plane.join(" * ")
                 )
             }
+            Kind::FloatUnary { function } => {
+                format!("float::unary::map(self.k, float::unary::Function::{function}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?)
+            }
+            Kind::Softmax { axis } => {
+                format!("float::softmax::softmax({}, &{}, {axis}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+            }
+            Kind::BatchNorm { epsilon } => {
+                let xs = self.p.values.shape(x0)?;
+                if xs.len() < 2 {
+                    return Err("BatchNormalization input of rank < 2".into());
+                }
+                let batch = self.dim(&xs[0]);
+                let channels = self.dim(&xs[1]);
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let spatial = if spatial.is_empty() { "1".to_string() } else { spatial.join(" * ") };
+                format!(
+                    "float::norm::batch_norm({}, {batch}, {channels}, {spatial}, {}, {}, {}, {}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.slice(&op.inputs[1])?,
+                    self.slice(&op.inputs[2])?,
+                    self.slice(&op.inputs[3])?,
+                    self.slice(&op.inputs[4])?
+                )
+            }
+            Kind::Reduce { reduce, axes } => format!(
+                "float::reduce::reduce(float::reduce::Reduce::{reduce}, {}, &{}, &{}, &mut y).map_err(float_err({node}))?;",
+                self.slice(x0)?,
+                self.shape(x0)?,
+                list(axes)
+            ),
+            Kind::MatMul => format!(
+                "float::gemm::matmul(self.k, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                self.slice(x0)?,
+                self.shape(x0)?,
+                self.slice(&op.inputs[1])?,
+                self.shape(&op.inputs[1])?
+            ),
+            Kind::Transpose { perm } => {
+                format!("codes::movement::transpose({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, list(perm))
+            }
+            Kind::Slice { starts, ends, axes, steps } => format!(
+                "codes::movement::slice({}, &{}, &{}, &{}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                self.slice(x0)?,
+                self.shape(x0)?,
+                i64_list(starts),
+                i64_list(ends),
+                i64_list(axes),
+                i64_list(steps)
+            ),
+            Kind::Expand => {
+                format!("codes::movement::expand({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
+            }
+            Kind::Gather { axis, indices, indices_shape } => format!(
+                "codes::movement::gather({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                self.slice(x0)?,
+                self.shape(x0)?,
+                i64_list(indices),
+                list(indices_shape)
+            ),
         };
         let (e, s) = self.p.plan.slot[&op.output];
         let n = self.numel(&op.output)?;

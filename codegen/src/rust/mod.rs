@@ -41,7 +41,9 @@
 
 mod blob;
 mod emit;
+mod fold;
 mod ops;
+mod shapes;
 mod slots;
 mod values;
 
@@ -108,11 +110,33 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             values.fold(&n.outputs[0], folded);
             continue;
         }
+        // The generator's own shape where the model's is unknown (after a folded Shape subgraph).
+        if let Some(out) = n.outputs.first()
+            && values.shape(out).is_err()
+            && let Some(dims) = shapes::infer(&op_type, &n.inputs, &attrs, &values)
+        {
+            values.infer(out, dims);
+        }
+        if let Some(c) = fold::fold(&op_type, &n.inputs, &attrs, &values) {
+            values.fold(&n.outputs[0], c);
+            continue;
+        }
         if op_type == "Cast" && is_table_index(lowered, n, &attrs) {
             indices.insert(&n.outputs[0], &n.inputs[0]);
             continue;
         }
         let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
+        if op_type == "Split" {
+            let parts = ops::split(&node).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
+            for (op, dims) in parts {
+                if values.shape(&op.output).is_err() {
+                    values.infer(&op.output, dims);
+                }
+                elems.insert(op.output.clone(), op.elem);
+                ops.push(op);
+            }
+            continue;
+        }
         let op = match n.inputs.get(1).and_then(|i| indices.get(i.as_str())) {
             Some(codes) if op_type == "Gather" => ops::lookup_table(&node, codes),
             _ => ops::lower(&node),

@@ -68,8 +68,9 @@ pub enum Kind {
     /// Resize: nearest (codes or f32) or linear (f32), by constant scales or sizes; the
     /// coordinate transform and nearest mode as variant names of the kernel crate's enums.
     Resize { linear: bool, transform: &'static str, nearest: &'static str, scales: Option<Vec<u32>>, sizes: Option<Vec<i64>> },
-    /// f32 Add/Sub/Mul/Div with broadcasting: one IEEE operation per element.
-    FloatBinary { op: char },
+    /// f32 Add/Sub/Mul/Div/Max/Min with broadcasting: one IEEE operation per element; Pow:
+    /// `float::math::pow` (`float::elementwise::Binary` variant name).
+    FloatBinary { op: &'static str },
     /// f32 Relu / HardSigmoid (`float::elementwise::Map`, as Rust text).
     FloatMap { map: String },
     /// f32 Conv (1–3-D), inputs x, w and an optional bias.
@@ -80,6 +81,24 @@ pub enum Kind {
     FloatPool { max: bool, window: Window, count_include_pad: bool },
     /// f32 GlobalAveragePool.
     FloatGlobalAveragePool,
+    /// f32 Sigmoid / Tanh / Exp (`float::unary::Function`, variant name): f64 formula, one rounding.
+    FloatUnary { function: &'static str },
+    /// f32 Softmax along one axis (opset 13).
+    Softmax { axis: i64 },
+    /// f32 BatchNormalization (inference): inputs x, scale, B, mean, var.
+    BatchNorm { epsilon: u32 },
+    /// f32 ReduceSum / ReduceMean / ReduceMax over constant axes (`float::reduce::Reduce` variant).
+    Reduce { reduce: &'static str, axes: Vec<usize> },
+    /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
+    MatMul,
+    /// Transpose (codes or f32).
+    Transpose { perm: Vec<usize> },
+    /// Slice by constant starts, ends, axes and steps (codes or f32).
+    Slice { starts: Vec<i64>, ends: Vec<i64>, axes: Vec<i64>, steps: Vec<i64> },
+    /// Expand to a constant shape (codes or f32).
+    Expand,
+    /// Gather by constant indices (codes or f32).
+    Gather { axis: usize, indices: Vec<i64>, indices_shape: Vec<usize> },
 }
 
 /// One node of the generated program.
@@ -177,6 +196,15 @@ impl Node<'_, '_> {
             Some(AttrValue::Ints(v)) => {
                 v.iter().map(|&x| usize::try_from(x).map_err(|_| format!("attribute {name}: negative entry {x}"))).collect::<Result<_, _>>().map(Some)
             }
+            Some(_) => Err(format!("attribute {name} is not a list of ints")),
+        }
+    }
+
+    /// A list of ints that may be negative (axes, perm).
+    fn signed(&self, name: &str) -> Result<Option<Vec<i64>>, String> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(AttrValue::Ints(v)) => Ok(Some(v.clone())),
             Some(_) => Err(format!("attribute {name} is not a list of ints")),
         }
     }
@@ -364,13 +392,16 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             n.only(&["axis", "allowzero", "axes"])?;
             (Kind::Reshape, vec![tensor(0)?], elem_of(n, 0)?)
         }
-        "Add" | "Sub" | "Mul" | "Div" if float_input(n, 0)? && float_input(n, 1)? => {
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" if float_input(n, 0)? && n.inputs.len() == 2 && float_input(n, 1)? => {
             n.only(&[])?;
             let op = match n.op_type {
-                "Add" => '+',
-                "Sub" => '-',
-                "Mul" => '*',
-                _ => '/',
+                "Add" => "Add",
+                "Sub" => "Sub",
+                "Mul" => "Mul",
+                "Div" => "Div",
+                "Pow" => "Pow",
+                "Max" => "Max",
+                _ => "Min",
             };
             (Kind::FloatBinary { op }, vec![tensor(0)?, tensor(1)?], Elem::F32)
         }
@@ -419,7 +450,8 @@ pub fn lower(n: &Node) -> Result<Op, String> {
         }
         "GlobalAveragePool" if float_input(n, 0)? => (Kind::FloatGlobalAveragePool, vec![tensor(0)?], Elem::F32),
         "Resize" => {
-            n.only(&["mode", "coordinate_transformation_mode", "nearest_mode"])?;
+            // cubic_coeff_a, exclude_outside and extrapolation_value only act in modes refused below.
+            n.only(&["mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value"])?;
             let mode = n.string("mode", "nearest")?;
             let linear = match mode.as_str() {
                 "nearest" => false,
@@ -445,9 +477,150 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let elem = elem_of(n, 0)?;
             (Kind::Resize { linear, transform, nearest, scales, sizes }, vec![tensor(0)?], elem)
         }
+        "Sigmoid" | "Tanh" | "Exp" if float_input(n, 0)? => {
+            n.only(&[])?;
+            let function = match n.op_type {
+                "Sigmoid" => "Sigmoid",
+                "Tanh" => "Tanh",
+                _ => "Exp",
+            };
+            (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
+        }
+        "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "HardSwish" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatMap { map: format!("Map::{}", n.op_type) }, vec![tensor(0)?], Elem::F32)
+        }
+        "LeakyRelu" if float_input(n, 0)? => {
+            n.only(&["alpha"])?;
+            let map = format!("Map::LeakyRelu {{ alpha: f32::from_bits({:#010x}) }}", n.float("alpha", 0.01)?.to_bits());
+            (Kind::FloatMap { map }, vec![tensor(0)?], Elem::F32)
+        }
+        "Clip" if float_input(n, 0)? => {
+            n.only(&[])?;
+            let bound = |i: usize, default: f32| -> Result<f32, String> {
+                if n.inputs.get(i).is_none_or(|s| s.is_empty()) {
+                    return Ok(default);
+                }
+                match n.constant(i)?.f32_bits.as_slice() {
+                    [b] => Ok(f32::from_bits(*b)),
+                    _ => Err(format!("Clip bound {i} must be an f32 scalar")),
+                }
+            };
+            let (lo, hi) = (bound(1, f32::NEG_INFINITY)?, bound(2, f32::INFINITY)?);
+            let map = format!("Map::Clip {{ min: f32::from_bits({:#010x}), max: f32::from_bits({:#010x}) }}", lo.to_bits(), hi.to_bits());
+            (Kind::FloatMap { map }, vec![tensor(0)?], Elem::F32)
+        }
+        "Softmax" if float_input(n, 0)? => {
+            n.only(&["axis"])?;
+            (Kind::Softmax { axis: n.int("axis", -1)? }, vec![tensor(0)?], Elem::F32)
+        }
+        "BatchNormalization" if float_input(n, 0)? => {
+            n.only(&["epsilon", "momentum", "training_mode"])?;
+            if n.int("training_mode", 0)? != 0 {
+                return Err("BatchNormalization in training mode is not supported by the Rust target".into());
+            }
+            let inputs = (0..5).map(tensor).collect::<Result<Vec<_>, _>>()?;
+            (Kind::BatchNorm { epsilon: n.float("epsilon", 1e-5)?.to_bits() }, inputs, Elem::F32)
+        }
+        "ReduceSum" | "ReduceMean" | "ReduceMax" if float_input(n, 0)? => {
+            n.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
+            let rank = n.rank(0)?;
+            // Axes: the attribute (opset < 18; ReduceSum from 13 takes an input) or input 1.
+            let given = match n.signed("axes")? {
+                Some(a) => Some(a),
+                None if n.inputs.get(1).is_some_and(|s| !s.is_empty()) => Some(n.constant(1)?.ints),
+                None => None,
+            };
+            let axes = match given {
+                Some(a) if !a.is_empty() => a.iter().map(|&a| axis(a, rank)).collect::<Result<Vec<_>, _>>()?,
+                _ if n.int("noop_with_empty_axes", 0)? != 0 => Vec::new(),
+                _ => (0..rank).collect(),
+            };
+            let reduce = match n.op_type {
+                "ReduceSum" => "Sum",
+                "ReduceMean" => "Mean",
+                _ => "Max",
+            };
+            (Kind::Reduce { reduce, axes }, vec![tensor(0)?], Elem::F32)
+        }
+        "MatMul" if float_input(n, 0)? && float_input(n, 1)? => {
+            n.only(&[])?;
+            (Kind::MatMul, vec![tensor(0)?, tensor(1)?], Elem::F32)
+        }
+        "Transpose" => {
+            n.only(&["perm"])?;
+            let rank = n.rank(0)?;
+            let perm = match n.signed("perm")? {
+                Some(p) => p.iter().map(|&a| axis(a, rank)).collect::<Result<Vec<_>, _>>()?,
+                None => (0..rank).rev().collect(),
+            };
+            (Kind::Transpose { perm }, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Slice" => {
+            n.only(&[])?;
+            let starts = n.constant(1)?.ints;
+            let ends = n.constant(2)?.ints;
+            let axes = if n.inputs.get(3).is_some_and(|s| !s.is_empty()) { n.constant(3)?.ints } else { (0..starts.len() as i64).collect() };
+            let steps = if n.inputs.get(4).is_some_and(|s| !s.is_empty()) { n.constant(4)?.ints } else { vec![1; starts.len()] };
+            (Kind::Slice { starts, ends, axes, steps }, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Expand" => {
+            n.only(&[])?;
+            n.constant(1)?;
+            (Kind::Expand, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Gather" => {
+            n.only(&["axis"])?;
+            let idx = n.constant(1)?;
+            if !matches!(idx.dtype, DataType::Int64 | DataType::Int32) {
+                return Err("Gather indices must be int32 or int64".into());
+            }
+            let axis = axis(n.int("axis", 0)?, n.rank(0)?)?;
+            (Kind::Gather { axis, indices: idx.ints, indices_shape: idx.dims }, vec![tensor(0)?], elem_of(n, 0)?)
+        }
         other => return Err(format!("operator {other} is not supported by the Rust target")),
     };
     Ok(Op { node: n.name.to_string(), kind, inputs, output, elem })
+}
+
+/// Split: one Slice per output along `axis` (sizes from the `split` input or attribute, else
+/// equal parts); returns each output's op and shape.
+pub fn split(n: &Node) -> Result<Vec<(Op, Vec<usize>)>, String> {
+    n.only(&["axis", "split", "num_outputs"])?;
+    let shape: Vec<usize> = n
+        .values
+        .shape(n.input(0)?)?
+        .iter()
+        .map(
+            |e| if let super::values::Extent::Fixed(d) = e { Ok(*d) } else { Err("Split of a symbolic shape is not supported by the Rust target".to_string()) },
+        )
+        .collect::<Result<_, _>>()?;
+    let a = axis(n.int("axis", 0)?, shape.len())?;
+    let parts = n.outputs.len();
+    let sizes: Vec<usize> = match n.ints("split")? {
+        Some(s) => s,
+        None if n.inputs.get(1).is_some_and(|s| !s.is_empty()) => n.constant(1)?.ints.iter().map(|&v| v as usize).collect(),
+        None => {
+            let each = shape[a].div_ceil(parts.max(1));
+            (0..parts).map(|k| each.min(shape[a].saturating_sub(k * each))).collect()
+        }
+    };
+    if sizes.len() != parts || sizes.iter().sum::<usize>() != shape[a] {
+        return Err(format!("Split sizes {sizes:?} do not cover axis {a} of {shape:?} in {parts} outputs"));
+    }
+    let elem = elem_of(n, 0)?;
+    let mut start = 0;
+    let mut ops = Vec::new();
+    for (out, size) in n.outputs.iter().zip(sizes) {
+        let mut dims = shape.clone();
+        dims[a] = size;
+        let kind = Kind::Slice { starts: vec![start as i64], ends: vec![(start + size) as i64], axes: vec![a as i64], steps: vec![1] };
+        start += size;
+        if !out.is_empty() {
+            ops.push((Op { node: n.name.to_string(), kind, inputs: vec![n.input(0)?.to_string()], output: out.clone(), elem }, dims));
+        }
+    }
+    Ok(ops)
 }
 
 /// `Gather(table, Cast(codes))` with the Cast looked through: `codes` is the Cast's input.

@@ -68,8 +68,10 @@ pub struct Values<'m> {
     model: &'m Model,
     initializers: BTreeMap<&'m str, &'m TensorProto>,
     created: BTreeMap<&'m str, &'m LoweredConstant>,
-    /// DequantizeLinear of constants, evaluated at generation time.
+    /// DequantizeLinear of constants and shape subgraphs, evaluated at generation time.
     folded: BTreeMap<String, Constant>,
+    /// Fixed output shapes the generator computed (`shapes.rs`) where the model's are unknown.
+    inferred: BTreeMap<String, Vec<usize>>,
 }
 
 impl<'m> Values<'m> {
@@ -78,7 +80,7 @@ impl<'m> Values<'m> {
         let inputs: Vec<&str> = g.input.iter().filter_map(|v| v.name.as_deref()).collect();
         // An initializer a graph input overrides is not a constant.
         let initializers = g.initializer.iter().filter_map(|t| t.name.as_deref().map(|n| (n, t))).filter(|(n, _)| !inputs.contains(n)).collect();
-        Values { model, initializers, created: created.iter().map(|c| (c.name.as_str(), c)).collect(), folded: BTreeMap::new() }
+        Values { model, initializers, created: created.iter().map(|c| (c.name.as_str(), c)).collect(), folded: BTreeMap::new(), inferred: BTreeMap::new() }
     }
 
     pub fn is_constant(&self, name: &str) -> bool {
@@ -88,6 +90,11 @@ impl<'m> Values<'m> {
     /// Records a value computed at generation time.
     pub fn fold(&mut self, name: &str, c: Constant) {
         self.folded.insert(name.to_string(), c);
+    }
+
+    /// Records a value's fixed shape, used where the model's shapes leave a dim unknown.
+    pub fn infer(&mut self, name: &str, dims: Vec<usize>) {
+        self.inferred.insert(name.to_string(), dims);
     }
 
     /// The elements of a constant, or why it cannot be read.
@@ -114,14 +121,21 @@ impl<'m> Values<'m> {
         if let Some(c) = self.created.get(name) {
             return Ok(dims_of(&c.dims)?.into_iter().map(Extent::Fixed).collect());
         }
-        let dims = self.model.shapes.get(name).ok_or_else(|| format!("the shape of '{name}' is not known statically"))?;
-        dims.iter()
-            .map(|d| match d {
-                Dim::Known(n) if *n >= 0 => Ok(Extent::Fixed(*n as usize)),
-                Dim::Symbolic(s) if !s.is_empty() => Ok(Extent::Named(s.clone())),
-                _ => Err(format!("'{name}' has a dimension computed from an unknown one ({dims:?})")),
-            })
-            .collect()
+        let declared = self.model.shapes.get(name).map(|dims| {
+            dims.iter()
+                .map(|d| match d {
+                    Dim::Known(n) if *n >= 0 => Ok(Extent::Fixed(*n as usize)),
+                    Dim::Symbolic(s) if !s.is_empty() => Ok(Extent::Named(s.clone())),
+                    _ => Err(format!("'{name}' has a dimension computed from an unknown one ({dims:?})")),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        match (declared, self.inferred.get(name)) {
+            (Some(Ok(d)), _) => Ok(d),
+            (_, Some(d)) => Ok(d.iter().map(|&v| Extent::Fixed(v)).collect()),
+            (Some(Err(e)), None) => Err(e),
+            (None, None) => Err(format!("the shape of '{name}' is not known statically")),
+        }
     }
 
     /// The declared element type of a graph input.

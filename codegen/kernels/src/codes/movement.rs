@@ -12,6 +12,7 @@
 //! | [`resize_nearest`] | ONNX Runtime's f32 arithmetic: the coordinate transform, then the nearest mode, clamped to `0..n` | `upsamplebase.h` |
 //! | [`slice()`] | `start + k·step`, starts/ends clamped as ONNX Slice | ONNX Slice |
 //! | [`gather`] | the indices (negative counts from the end) | ONNX Gather |
+//! | [`expand`] | `0` along a stretched axis (extent 1), else the identity; leading axes added | ONNX Expand |
 
 use super::shape::{check_len, strides};
 use super::{CodesError, numel, shape_err};
@@ -314,6 +315,28 @@ pub fn slice<T: Copy>(x: &[T], shape: &[usize], starts: &[i64], ends: &[i64], ax
     let out_shape: Vec<usize> = maps.iter().map(Vec::len).collect();
     check_len("Slice output", out.len(), &out_shape)?;
     map_axes(x, shape, &maps, None, out);
+    Ok(())
+}
+
+/// ONNX Expand: `x` broadcast to `out_shape` (numpy rules: right-aligned, an extent 1 stretches;
+/// `out_shape` is already the broadcast of the input shape and the requested one).
+pub fn expand<T: Copy>(x: &[T], shape: &[usize], out_shape: &[usize], out: &mut [T]) -> Result<(), CodesError> {
+    check_len("Expand input", x.len(), shape)?;
+    check_len("Expand output", out.len(), out_shape)?;
+    if shape.len() > out_shape.len() {
+        return shape_err(format!("Expand: shape {shape:?} has more axes than {out_shape:?}"));
+    }
+    let lead = out_shape.len() - shape.len();
+    let full: Vec<usize> = std::iter::repeat_n(1, lead).chain(shape.iter().copied()).collect();
+    let mut maps = Vec::with_capacity(out_shape.len());
+    for (a, (&d, &n)) in full.iter().zip(out_shape).enumerate() {
+        maps.push(match d {
+            _ if d == n => (0..n).map(Some).collect(),
+            1 => vec![Some(0); n],
+            _ => return shape_err(format!("Expand: axis {a} of {shape:?} does not stretch to {n}")),
+        });
+    }
+    map_axes(x, &full, &maps, None, out);
     Ok(())
 }
 

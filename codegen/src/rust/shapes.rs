@@ -1,0 +1,109 @@
+//! Output shapes the generator computes itself, for values the model's inferred shapes leave
+//! unknown (a Reshape whose target is a Shape subgraph the generator folded, and everything after
+//! it). Only fixed dims: a symbolic input gives no shape here, and the model's shapes decide.
+
+use super::values::{Extent, Values};
+use qdqc_lang::attr::{AttrValue, Attribute};
+
+fn fixed(values: &Values, name: &str) -> Option<Vec<usize>> {
+    values.shape(name).ok()?.iter().map(|e| if let Extent::Fixed(d) = e { Some(*d) } else { None }).collect()
+}
+
+fn norm(a: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    (-r..r).contains(&a).then(|| a.rem_euclid(r.max(1)) as usize)
+}
+
+/// The output shape of `op_type` over its inputs' fixed shapes, when this file knows the op.
+pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Values) -> Option<Vec<usize>> {
+    let attr = |name: &str| attrs.iter().find(|a| a.name == name).map(|a| &a.value);
+    let int = |name: &str, default: i64| match attr(name) {
+        Some(AttrValue::Int(v)) => *v,
+        _ => default,
+    };
+    let ints = |name: &str, i: usize| -> Option<Vec<i64>> {
+        match attr(name) {
+            Some(AttrValue::Ints(v)) => Some(v.clone()),
+            _ => inputs.get(i).filter(|s| !s.is_empty()).and_then(|s| values.constant(s).ok()).map(|c| c.ints),
+        }
+    };
+    let x = fixed(values, inputs.first()?)?;
+    let numel: usize = x.iter().product();
+    match op_type {
+        "QuantizeLinear" | "DequantizeLinear" | "Relu" | "Sigmoid" | "Tanh" | "Exp" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Clip" | "Softmax"
+        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "Identity" | "Cast" => Some(x),
+        "Reshape" => {
+            let target = values.constant(inputs.get(1)?).ok()?.ints;
+            let mut dims: Vec<i64> =
+                target.iter().enumerate().map(|(i, &d)| if d == 0 && int("allowzero", 0) == 0 { x.get(i).map_or(0, |&v| v as i64) } else { d }).collect();
+            if let Some(p) = dims.iter().position(|&d| d == -1) {
+                let known: i64 = dims.iter().filter(|&&d| d != -1).product();
+                dims[p] = if known == 0 { 0 } else { numel as i64 / known };
+            }
+            let dims: Vec<usize> = dims.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+            (dims.iter().product::<usize>() == numel).then_some(dims)
+        }
+        "Flatten" => {
+            let a = norm(int("axis", 1), x.len() + 1)?;
+            Some(vec![x[..a].iter().product(), x[a..].iter().product()])
+        }
+        "Squeeze" => {
+            let axes: Vec<usize> = ints("axes", 1).unwrap_or_default().iter().map(|&a| norm(a, x.len())).collect::<Option<_>>()?;
+            Some(x.iter().enumerate().filter(|(i, d)| if axes.is_empty() { **d != 1 } else { !axes.contains(i) }).map(|(_, d)| *d).collect())
+        }
+        "Unsqueeze" => {
+            let given = ints("axes", 1)?;
+            let r = x.len() + given.len();
+            let mut axes: Vec<usize> = given.iter().map(|&a| norm(a, r)).collect::<Option<_>>()?;
+            axes.sort();
+            let mut dims = x;
+            for a in axes {
+                (a <= dims.len()).then_some(())?;
+                dims.insert(a, 1);
+            }
+            Some(dims)
+        }
+        "Transpose" => {
+            let perm: Vec<usize> = match ints("perm", usize::MAX) {
+                Some(p) => p.iter().map(|&a| norm(a, x.len())).collect::<Option<_>>()?,
+                None => (0..x.len()).rev().collect(),
+            };
+            perm.iter().map(|&p| x.get(p).copied()).collect()
+        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Expand" => {
+            let y = match op_type {
+                "Expand" => values.constant(inputs.get(1)?).ok()?.ints.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<Vec<_>>>()?,
+                _ => fixed(values, inputs.get(1)?)?,
+            };
+            let rank = x.len().max(y.len());
+            let at = |s: &[usize], i: usize| if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 };
+            (0..rank)
+                .map(|i| match (at(&x, i), at(&y, i)) {
+                    (a, b) if a == b || b == 1 => Some(a),
+                    (1, b) => Some(b),
+                    _ => None,
+                })
+                .collect()
+        }
+        "MatMul" => {
+            let y = fixed(values, inputs.get(1)?)?;
+            if x.len() < 2 || y.len() < 2 {
+                return None;
+            }
+            let (lead_x, lead_y) = (&x[..x.len() - 2], &y[..y.len() - 2]);
+            let lead = if lead_x.len() >= lead_y.len() { lead_x } else { lead_y };
+            let mut out = lead.to_vec();
+            out.extend([x[x.len() - 2], y[y.len() - 1]]);
+            Some(out)
+        }
+        "ReduceMean" | "ReduceSum" | "ReduceMax" => {
+            let axes: Vec<usize> = match ints("axes", 1) {
+                Some(a) if !a.is_empty() => a.iter().map(|&v| norm(v, x.len())).collect::<Option<_>>()?,
+                _ => (0..x.len()).collect(),
+            };
+            let keep = int("keepdims", 1) != 0;
+            Some(x.iter().enumerate().filter_map(|(i, &d)| if axes.contains(&i) { keep.then_some(1) } else { Some(d) }).collect())
+        }
+        _ => None,
+    }
+}
