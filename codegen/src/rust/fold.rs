@@ -1,6 +1,6 @@
 //! Shape subgraphs evaluated at generation time: `Shape` of a value whose shape is fixed, and the
 //! integer ops exporters chain behind it (`Gather`, `Unsqueeze`, `Concat`, `Slice`, `Cast`,
-//! arithmetic, `ConstantOfShape`, `Range`, `Equal`, `Where`, `Expand`) when every input is a
+//! arithmetic, `Range`, `Equal`, `Where`, `Expand`) when every input is a
 //! constant. The result is a constant like an initializer; the generated code never sees the
 //! subgraph. Only integer elements are computed here (index and shape arithmetic, exact in i64);
 //! an op this file does not evaluate falls through to `ops.rs`, which refuses it naming the node.
@@ -9,9 +9,11 @@
 //! |---|---|
 //! | Shape (`start`, `end`) | the fixed dims of the input (a named dim: not folded) |
 //! | Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Identity, Expand | index arithmetic on the elements |
-//! | Cast (to int32/int64 from an integer) | the same values |
+//! | Cast (to int32/int64/f32 from an integer) | the same values (f32: rounded to nearest) |
 //! | Add, Sub, Mul, Div (truncating, as ONNX on integers), Equal, Where | element-wise with broadcasting |
-//! | ConstantOfShape (integer value), Range | as ONNX defines them |
+//! | Range (integers; f32 as ONNX Runtime: `v += delta`) | as ONNX defines them |
+//!
+//! ConstantOfShape (a tensor attribute) is evaluated in `mod.rs`.
 
 use super::values::{Constant, Values};
 use qdqc_lang::attr::{AttrValue, Attribute};
@@ -44,15 +46,30 @@ pub fn fold(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Valu
     match op_type {
         "Cast" => {
             let to = DataType::try_from(int("to", 0) as i32).ok()?;
-            (integer(&c[0]) && matches!(to, DataType::Int64 | DataType::Int32)).then(|| ints(to, c[0].dims.clone(), c[0].ints.clone()))
-        }
-        "ConstantOfShape" => {
-            let dims: Vec<usize> = c[0].ints.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
-            let n: usize = dims.iter().product();
-            match attr("value") {
-                None => Some(Constant { dtype: DataType::Float, dims, ints: Vec::new(), f32_bits: vec![0; n] }),
+            match to {
+                DataType::Int64 | DataType::Int32 if integer(&c[0]) => Some(ints(to, c[0].dims.clone(), c[0].ints.clone())),
+                // Integer to f32: each value rounded to nearest, as ONNX Runtime's static_cast.
+                DataType::Float if integer(&c[0]) => {
+                    Some(Constant { dtype: to, dims: c[0].dims.clone(), ints: Vec::new(), f32_bits: c[0].ints.iter().map(|&v| (v as f32).to_bits()).collect() })
+                }
                 _ => None,
             }
+        }
+        // ONNX Runtime's float Range: `count = ⌈(limit − start)/delta⌉` (f64), then `v = start`,
+        // `v += delta` per element in f32.
+        "Range" if c.iter().all(|k| k.dtype == DataType::Float && k.f32_bits.len() == 1) => {
+            let [s, l, d] = [0, 1, 2].map(|i| f32::from_bits(c[i].f32_bits[0]));
+            if d == 0.0 {
+                return None;
+            }
+            let count = (f64::from(l - s) / f64::from(d)).ceil().max(0.0) as usize;
+            let mut v = s;
+            let mut bits = Vec::with_capacity(count);
+            for _ in 0..count {
+                bits.push(v.to_bits());
+                v += d;
+            }
+            Some(Constant { dtype: DataType::Float, dims: vec![count], ints: Vec::new(), f32_bits: bits })
         }
         _ if !c.iter().all(integer) => None,
         "Identity" => Some(c[0].clone()),

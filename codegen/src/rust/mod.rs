@@ -92,6 +92,11 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         let (name, op_type, domain, attrs): (String, String, String, Vec<Attribute>) = match &n.computation {
             Computation::Authored { node } => {
                 let p = &g.node[*node];
+                if p.op_type() == "ConstantOfShape" {
+                    let c = constant_of_shape(&values, p, &n.inputs).map_err(|e| format!("node '{}' (ConstantOfShape): {e}", p.name()))?;
+                    values.fold(&n.outputs[0], c);
+                    continue;
+                }
                 let attrs = p
                     .attribute
                     .iter()
@@ -112,7 +117,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         // The generator's own shape where the model's is unknown (after a folded Shape subgraph).
         if let Some(out) = n.outputs.first()
-            && values.shape(out).is_err()
+            && !values.shape(out).is_ok_and(|s| s.iter().all(|e| matches!(e, values::Extent::Fixed(_))))
             && let Some(dims) = shapes::infer(&op_type, &n.inputs, &attrs, &values)
         {
             values.infer(out, dims);
@@ -129,9 +134,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         if op_type == "Split" {
             let parts = ops::split(&node).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
             for (op, dims) in parts {
-                if values.shape(&op.output).is_err() {
-                    values.infer(&op.output, dims);
-                }
+                values.infer(&op.output, dims);
                 elems.insert(op.output.clone(), op.elem);
                 ops.push(op);
             }
@@ -176,6 +179,24 @@ fn is_table_index(lowered: &LoweredGraph, cast: &qdqc_lower::lowered::LoweredNod
         op == "Gather" && m.inputs.iter().position(|i| i == out) == Some(1) && m.inputs.iter().filter(|i| *i == out).count() == 1
     });
     to_int32 && cast.inputs.len() == 1 && !readers.is_empty() && gathers
+}
+
+/// ConstantOfShape of a constant shape, evaluated here (its `value` is a tensor attribute, which
+/// the generic attribute reader does not carry): f32 zeros by default.
+fn constant_of_shape(values: &values::Values, p: &qdqc_lang::onnx::NodeProto, inputs: &[String]) -> Result<values::Constant, String> {
+    let shape = values.constant(inputs.first().ok_or("no shape input")?)?;
+    let dims: Vec<usize> = shape.ints.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}"))).collect::<Result<_, _>>()?;
+    let n: usize = dims.iter().product();
+    let value = match p.attribute.iter().find(|a| a.name() == "value").and_then(|a| a.t.as_ref()) {
+        Some(t) => values.attribute_tensor(t)?,
+        None => values::Constant { dtype: qdqc_lang::onnx::DataType::Float, dims: vec![1], ints: Vec::new(), f32_bits: vec![0] },
+    };
+    let (ints, f32_bits) = match (value.ints.as_slice(), value.f32_bits.as_slice()) {
+        ([v], []) => (vec![*v; n], Vec::new()),
+        ([], [b]) => (Vec::new(), vec![*b; n]),
+        _ => return Err("value must hold one element".into()),
+    };
+    Ok(values::Constant { dtype: value.dtype, dims, ints, f32_bits })
 }
 
 /// A weight's or bias's DequantizeLinear, evaluated once here.

@@ -267,14 +267,16 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 }
                 None => (vec![0], Elem::U8),
             };
-            let axis = axis(n.int("axis", 1)?, n.rank(0)?)?;
+            // The axis only matters per axis (a per-tensor Q/DQ of a rank-1 value keeps axis = 1).
+            let axis = if scales.len() == 1 { 0 } else { axis(n.int("axis", 1)?, n.rank(0)?)? };
             (Kind::Quantize { axis, scales, zps }, vec![tensor(0)?], elem)
         }
         "DequantizeLinear" => {
             n.only(&["axis"])?;
             let scales = n.constant(1)?.f32_bits;
             let zps = if n.inputs.get(2).is_some_and(|s| !s.is_empty()) { n.constant(2)?.ints } else { vec![0] };
-            let axis = axis(n.int("axis", 1)?, n.rank(0)?)?;
+            // The axis only matters per axis (a per-tensor Q/DQ of a rank-1 value keeps axis = 1).
+            let axis = if scales.len() == 1 { 0 } else { axis(n.int("axis", 1)?, n.rank(0)?)? };
             (Kind::Dequantize { axis, scales, zps }, vec![tensor(0)?], Elem::F32)
         }
         "QLinearConv" => {

@@ -70,9 +70,10 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             };
             perm.iter().map(|&p| x.get(p).copied()).collect()
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Expand" => {
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Expand" | "QLinearAdd" | "QLinearMul" => {
             let y = match op_type {
                 "Expand" => values.constant(inputs.get(1)?).ok()?.ints.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<Vec<_>>>()?,
+                "QLinearAdd" | "QLinearMul" => fixed(values, inputs.get(3)?)?,
                 _ => fixed(values, inputs.get(1)?)?,
             };
             let rank = x.len().max(y.len());
@@ -85,8 +86,29 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
                 })
                 .collect()
         }
-        "MatMul" => {
-            let y = fixed(values, inputs.get(1)?)?;
+        "Slice" => {
+            let c = |i: usize| values.constant(inputs.get(i)?).ok().map(|c| c.ints);
+            let (starts, ends) = (c(1)?, c(2)?);
+            let axes = inputs.get(3).filter(|s| !s.is_empty()).map_or_else(|| Some((0..starts.len() as i64).collect()), |_| c(3))?;
+            let steps = inputs.get(4).filter(|s| !s.is_empty()).map_or_else(|| Some(vec![1; starts.len()]), |_| c(4))?;
+            let mut dims = x.clone();
+            for k in 0..starts.len() {
+                let a = norm(*axes.get(k)?, x.len())?;
+                let (n, step) = (x[a] as i64, *steps.get(k)?);
+                // ONNX Slice: negative from the end, then clamped ([0, n] forward, [−1, n − 1] backward).
+                let fix = |v: i64, lo: i64, hi: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(lo, hi);
+                let (s, e) =
+                    if step > 0 { (fix(starts[k], 0, n), fix(*ends.get(k)?, 0, n)) } else { (fix(starts[k], 0, n - 1), fix(*ends.get(k)?, -1, n - 1)) };
+                dims[a] = match step {
+                    0 => return None,
+                    st if st > 0 => ((e - s).max(0) + st - 1) / st,
+                    st => ((s - e).max(0) + (-st) - 1) / (-st),
+                } as usize;
+            }
+            Some(dims)
+        }
+        "MatMul" | "QLinearMatMul" => {
+            let y = fixed(values, inputs.get(if op_type == "MatMul" { 1 } else { 3 })?)?;
             if x.len() < 2 || y.len() < 2 {
                 return None;
             }

@@ -92,7 +92,7 @@ impl<'m> Values<'m> {
         self.folded.insert(name.to_string(), c);
     }
 
-    /// Records a value's fixed shape, used where the model's shapes leave a dim unknown.
+    /// Records a value's fixed shape, used where the model's shapes leave a dim unknown or named.
     pub fn infer(&mut self, name: &str, dims: Vec<usize>) {
         self.inferred.insert(name.to_string(), dims);
     }
@@ -113,6 +113,12 @@ impl<'m> Values<'m> {
         read(dtype, dims_of(&t.dims)?, &payload, name)
     }
 
+    /// The elements of a tensor attribute (ConstantOfShape's `value`).
+    pub fn attribute_tensor(&self, t: &TensorProto) -> Result<Constant, String> {
+        let dtype = qdqc_lang::tensor::data_type(t)?;
+        read(dtype, dims_of(&t.dims)?, &self.model.payload(t)?, t.name.as_deref().unwrap_or("value"))
+    }
+
     /// The shape of a value, from the inferred shapes or a constant's dims.
     pub fn shape(&self, name: &str) -> Result<Vec<Extent>, String> {
         if let Some(c) = self.folded.get(name) {
@@ -130,9 +136,10 @@ impl<'m> Values<'m> {
                 })
                 .collect::<Result<Vec<_>, _>>()
         });
+        // The generator's fixed shape is recorded only where the declared one is unknown or named.
         match (declared, self.inferred.get(name)) {
-            (Some(Ok(d)), _) => Ok(d),
             (_, Some(d)) => Ok(d.iter().map(|&v| Extent::Fixed(v)).collect()),
+            (Some(Ok(d)), None) => Ok(d),
             (Some(Err(e)), None) => Err(e),
             (None, None) => Err(format!("the shape of '{name}' is not known statically")),
         }
