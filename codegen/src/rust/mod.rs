@@ -83,6 +83,9 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         let dt = values.input_elem(v).ok_or_else(|| format!("graph input '{v}' has no tensor type"))?;
         let elem = values::Elem::of(dt).ok_or_else(|| format!("graph input '{v}' of type {} is not supported by the Rust target", dt.as_str_name()))?;
         elems.insert(v.to_string(), elem);
+        if let Some(dims) = source_shape(model, v) {
+            dims.iter().for_each(|d| values.bind(d));
+        }
         inputs.push((v.to_string(), elem, values.shape(v).map_err(|e| format!("graph input '{v}': {e}"))?));
     }
     let mut ops = Vec::new();
@@ -117,7 +120,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         // The generator's own shape where the model's is unknown (after a folded Shape subgraph).
         if let Some(out) = n.outputs.first()
-            && !values.shape(out).is_ok_and(|s| s.iter().all(|e| matches!(e, values::Extent::Fixed(_))))
+            && values.shape(out).is_err()
             && let Some(dims) = shapes::infer(&op_type, &n.inputs, &attrs, &values)
         {
             values.infer(out, dims);
@@ -163,6 +166,12 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             ("src/weights.bin".into(), blob),
         ],
     })
+}
+
+/// The dim names of a graph input's declared shape.
+fn source_shape(model: &Model, input: &str) -> Option<Vec<String>> {
+    let dims = model.shapes.get(input)?;
+    Some(dims.iter().filter_map(|d| if let qdqc_lang::analysis::Dim::Symbolic(s) = d { Some(s.clone()).filter(|s| !s.is_empty()) } else { None }).collect())
 }
 
 /// A Cast to int32 whose output only Gather nodes read, as their indices: the lookup-table form,

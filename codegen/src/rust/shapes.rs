@@ -107,6 +107,42 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             }
             Some(dims)
         }
+        "Concat" | "QLinearConcat" => {
+            let parts: Vec<&String> = if op_type == "Concat" { inputs.iter().collect() } else { inputs.iter().skip(2).step_by(3).collect() };
+            let shapes: Vec<Vec<usize>> = parts.iter().map(|p| fixed(values, p)).collect::<Option<_>>()?;
+            let mut dims = shapes.first()?.clone();
+            let a = norm(int("axis", 0), dims.len())?;
+            dims[a] = shapes.iter().map(|s| s.get(a).copied()).sum::<Option<usize>>()?;
+            Some(dims)
+        }
+        "Conv" | "QLinearConv" | "MaxPool" | "AveragePool" | "QLinearAveragePool" => {
+            // Input x at 0 (Conv, pools) or 0 (QLinearConv); weights at 1 or 3 give M and the kernel.
+            let w = match op_type {
+                "Conv" => Some(fixed(values, inputs.get(1)?)?),
+                "QLinearConv" => Some(fixed(values, inputs.get(3)?)?),
+                _ => None,
+            };
+            let spatial = x.len().checked_sub(2)?;
+            let kernel: Vec<i64> = match &w {
+                Some(w) => w.get(2..)?.iter().map(|&k| k as i64).collect(),
+                None => ints("kernel_shape", usize::MAX)?,
+            };
+            if !matches!(attr("auto_pad"), None) && !matches!(attr("auto_pad"), Some(AttrValue::Str(s)) if s == "NOTSET") || kernel.len() != spatial {
+                return None;
+            }
+            let get = |name: &str, n: usize, d: i64| ints(name, usize::MAX).unwrap_or_else(|| vec![d; n]);
+            let (strides, dilations, pads) = (get("strides", spatial, 1), get("dilations", spatial, 1), get("pads", 2 * spatial, 0));
+            let ceil = int("ceil_mode", 0) != 0;
+            let mut dims = vec![x[0], w.as_ref().map_or(x[1], |w| w[0])];
+            for i in 0..spatial {
+                let span = x[2 + i] as i64 + pads.get(i)? + pads.get(i + spatial)? - ((kernel[i] - 1) * dilations.get(i)? + 1);
+                let s = *strides.get(i)?;
+                let n = if ceil { (span + s - 1).div_euclid(s) } else { span.div_euclid(s) } + 1;
+                dims.push(usize::try_from(n).ok()?);
+            }
+            Some(dims)
+        }
+        "GlobalAveragePool" | "QLinearGlobalAveragePool" | "GlobalMaxPool" => Some(x.iter().enumerate().map(|(i, &d)| if i < 2 { d } else { 1 }).collect()),
         "MatMul" | "QLinearMatMul" => {
             let y = fixed(values, inputs.get(if op_type == "MatMul" { 1 } else { 3 })?)?;
             if x.len() < 2 || y.len() < 2 {

@@ -72,6 +72,8 @@ pub struct Values<'m> {
     folded: BTreeMap<String, Constant>,
     /// Fixed output shapes the generator computed (`shapes.rs`) where the model's are unknown.
     inferred: BTreeMap<String, Vec<usize>>,
+    /// Dim names the graph inputs bind at run time; any other name is an unknown dim.
+    bound: std::collections::BTreeSet<String>,
 }
 
 impl<'m> Values<'m> {
@@ -80,7 +82,14 @@ impl<'m> Values<'m> {
         let inputs: Vec<&str> = g.input.iter().filter_map(|v| v.name.as_deref()).collect();
         // An initializer a graph input overrides is not a constant.
         let initializers = g.initializer.iter().filter_map(|t| t.name.as_deref().map(|n| (n, t))).filter(|(n, _)| !inputs.contains(n)).collect();
-        Values { model, initializers, created: created.iter().map(|c| (c.name.as_str(), c)).collect(), folded: BTreeMap::new(), inferred: BTreeMap::new() }
+        Values {
+            model,
+            initializers,
+            created: created.iter().map(|c| (c.name.as_str(), c)).collect(),
+            folded: BTreeMap::new(),
+            inferred: BTreeMap::new(),
+            bound: Default::default(),
+        }
     }
 
     pub fn is_constant(&self, name: &str) -> bool {
@@ -90,6 +99,11 @@ impl<'m> Values<'m> {
     /// Records a value computed at generation time.
     pub fn fold(&mut self, name: &str, c: Constant) {
         self.folded.insert(name.to_string(), c);
+    }
+
+    /// Records a dim name a graph input binds.
+    pub fn bind(&mut self, name: &str) {
+        self.bound.insert(name.to_string());
     }
 
     /// Records a value's fixed shape, used where the model's shapes leave a dim unknown or named.
@@ -131,7 +145,7 @@ impl<'m> Values<'m> {
             dims.iter()
                 .map(|d| match d {
                     Dim::Known(n) if *n >= 0 => Ok(Extent::Fixed(*n as usize)),
-                    Dim::Symbolic(s) if !s.is_empty() => Ok(Extent::Named(s.clone())),
+                    Dim::Symbolic(s) if self.bound.contains(s) => Ok(Extent::Named(s.clone())),
                     _ => Err(format!("'{name}' has a dimension computed from an unknown one ({dims:?})")),
                 })
                 .collect::<Result<Vec<_>, _>>()
