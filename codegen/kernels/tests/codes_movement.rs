@@ -6,8 +6,8 @@ mod common;
 
 use common::Rng;
 use qdqc_kernels::codes::movement::{
-    CoordinateTransform, NearestMode, PadMode, ResizeTarget, concat, gather, gather_shape, pad, pad_shape, resize_nearest, resize_shape, slice, slice_shape,
-    transpose,
+    CoordinateTransform, NearestMode, PadMode, ResizeTarget, concat, expand, gather, gather_shape, pad, pad_shape, resize_nearest, resize_shape, slice,
+    slice_shape, transpose,
 };
 use qdqc_kernels::codes::numel;
 
@@ -214,6 +214,27 @@ fn gather_random() {
     }
     assert!(gather(&[0u8; 4], &[4], 0, &[4], &[1], &mut [0]).is_err(), "index 4 of 4");
     assert!(gather(&[0u8; 4], &[4], 0, &[-5], &[1], &mut [0]).is_err(), "index -5 of 4");
+}
+
+#[test]
+fn expand_random() {
+    let mut rng = Rng::new(26);
+    for _ in 0..300 {
+        let out_shape: Vec<usize> = (0..1 + rng.below(4)).map(|_| 1 + rng.below(4) as usize).collect();
+        // The input: a suffix of the output's axes, each kept or shrunk to 1.
+        let skip = rng.below(out_shape.len() as u64 + 1) as usize;
+        let shape: Vec<usize> = out_shape[skip..].iter().map(|&d| if rng.below(2) == 0 { 1 } else { d }).collect();
+        let x = rng.i8s(numel(&shape));
+        let mut out = vec![0i8; numel(&out_shape)];
+        expand(&x, &shape, &out_shape, &mut out).unwrap();
+        for (o, &y) in out.iter().enumerate() {
+            let oc = unravel(o, &out_shape);
+            let ic: Vec<usize> = oc[skip..].iter().zip(&shape).map(|(&c, &d)| if d == 1 { 0 } else { c }).collect();
+            assert_eq!(y, x[ravel(&ic, &shape)], "{shape:?} to {out_shape:?}");
+        }
+    }
+    assert!(expand(&[0u8; 2], &[2], &[3], &mut [0; 3]).is_err(), "2 does not stretch to 3");
+    assert!(expand(&[0u8; 2], &[1, 2], &[2], &mut [0; 2]).is_err(), "more axes than the output");
 }
 
 /// Resize cases from ONNX Runtime: u8 input 0, 1, 2, ... and ORT's output codes.
