@@ -205,8 +205,11 @@ fn gather(x: &[i64], shape: &[usize], axis: usize, idx: &[i64]) -> Option<Vec<i6
     Some(out)
 }
 
-/// The numpy broadcast of two integer constants: the output dims and the element pairs.
-fn broadcast(a: &Constant, b: &Constant) -> Option<(Vec<usize>, Vec<(i64, i64)>)> {
+/// The output dims of a broadcast and its element pairs.
+type Pairs = (Vec<usize>, Vec<(i64, i64)>);
+
+/// The numpy broadcast of two integer constants.
+fn broadcast(a: &Constant, b: &Constant) -> Option<Pairs> {
     let rank = a.dims.len().max(b.dims.len());
     let at = |d: &[usize], i: usize| if i + d.len() >= rank { d[i + d.len() - rank] } else { 1 };
     let dims: Vec<usize> = (0..rank)

@@ -25,7 +25,21 @@
 //! | `Gather(table, Cast(codes → int32))` (rule `lookup-table`; the Cast is read through) | `codes::lut::apply_lut` |
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
-//! | f32 Add, Sub, Mul, Div (broadcasting), Relu, HardSigmoid; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA) |
+//! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
+//! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
+//! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
+//! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
+//! | f32 BatchNormalization (inference) | `float::norm::batch_norm` (ONNX Runtime's order) |
+//! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |
+//! | f32 MatMul (batch broadcasting) | `float::gemm::matmul` |
+//! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
+//! | Shape of a fixed shape, and the integer ops behind it (Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, arithmetic, Equal, Where, Range, Expand), ConstantOfShape, f32 Range, integer→f32 Cast of constants | evaluated at generation time (`fold.rs`); the generated code holds the result as a constant |
+//!
+//! Shapes: the authored model's inferred shapes, and where they are unknown (or name a dim no
+//! graph input binds) the generator's own (`shapes.rs`), computed from fixed input shapes and the
+//! folded constants. Dynamic dims work where the model's shapes carry the input's dim names through
+//! (the pow2 models' batch); the real models' Shape subgraphs need fixed input dims (pin them
+//! before compiling).
 //!
 //! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
 //! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,

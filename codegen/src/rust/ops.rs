@@ -268,7 +268,10 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 None => (vec![0], Elem::U8),
             };
             // The axis only matters per axis (a per-tensor Q/DQ of a rank-1 value keeps axis = 1).
-            let axis = if scales.len() == 1 { 0 } else { axis(n.int("axis", 1)?, n.rank(0)?)? };
+            let axis = match axis(n.int("axis", 1)?, n.rank(0)?) {
+                Err(_) if scales.len() == 1 => 0,
+                a => a?,
+            };
             (Kind::Quantize { axis, scales, zps }, vec![tensor(0)?], elem)
         }
         "DequantizeLinear" => {
@@ -276,7 +279,10 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let scales = n.constant(1)?.f32_bits;
             let zps = if n.inputs.get(2).is_some_and(|s| !s.is_empty()) { n.constant(2)?.ints } else { vec![0] };
             // The axis only matters per axis (a per-tensor Q/DQ of a rank-1 value keeps axis = 1).
-            let axis = if scales.len() == 1 { 0 } else { axis(n.int("axis", 1)?, n.rank(0)?)? };
+            let axis = match axis(n.int("axis", 1)?, n.rank(0)?) {
+                Err(_) if scales.len() == 1 => 0,
+                a => a?,
+            };
             (Kind::Dequantize { axis, scales, zps }, vec![tensor(0)?], Elem::F32)
         }
         "QLinearConv" => {

@@ -92,13 +92,12 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             let axes = inputs.get(3).filter(|s| !s.is_empty()).map_or_else(|| Some((0..starts.len() as i64).collect()), |_| c(3))?;
             let steps = inputs.get(4).filter(|s| !s.is_empty()).map_or_else(|| Some(vec![1; starts.len()]), |_| c(4))?;
             let mut dims = x.clone();
-            for k in 0..starts.len() {
+            for (k, &start) in starts.iter().enumerate() {
                 let a = norm(*axes.get(k)?, x.len())?;
                 let (n, step) = (x[a] as i64, *steps.get(k)?);
                 // ONNX Slice: negative from the end, then clamped ([0, n] forward, [−1, n − 1] backward).
                 let fix = |v: i64, lo: i64, hi: i64| (if v < 0 { v.saturating_add(n) } else { v }).clamp(lo, hi);
-                let (s, e) =
-                    if step > 0 { (fix(starts[k], 0, n), fix(*ends.get(k)?, 0, n)) } else { (fix(starts[k], 0, n - 1), fix(*ends.get(k)?, -1, n - 1)) };
+                let (s, e) = if step > 0 { (fix(start, 0, n), fix(*ends.get(k)?, 0, n)) } else { (fix(start, 0, n - 1), fix(*ends.get(k)?, -1, n - 1)) };
                 dims[a] = match step {
                     0 => return None,
                     st if st > 0 => ((e - s).max(0) + st - 1) / st,
@@ -127,7 +126,12 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
                 Some(w) => w.get(2..)?.iter().map(|&k| k as i64).collect(),
                 None => ints("kernel_shape", usize::MAX)?,
             };
-            if !matches!(attr("auto_pad"), None) && !matches!(attr("auto_pad"), Some(AttrValue::Str(s)) if s == "NOTSET") || kernel.len() != spatial {
+            let explicit = match attr("auto_pad") {
+                None => true,
+                Some(AttrValue::Str(s)) => s == "NOTSET",
+                Some(_) => false,
+            };
+            if !explicit || kernel.len() != spatial {
                 return None;
             }
             let get = |name: &str, n: usize, d: i64| ints(name, usize::MAX).unwrap_or_else(|| vec![d; n]);
