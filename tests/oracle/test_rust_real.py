@@ -92,7 +92,8 @@ def generate(model: Path, out: Path, contract: str) -> tuple[subprocess.Complete
 
 
 def build(crate: Path) -> Path:
-    env = dict(os.environ, CARGO_TARGET_DIR=str(BUILD_DIR), RUSTFLAGS="-D warnings")
+    # No incremental state: ten crates' worth of it is a gigabyte of disk, and every build is a first one.
+    env = dict(os.environ, CARGO_TARGET_DIR=str(BUILD_DIR), RUSTFLAGS="-D warnings", CARGO_INCREMENTAL="0")
     r = subprocess.run([os.environ.get("CARGO", "cargo"), "build", "--offline", "--quiet"], cwd=crate, env=env, capture_output=True, text=True)
     assert r.returncode == 0, f"the generated crate in {crate} does not build:\n{r.stderr[-4000:]}"
     name = next(line.split('"')[1] for line in (crate / "Cargo.toml").read_text().splitlines() if line.startswith("name = "))
