@@ -256,6 +256,8 @@ impl Geometry {
                             (Some(iz), Some(iy)) => {
                                 let line = &x[c * id * ih * iw + (iz * ih + iy) * iw..][..iw];
                                 match run {
+                                    // A 1-wide line (pointwise convolutions) is one byte: no memcpy call.
+                                    Some(i0) if kw == 1 => d[0] = line[i0],
                                     Some(i0) => d.copy_from_slice(&line[i0..][..kw]),
                                     None => {
                                         for (d, t) in d.iter_mut().zip(taps) {
