@@ -6,7 +6,7 @@
 //! | `Cargo.toml` | package and harness named after the model file ([`crate_name`]), lib `generated`, its own workspace; `qdqc-kernels` by relative path ([`KernelsPath`]), `npyz` and `zip` for the harness |
 //! | `src/lib.rs` | `Model::new()`, `Model::run`, `Model::run_with` (workspace reuse, intermediates), `INPUTS`, `OUTPUTS` (`emit.rs`) |
 //! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
-//! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates` |
+//! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates`, `--bench N` (median seconds of N `run_with` calls on one workspace; `bench/rust_target.py`) |
 //! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`) |
 //!
 //! Every created node gets its Rust-kernel meaning: convolutions and GEMMs accumulate exactly in
@@ -17,7 +17,7 @@
 //!
 //! | ops (`ops.rs`) | kernel |
 //! |---|---|
-//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant_certified` per element; i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
+//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
@@ -43,6 +43,7 @@
 //!
 //! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
 //! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,
+//! `requantize`'s per-column vectors (one call per convolution channel),
 //! one copy per requantized QLinearConcat input, and the output tensors. `run` makes a fresh
 //! workspace each call.
 //!

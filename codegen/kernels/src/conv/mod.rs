@@ -239,26 +239,34 @@ impl Geometry {
         let at = |a: usize, o: usize, t: usize| -> Option<usize> {
             (o * self.strides[a] + t * self.dilations[a]).checked_sub(self.pads[a]).filter(|&i| i < self.input[a])
         };
+        // The input column of each (output column, horizontal tap), computed once per call.
+        let xs: Vec<Option<usize>> = (0..ow).flat_map(|xo| (0..kw).map(move |tx| at(2, xo, tx))).collect();
+        // Where an output column's taps are kw consecutive input columns (stride-1 interior):
+        // the first, so that its lines are plain copies.
+        let runs: Vec<Option<usize>> = xs.chunks_exact(kw).map(|t| t[0].filter(|&i0| t.iter().enumerate().all(|(j, &t)| t == Some(i0 + j)))).collect();
         let mut row = 0;
         for z in 0..od {
             for y in 0..oh {
-                for xo in 0..ow {
+                for (taps, &run) in xs.chunks_exact(kw).zip(&runs) {
                     let dst = &mut cols[row * k..][..k];
-                    let mut j = 0;
-                    for c in 0..channels {
-                        let plane = &x[c * id * ih * iw..][..id * ih * iw];
-                        for tz in 0..kd {
-                            let iz = at(0, z, tz);
-                            for ty in 0..kh {
-                                let iy = at(1, y, ty);
-                                for tx in 0..kw {
-                                    dst[j] = match (iz, iy, at(2, xo, tx)) {
-                                        (Some(iz), Some(iy), Some(ix)) => plane[(iz * ih + iy) * iw + ix],
-                                        _ => zx,
-                                    };
-                                    j += 1;
+                    // One line of kw taps per (channel, tz, ty), in ONNX's weight order.
+                    let lines = (0..channels).flat_map(|c| (0..kd).flat_map(move |tz| (0..kh).map(move |ty| (c, tz, ty))));
+                    for (d, (c, tz, ty)) in dst.chunks_exact_mut(kw).zip(lines) {
+                        match (at(0, z, tz), at(1, y, ty)) {
+                            (Some(iz), Some(iy)) => {
+                                let line = &x[c * id * ih * iw + (iz * ih + iy) * iw..][..iw];
+                                match run {
+                                    // A 1-wide line (pointwise convolutions) is one byte: no memcpy call.
+                                    Some(i0) if kw == 1 => d[0] = line[i0],
+                                    Some(i0) => d.copy_from_slice(&line[i0..][..kw]),
+                                    None => {
+                                        for (d, t) in d.iter_mut().zip(taps) {
+                                            *d = t.map_or(zx, |ix| line[ix]);
+                                        }
+                                    }
                                 }
                             }
+                            _ => d.fill(zx),
                         }
                     }
                     row += 1;

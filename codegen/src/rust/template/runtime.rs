@@ -4,7 +4,7 @@
 
 use qdqc_kernels::codes::{self, QCode, Quant};
 use qdqc_kernels::conv::PackedConv;
-use qdqc_kernels::requant::{Certified, Output, requant_certified};
+use qdqc_kernels::requant::{self, Certified, Form, Output, Plan};
 use qdqc_kernels::{Kernels, PackedB};
 use std::fmt;
 
@@ -196,29 +196,25 @@ impl AsU8 for i8 {
     }
 }
 
-/// Output codes of the requantizing kernels.
-pub trait CodeOut: QCode {
-    fn from_i32(v: i32) -> Self;
-}
+/// Output codes of the requantizing kernels (u8, i8).
+pub trait CodeOut: QCode + requant::CodeOut {}
 
-impl CodeOut for u8 {
-    fn from_i32(v: i32) -> u8 {
-        v as u8
-    }
-}
+impl CodeOut for u8 {}
 
-impl CodeOut for i8 {
-    fn from_i32(v: i32) -> i8 {
-        v as i8
-    }
-}
+impl CodeOut for i8 {}
 
 /// The requantization of a QLinearConv / QGemm / QLinearMatMul: one certified form per output
-/// channel (or one for all), the bias codes and the output's zero point.
+/// channel (or one for all), the bias codes and the output's zero point. It runs as the kernel
+/// crate's `requantize` over whole blocks (the vectorized certified rows: the same bits as
+/// `requant_certified` element by element, fallbacks counted the same way).
 pub struct Requant {
     pub forms: Vec<Certified>,
     pub bias: Vec<i32>,
     pub output: Output,
+    /// Per column (GEMMs: `[m][n]` blocks).
+    columns: Plan,
+    /// One per channel (convolutions: a channel's plane is one block with one form).
+    channels: Vec<Plan>,
 }
 
 impl Requant {
@@ -232,12 +228,10 @@ impl Requant {
         if (forms.len() != 1 && forms.len() != channels) || bias.len() != channels {
             return Err(e(format!("{} scales and {} biases for {channels} channels", forms.len(), bias.len())));
         }
-        Ok(Requant { forms, bias, output: Output::new(zy, code).map_err(|x| e(x.to_string()))? })
-    }
-
-    fn code<Y: CodeOut>(&self, acc: i32, c: usize) -> Y {
-        let form = &self.forms[if self.forms.len() == 1 { 0 } else { c }];
-        Y::from_i32(requant_certified(acc, self.bias[c], form, self.output))
+        let output = Output::new(zy, code).map_err(|x| e(x.to_string()))?;
+        let plan = |forms: Vec<Certified>| Plan { output, form: Form::Certified(forms) };
+        let per_channel = (0..channels).map(|c| plan(vec![forms[if forms.len() == 1 { 0 } else { c }]])).collect();
+        Ok(Requant { columns: plan(forms.clone()), channels: per_channel, forms, bias, output })
     }
 }
 
@@ -246,6 +240,8 @@ impl Requant {
 pub struct Scratch {
     pub acc: Vec<i32>,
     pub codes: Vec<u8>,
+    /// One channel's bias repeated over its plane (the requantization's per-column bias).
+    pub bias: Vec<i32>,
 }
 
 /// QLinearConv: convolution on codes, then correctly rounded requantization per output channel.
@@ -267,8 +263,14 @@ pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
     conv.run(k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &mut s.acc).map_err(|x| e(x.to_string()))?;
     let channels = conv.params().out_channels;
     let plane = y.len() / (shape[0] * channels).max(1);
-    for (i, (v, &a)) in y.iter_mut().zip(&s.acc).enumerate() {
-        *v = rq.code(a, (i / plane.max(1)) % channels);
+    if plane == 0 {
+        return Ok(());
+    }
+    for (i, (y, acc)) in y.chunks_exact_mut(plane).zip(s.acc.chunks_exact(plane)).enumerate() {
+        let c = i % channels;
+        s.bias.clear();
+        s.bias.resize(plane, rq.bias[c]);
+        requant::requantize(k, &rq.channels[c], acc, plane, Some(&s.bias), y).map_err(|x| e(x.to_string()))?;
     }
     Ok(())
 }
@@ -281,10 +283,10 @@ pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, 
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
     qdqc_kernels::gemm_u8(k, X::as_u8(x, &mut s.codes), m, zx, b, &mut s.acc).map_err(|x| e(x.to_string()))?;
-    let n = b.n();
-    for (i, (v, &a)) in y.iter_mut().zip(&s.acc).enumerate() {
-        *v = rq.code(a, i % n);
+    if y.is_empty() {
+        return Ok(());
     }
+    requant::requantize(k, &rq.columns, &s.acc, b.n(), Some(&rq.bias), y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
