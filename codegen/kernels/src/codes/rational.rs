@@ -6,6 +6,7 @@
 //! so `sat(clamp(r) + zy) = sat(r + zy)`.
 
 use super::CodesError;
+use crate::requant::rne_div;
 
 pub(crate) const LIMIT: i128 = 1 << 10;
 
@@ -38,16 +39,6 @@ pub(crate) fn rne_clamped(n: i128, q: i32, d: i128) -> i128 {
     }
     let r = if q >= 0 { rne_div(n << q, d) } else { rne_shift_div(n, d, q.unsigned_abs()) };
     r.clamp(-LIMIT, LIMIT)
-}
-
-/// `rne(n / d)`, `d > 0`, ties to even.
-fn rne_div(n: i128, d: i128) -> i128 {
-    let (q, r) = (n.div_euclid(d), n.rem_euclid(d));
-    match (2 * r).cmp(&d) {
-        std::cmp::Ordering::Less => q,
-        std::cmp::Ordering::Greater => q + 1,
-        std::cmp::Ordering::Equal => q + (q & 1),
-    }
 }
 
 /// `rne(n / (d·2^k))` for `k ≥ 1`: with `2n/2^k = M + g` (`M` an integer, `0 ≤ g < 1`, `g > 0`

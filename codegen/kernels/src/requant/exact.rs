@@ -57,8 +57,8 @@ impl Ratio {
     }
 }
 
-/// `rne(n / d)` for `d > 0`, ties to even.
-fn rne_div(n: i128, d: i128) -> i128 {
+/// `rne(n / d)` for `d > 0`, ties to even (also the ops on codes' exact rounding).
+pub(crate) fn rne_div(n: i128, d: i128) -> i128 {
     let (q, r) = (n.div_euclid(d), n.rem_euclid(d));
     match (2 * r).cmp(&d) {
         std::cmp::Ordering::Less => q,

@@ -12,6 +12,7 @@
 
 mod certified;
 mod exact;
+pub(crate) use exact::rne_div;
 mod fixed;
 
 pub use certified::{Certified, fallback_hits, requant_certified};
