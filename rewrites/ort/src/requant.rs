@@ -135,6 +135,18 @@ impl GemmGroup {
         }
     }
 
+    /// The interval `Σ (x − zx)·d[k]` can reach over the input codes, for one channel's centred
+    /// weights `d` (a Conv's padding feeds the zero point, whose term is 0).
+    pub fn accumulator_range(&self, d: &[i64]) -> (i64, i64) {
+        let u = (self.x_codes.0 - self.x.zero_point, self.x_codes.1 - self.x.zero_point);
+        let padded = matches!(self.kind, GemmKind::Conv { .. });
+        d.iter().fold((0i64, 0i64), |(lo, hi), &dk| {
+            let (a, b) = (u.0 * dk, u.1 * dk);
+            let (min, max) = if padded { (a.min(b).min(0), a.max(b).max(0)) } else { (a.min(b), a.max(b)) };
+            (lo + min, hi + max)
+        })
+    }
+
     /// Whether the x86-avx2 u8×s8 kernel (int16 pair saturation) computes this group.
     pub fn pairs_saturate(&self, isa: Isa) -> bool {
         isa.arith().gemm == Gemm::PairSaturating && self.x.code == CodeType::U8 && self.w_code == CodeType::I8 && !self.depthwise()
@@ -678,13 +690,7 @@ impl<'a> Channel<'a> {
         let zw = g.w_zero_point(c);
         let d: Vec<i64> = g.weights[c].iter().map(|&w| w - zw).collect();
         let u = (g.x_codes.0 - g.x.zero_point, g.x_codes.1 - g.x.zero_point);
-        let padded = matches!(g.kind, GemmKind::Conv { .. });
-        let acc = d.iter().fold((0i64, 0i64), |(lo, hi), &dk| {
-            let (a, b) = (u.0 * dk, u.1 * dk);
-            // Padding feeds the zero point, whose term is 0.
-            let (min, max) = if padded { (a.min(b).min(0), a.max(b).max(0)) } else { (a.min(b), a.max(b)) };
-            (lo + min, hi + max)
-        });
+        let acc = g.accumulator_range(&d);
         let step = d.iter().fold(0i64, |a, &b| gcd(a, b.abs())).max(1);
         let bias = g.bias_code(c);
         if acc.0 + bias < i32::MIN as i64 || acc.1 + bias > i32::MAX as i64 {

@@ -108,14 +108,7 @@ impl Channel {
     fn new(g: &GemmGroup, c: usize, out: Output) -> Result<Channel, String> {
         let zw = g.w_zero_point(c);
         let d: Vec<i64> = g.weights[c].iter().map(|&w| w - zw).collect();
-        let u = (g.x_codes.0 - g.x.zero_point, g.x_codes.1 - g.x.zero_point);
-        let padded = matches!(g.kind, GemmKind::Conv { .. });
-        let acc = d.iter().fold((0i64, 0i64), |(lo, hi), &dk| {
-            let (a, b) = (u.0 * dk, u.1 * dk);
-            // Padding feeds the zero point, whose term is 0.
-            let (min, max) = if padded { (a.min(b).min(0), a.max(b).max(0)) } else { (a.min(b), a.max(b)) };
-            (lo + min, hi + max)
-        });
+        let acc = g.accumulator_range(&d);
         if acc.0 < i64::from(i32::MIN) || acc.1 > i64::from(i32::MAX) {
             return Err(format!("channel {c}: Σ(x − zx)(w − zw) can reach [{}, {}], beyond i32 (the kernels have no i64 accumulation yet)", acc.0, acc.1));
         }
