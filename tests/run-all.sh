@@ -21,4 +21,8 @@ echo "Rust kernel paths not on this host (their suites are not run): ${QDQC_KERN
 # ONNX Runtime picks its kernels by CPUID: every differential test runs against this profile.
 echo "ONNX Runtime host profile: $(target/debug/qdqc host)"
 cargo test --locked --workspace
-"$PY" -m pytest -p no:cacheprovider tests/oracle -q
+# The corpora are built once before the workers start (each worker would otherwise build them);
+# then every test file runs whole on one worker (its module fixtures compile once), files spread
+# over the cores: qdqc and the ORT sessions the oracle starts are single-threaded.
+"$PY" -c 'import sys; sys.path.insert(0, "tests/oracle"); import oracle_util as u; u.ensure_corpus(); u.ensure_real_corpus()'
+"$PY" -m pytest -p no:cacheprovider tests/oracle -q -n auto --dist loadfile
