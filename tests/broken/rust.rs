@@ -2,8 +2,10 @@
 //! target's own proofs against the engine's references.
 
 use crate::Broken;
+use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
-use qdqc_exact::{Contract, QParam};
+use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
 use qdqc_ort::pool::PoolParams;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
@@ -14,9 +16,9 @@ pub fn rules() -> Vec<Broken> {
         Broken {
             name: "rust_bias_code_on_accumulator_scale_claimed_real",
             claim: "requant_exact(acc, b) meets `real` whatever the bias DequantizeLinear's scale: the kernel adds the bias code at sx·sw, the unfused graph adds b·sb",
-            broken: || gemm::prove(&conv_with_bias_scale(0.3), Contract::Real),
-            // The bias on the accumulator's scale: requant_exact is the definition.
-            twin: Some(|| gemm::prove(&conv_with_bias_scale(0.25), Contract::Real)),
+            broken: || bias_code_on_the_accumulator(0.3),
+            // The sound rule on the same group: the bias as the exact offset b·sb/sy (Ratio::with_bias).
+            twin: Some(|| gemm::prove(&conv_with_bias_scale(0.3), Contract::Real)),
         },
         Broken {
             name: "rust_exact_add_claimed_for_the_float_path",
@@ -33,6 +35,35 @@ pub fn rules() -> Vec<Broken> {
             twin: Some(|| pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(0.5, 0) }, pool::Windows::Image(4), Contract::Exact)),
         },
     ]
+}
+
+/// P3 over every accumulator of the 1×1 Conv below (sx·sw = 0.25, sy = 0.25, bias code 3 at
+/// scale `sb`): the kernel that adds the code to the accumulator against the exact value
+/// `rne((acc·sx·sw + 3·sb)/sy)` (`requant_exact` with the bias as its offset, itself checked
+/// against an independent rational evaluation in codegen/kernels/tests/requant_bias.rs).
+fn bias_code_on_the_accumulator(sb: f32) -> Verdict {
+    let out = Output::new(0, Code::U8).unwrap();
+    let ratio = Ratio::new(0.5, 0.5, 0.25).unwrap();
+    let (code, exact) = ratio.with_bias(3, sb).unwrap();
+    let kernel = |acc: i64| i64::from(requant_exact(acc as i32, 3, &ratio, out));
+    let reference = |acc: i64| i64::from(requant_exact(acc as i32, code, &exact, out));
+    let codes = Codes { qmin: 0, qmax: 255, direction: Direction::NonDecreasing };
+    let report = p3::check((-128 * 127, 255 * 127), codes, kernel, reference, |_| true);
+    let proof = |domain| Certificate { method: Method::P3RequantWindow, domain, micros: report.micros, detail: "bias code added at sx·sw vs b·sb".into() };
+    match report.outcome {
+        Outcome::Exact => Verdict::Exact { proof: proof(report.points) },
+        Outcome::Refuted { first, differing } => Verdict::Refuted {
+            counterexample: Counterexample {
+                inputs: vec![("acc".into(), first.at)],
+                unfused: first.reference,
+                fused: kernel(first.at),
+                exact: None,
+                differing,
+            },
+            proof: proof(report.points),
+        },
+        Outcome::Unknown { reason } => Verdict::Unknown { reason },
+    }
 }
 
 fn u8p(scale: f32, zero_point: i64) -> QParam {

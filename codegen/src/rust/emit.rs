@@ -170,16 +170,27 @@ impl Emitter<'_, '_> {
         let field = format!("n{i}_rq");
         let code = if op.elem == Elem::U8 { "Code::U8" } else { "Code::I8" };
         let init = format!(
-            "Requant::new(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, {}, {code}, {}, {})?",
+            "Requant::new(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, &{}, {}, {code}, {}, {})?",
             int.x.scale,
-            f32_list(&int.weight_scales),
+            self.f32_init(&int.weight_scales),
             int.y.scale,
+            self.f32_init(&int.bias_scales),
             int.y.zero_point,
             int.channels,
             str_lit(&op.node)
         );
         self.fields.push((field.clone(), "Requant".into(), init));
         Ok(field)
+    }
+
+    /// An f32 list for `Model::new`: a literal when short, read from the blob otherwise (per-channel
+    /// scale lists as literals cost rustc more than their bytes).
+    fn f32_init(&mut self, bits: &[u32]) -> String {
+        if bits.len() <= 4 {
+            return f32_list(bits);
+        }
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        format!("blob.f32s({}, {})", self.blob.add(&bytes), bits.len())
     }
 
     fn weights(&mut self, int: &Integer) -> Result<(String, String), String> {

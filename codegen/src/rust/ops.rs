@@ -36,6 +36,9 @@ pub struct Integer {
     pub x: Q,
     pub y: Q,
     pub bias: Option<String>,
+    /// The bias's own scale(s) (f32 bits): the tenth input qdqc's rules add for this target;
+    /// empty for a node as ONNX defines it (bias at `sx·sw`).
+    pub bias_scales: Vec<u32>,
     pub channels: usize,
 }
 
@@ -245,6 +248,11 @@ fn code_elem(dt: DataType) -> Option<Elem> {
     Elem::of(dt).filter(|e| *e != Elem::F32)
 }
 
+/// The bias scale of a fused QLinearConv / QGemm from qdqc's rules (input 9), if any.
+fn bias_scales(n: &Node) -> Result<Vec<u32>, String> {
+    if n.inputs.get(9).is_some_and(|s| !s.is_empty()) { Ok(n.constant(9)?.f32_bits) } else { Ok(Vec::new()) }
+}
+
 fn per_channel(c: &Constant) -> Vec<u32> {
     c.f32_bits.clone()
 }
@@ -300,6 +308,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 x,
                 y,
                 bias: n.inputs.get(8).filter(|s| !s.is_empty()).cloned(),
+                bias_scales: bias_scales(n)?,
                 channels,
             };
             let window = n.window(w.dims.len() - 2, w.dims[2..].to_vec())?;
@@ -335,6 +344,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 x,
                 y,
                 bias: if gemm { n.inputs.get(6).filter(|s| !s.is_empty()).cloned() } else { None },
+                bias_scales: if gemm { bias_scales(n)? } else { Vec::new() },
                 channels: nn,
             };
             (Kind::Gemm { int, k, n: nn, trans_b }, vec![tensor(0)?], elem)

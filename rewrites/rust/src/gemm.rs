@@ -1,6 +1,8 @@
 //! Conv / MatMul / Gemm with constant weights on the kernel crate: `gemm_u8` / `PackedConv`
 //! accumulate `Σ(x − zx)(w − zw)` in i32 (exact wherever the true sum fits i32: every path wraps
-//! modulo 2^32 alike), then `requant::requant_exact` gives `sat(rne((acc + b)·sx·sw/sy) + zy)`.
+//! modulo 2^32 alike), then `requant::requant_exact` gives `sat(rne((acc·sx·sw + b·sb)/sy) + zy)`:
+//! the bias code added to the accumulator where `b·sb = b·sx·sw`, its exact value as an offset
+//! otherwise (`Ratio::with_bias`, the function the generated code calls too).
 //!
 //! Obligation (contract §3.12), per output channel:
 //!
@@ -8,8 +10,8 @@
 //! |---|---|
 //! | x, w, y 8-bit codes; scales positive finite; `alpha = 1` | what the kernels and `Ratio` take (alpha is not folded into the ratio) |
 //! | reachable `Σ(x − zx)(w − zw)` within i32, from the actual weights and the reachable x codes (padding adds 0) | the kernels accumulate in i32; an i64 path does not exist yet, so a wider bound refuses |
-//! | bias: one i32 code per channel, zero point 0 | the kernel adds the code to the accumulator |
-//! | `real`: `requant_exact` is the definition when every bias value `b·sb` is `b·sx·sw` exactly (by construction); otherwise P3 ([`p3::check_affine`]) against `rne((acc·sx·sw + b·sb)/sy)` on every reachable accumulator | the kernel adds the bias code on the accumulator's scale |
+//! | bias: one i32 code per channel, zero point 0, a scale `Ratio::with_bias` takes (positive, within 2^44 of the accumulator's grid) | the kernel adds the code to the accumulator, or its exact value `b·sb/sy` |
+//! | `real`: `requant_exact` is the definition (by construction) | it is `sat(rne((acc·sx·sw + b·sb)/sy) + zy)` exactly, the contract's rounding of the exact value |
 //! | `exact`: P2 (the float reduction is exact in every order, [`p2::dot_product`]), then P3 ([`p3::check`]): `requant_exact` against the Q of the exact f32 value on every accumulator of the unsaturated window | without P2 the float path is not one function of the inputs: the group stays float |
 //!
 //! Per-axis weight scales are per output channel (N) by the shape of [`GemmGroup`]; the rule
@@ -17,7 +19,7 @@
 
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p2::{self, BiasTerm, DotProduct};
-use qdqc_exact::p3::{self, Affine, Codes, Direction, Outcome};
+use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::{CodeType, quantize};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, Verdict, by_construction};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
@@ -35,21 +37,15 @@ pub fn prove(g: &GemmGroup, contract: Contract) -> Verdict {
     let bound = format!("i32 accumulation: every reachable Σ(x − zx)(w − zw) in [{lo}, {hi}]");
     let name = kind_name(g.kind);
     match contract {
-        Contract::Real if channels.iter().all(|c| c.bias_on_accumulator_scale) => by_construction(
+        Contract::Real => by_construction(
             "qdqc_kernels::requant::requant_exact",
             format!(
-                "{name} on the Rust kernels (real): {bound} over {} channel(s); requant_exact is sat(rne((acc + b)·sx·sw/sy) + zy), the contract's rounding of the exact value",
-                g.channels()
+                "{name} on the Rust kernels (real): {bound} over {} channel(s); requant_exact is sat(rne((acc·sx·sw + b·sb)/sy) + zy), the contract's rounding of the exact value ({} bias(es) off sx·sw added as exact offsets)",
+                g.channels(),
+                channels.iter().filter(|c| c.offset).count()
             ),
             0,
             start,
-        ),
-        Contract::Real => per_channel(
-            g,
-            &channels,
-            start,
-            &format!("{name} on the Rust kernels (real): {bound}; P3 against the exact value (bias scale ≠ sx·sw)"),
-            Channel::real,
         ),
         Contract::Exact => per_channel(
             g,
@@ -68,11 +64,13 @@ struct Channel {
     acc: (i64, i64),
     /// gcd of the nonzero `w − zw`: every accumulator is a multiple of it.
     step: i64,
+    /// The bias code the kernel adds to the accumulator (0 where it is an offset of `ratio`).
     bias: i32,
+    /// Whether the bias is an offset (its scale is not `sx·sw`).
+    offset: bool,
     /// `sx·sw` and the bias value the unfused graph adds, exactly.
     unit: Dyadic,
     bias_value: Dyadic,
-    bias_on_accumulator_scale: bool,
     ratio: Ratio,
     out: Output,
 }
@@ -116,19 +114,19 @@ impl Channel {
         let ratio = Ratio::new(g.x.scale, g.w_scale(c), g.y.scale).map_err(|e| format!("channel {c}: scales: {e:?}"))?;
         let exact = |s: f32| Dyadic::from_f32(s).ok_or(format!("non-finite scale {s}"));
         let unit = exact(g.x.scale)?.checked_mul(exact(g.w_scale(c))?).ok_or("scale product overflows")?;
-        let (bias, bias_value) = match g.bias.as_ref() {
-            None => (0, Dyadic::ZERO),
+        let (bias, bias_value, ratio) = match g.bias.as_ref() {
+            None => (0, Dyadic::ZERO, ratio),
+            Some(b) if b.float.is_some() => return Err(format!("channel {c}: a float bias (the kernels take int32 codes)")),
             Some(b) => {
-                let code = b.codes[c];
-                let value = match &b.float {
-                    Some(values) => exact(values[c])?,
-                    None => Dyadic::int(code).checked_mul(exact(b.scales[if b.scales.len() == 1 { 0 } else { c }])?).ok_or("bias value overflows")?,
-                };
-                (i32::try_from(code).map_err(|_| format!("channel {c}: bias code {code} is not an i32"))?, value)
+                let code = i32::try_from(b.codes[c]).map_err(|_| format!("channel {c}: bias code {} is not an i32", b.codes[c]))?;
+                let sb = b.scales[if b.scales.len() == 1 { 0 } else { c }];
+                let value = Dyadic::int(i64::from(code)).checked_mul(exact(sb)?).ok_or("bias value overflows")?;
+                let (kernel_code, ratio) = ratio.with_bias(code, sb).map_err(|e| format!("channel {c}: bias: {e}"))?;
+                (kernel_code, value, ratio)
             }
         };
-        let on_scale = Dyadic::int(i64::from(bias)).checked_mul(unit) == Some(bias_value);
-        Ok(Channel { c, acc, step, bias, unit, bias_value, bias_on_accumulator_scale: on_scale, ratio, out })
+        let offset = bias_value != Dyadic::int(i64::from(bias)).checked_mul(unit).unwrap_or(Dyadic::ZERO);
+        Ok(Channel { c, acc, step, bias, offset, unit, bias_value, ratio, out })
     }
 
     /// The accumulators checked: `n·step` for `n` in this range.
@@ -145,16 +143,6 @@ impl Channel {
     fn codes(&self) -> Codes {
         let code = self.out.code();
         Codes { qmin: i64::from(code.min()), qmax: i64::from(code.max()), direction: Direction::NonDecreasing }
-    }
-
-    /// `real` with a bias off the accumulator's scale: both forms are affine roundings of `n`.
-    fn real(&self, g: &GemmGroup) -> Result<u64, Failure> {
-        let y = Dyadic::from_f32(g.y.scale).ok_or(Failure::Unknown("non-finite output scale".into()))?;
-        let kernel_bias = Dyadic::int(i64::from(self.bias)).checked_mul(self.unit);
-        let forms = kernel_bias.and_then(|kb| Some((affine(self.unit, kb, y, self.step)?, affine(self.unit, self.bias_value, y, self.step)?)));
-        let Some((kernel, reference)) = forms else { return Err(Failure::Unknown(format!("channel {}: exact forms overflow i128", self.c))) };
-        let codes = self.codes();
-        self.outcome(p3::check_affine(self.steps(), (codes.qmin, codes.qmax, g.y.zero_point), kernel, reference, |_| true))
     }
 
     /// `exact`: P2, then every accumulator of the window against the Q of the f32 value.
@@ -227,28 +215,6 @@ fn per_channel(g: &GemmGroup, channels: &[Channel], start: Instant, header: &str
     }
     let detail = format!("{header} over {} channel(s), {points} accumulators in unsaturated windows", g.channels());
     Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain: points, micros: micros(start), detail } }
-}
-
-/// `rne((unit·step·n + bias)/sy)` as an [`Affine`] in `n` (`sy > 0`); `None` beyond i128.
-fn affine(unit: Dyadic, bias: Dyadic, sy: Dyadic, step: i64) -> Option<Affine> {
-    let unit = unit.checked_mul(Dyadic::int(step))?;
-    let e = match (unit.is_zero(), bias.is_zero()) {
-        (false, false) => unit.exp.min(bias.exp),
-        (true, false) => bias.exp,
-        _ => unit.exp,
-    };
-    let on_grid = |d: Dyadic| if d.is_zero() { Some(0) } else { shl(d.mant, d.exp - e) };
-    let (a, b) = (on_grid(unit)?, on_grid(bias)?);
-    // (a·n + b)·2^e / (my·2^ey)
-    let k = e - sy.exp;
-    if k >= 0 { Some(Affine { a: shl(a, k)?, b: shl(b, k)?, d: sy.mant }) } else { Some(Affine { a, b, d: shl(sy.mant, -k)? }) }
-}
-
-fn shl(m: i128, by: i32) -> Option<i128> {
-    if !(0..127).contains(&by) {
-        return if m == 0 { Some(0) } else { None };
-    }
-    m.checked_mul(1i128 << by)
 }
 
 fn gcd(a: i64, b: i64) -> i64 {

@@ -53,8 +53,9 @@ fn matmul(x: QParam, y: QParam, w_scales: Vec<f32>) -> GemmGroup {
 }
 
 /// Runs the group on the kernel crate for every pair of x codes: `gemm_u8` on the packed weights
-/// (channels as columns), then `requant_exact` per channel.
-fn run_kernels(g: &GemmGroup, bias: &[i32]) -> Vec<Vec<i64>> {
+/// (channels as columns), then `requant_exact` per channel, each bias at its own scale
+/// (`Ratio::with_bias`, as the generated code does) when `bias_scales` are given.
+fn run_kernels(g: &GemmGroup, bias: &[i32], bias_scales: Option<&[f32]>) -> Vec<Vec<i64>> {
     let (k, n) = (g.weights[0].len(), g.channels());
     let b: Vec<i8> = (0..k).flat_map(|kk| g.weights.iter().map(move |w| w[kk] as i8)).collect();
     let zb: Vec<i8> = (0..n).map(|c| g.w_zero_point(c) as i8).collect();
@@ -67,7 +68,11 @@ fn run_kernels(g: &GemmGroup, bias: &[i32]) -> Vec<Vec<i64>> {
     (0..n)
         .map(|ch| {
             let ratio = Ratio::new(g.x.scale, g.w_scale(ch), g.y.scale).unwrap();
-            (0..m).map(|row| i64::from(requant_exact(c[row * n + ch], bias[ch], &ratio, out))).collect()
+            let (code, ratio) = match bias_scales {
+                Some(sb) => ratio.with_bias(bias[ch], sb[ch]).unwrap(),
+                None => (bias[ch], ratio),
+            };
+            (0..m).map(|row| i64::from(requant_exact(c[row * n + ch], code, &ratio, out))).collect()
         })
         .collect()
 }
@@ -96,7 +101,7 @@ fn gemm_real_fires_by_construction_and_the_kernels_equal_the_exact_value_on_ever
     let Verdict::Exact { proof } = &v else { panic!("{v:?}") };
     assert!(matches!(&proof.method, Method::ByConstruction(f) if f.contains("requant_exact")), "{proof:?}");
     assert!(proof.detail.contains("i32 accumulation"), "{}", proof.detail);
-    assert_eq!(run_kernels(&g, &[0, 0, 0]), exact_gemm(&g, &[Dyadic::ZERO; 3]));
+    assert_eq!(run_kernels(&g, &[0, 0, 0], None), exact_gemm(&g, &[Dyadic::ZERO; 3]));
 }
 
 #[test]
@@ -106,7 +111,7 @@ fn gemm_exact_fires_where_p2_holds_and_equals_the_float_path() {
     let v = gemm::prove(&g, Contract::Exact);
     let Verdict::Exact { proof } = &v else { panic!("{v:?}") };
     assert_eq!(proof.method, Method::P3RequantWindow);
-    let fused = run_kernels(&g, &[0, 0, 0]);
+    let fused = run_kernels(&g, &[0, 0, 0], None);
     // The float path (DQ, f32 products summed in order, Q) on every input: exact under P2.
     for (ch, w) in g.weights.iter().enumerate() {
         for (i, xs) in (0..=255i64).flat_map(|x0| (0..=255i64).map(move |x1| [x0, x1])).enumerate() {
@@ -135,27 +140,43 @@ fn gemm_refuses_an_accumulator_beyond_i32_and_per_channel_alpha() {
 }
 
 #[test]
-fn gemm_real_with_a_bias_off_the_accumulator_scale_is_refuted_and_the_counterexample_recomputes() {
-    // Conv 1x1 over one input channel: K = 1, bias 3 at scale 0.3 ≠ sx·sw = 0.25.
-    let x = u8p(0.5, 0);
-    let y = u8p(0.25, 0);
-    let g = GemmGroup::new(GemmKind::Conv { kernel_size: 1, groups: 1 }, x, CodeType::I8, vec![vec![1]], vec![0.5], vec![0], y).with_bias(Bias {
-        codes: vec![3],
-        scales: vec![0.3],
+fn gemm_real_with_biases_off_the_accumulator_scale_fires_and_the_kernels_equal_the_exact_value_on_every_input() {
+    let (sx, sws) = (0.0173f32, [0.011f32, 0.0037, 0.5]);
+    // quantize_static's bias scale fl32(sx·sw) (off the grid: the product has more than 24 bits),
+    // an unrelated scale, and one exactly sx·sw (a product by 1/2 is exact in f32).
+    let scales = vec![sx * sws[0], 0.3, sx * sws[2]];
+    let codes = [300, -41, 7];
+    let g = matmul(u8p(sx, 7), u8p(0.0921, 131), sws.to_vec()).with_bias(Bias {
+        codes: codes.iter().map(|&c| i64::from(c)).collect(),
+        scales: scales.clone(),
         zero_points: vec![0],
         float: None,
     });
     let v = gemm::prove(&g, Contract::Real);
-    let Verdict::Refuted { counterexample: c, .. } = &v else { panic!("{v:?}") };
-    let acc = c.inputs.iter().find(|(n, _)| n == "acc").unwrap().1;
-    let ratio = Ratio::new(0.5, 0.5, 0.25).unwrap();
-    assert_eq!(i64::from(requant_exact(acc as i32, 3, &ratio, Output::new(0, Code::U8).unwrap())), c.fused);
-    let value = Dyadic::int(acc).checked_mul(d(0.25)).unwrap().checked_add(Dyadic::int(3).checked_mul(d(0.3)).unwrap()).unwrap();
-    assert_eq!(exact_code(value, d(0.25), y), c.unfused);
-    assert_ne!(c.fused, c.unfused);
-    // On the accumulator's scale, the same group is exact by construction.
-    let on_scale = GemmGroup { bias: Some(Bias { codes: vec![3], scales: vec![0.25], zero_points: vec![0], float: None }), ..g };
-    assert!(gemm::prove(&on_scale, Contract::Real).is_exact());
+    let Verdict::Exact { proof } = &v else { panic!("{v:?}") };
+    assert!(matches!(&proof.method, Method::ByConstruction(f) if f.contains("requant_exact")), "{proof:?}");
+    assert!(proof.detail.contains("2 bias(es) off sx·sw"), "{}", proof.detail);
+    let values: Vec<Dyadic> = codes.iter().zip(&scales).map(|(&c, &s)| Dyadic::int(i64::from(c)).checked_mul(d(s)).unwrap()).collect();
+    assert_eq!(run_kernels(&g, &codes, Some(&scales)), exact_gemm(&g, &values));
+    // The kernels without the offset (the bias code added at sx·sw) differ from the exact value:
+    // the check above can fail.
+    assert_ne!(run_kernels(&g, &codes, None), exact_gemm(&g, &values));
+}
+
+#[test]
+fn gemm_exact_with_a_bias_off_the_accumulator_scale_fires_where_p2_holds() {
+    // Powers of two: sx·sw = 2^-8, bias at 2^-7; every float step of the unfused group is exact.
+    let g = matmul(u8p(0.25, 7), u8p(0.125, 131), vec![2f32.powi(-6)]).with_bias(Bias {
+        codes: vec![5, -9, 1],
+        scales: vec![2f32.powi(-7)],
+        zero_points: vec![0],
+        float: None,
+    });
+    let v = gemm::prove(&g, Contract::Exact);
+    let Verdict::Exact { proof } = &v else { panic!("{v:?}") };
+    assert_eq!(proof.method, Method::P3RequantWindow);
+    let values: Vec<Dyadic> = [5, -9, 1].iter().map(|&c| Dyadic::int(c).checked_mul(d(2f32.powi(-7))).unwrap()).collect();
+    assert_eq!(run_kernels(&g, &[5, -9, 1], Some(&[2f32.powi(-7); 3])), exact_gemm(&g, &values));
 }
 
 fn add_params(sa: f32, sb: f32, sc: f32) -> BinaryParams {

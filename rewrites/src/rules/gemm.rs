@@ -9,9 +9,10 @@
 //! requantization `sat(rne(fl(f32(acc + b)·M)) + zy)` with `M = fl(fl(sx·sw)/sy)` equals the Q
 //! of that value on every reachable accumulator. Under `real`: P3 against the exact rational.
 //! On the Rust target: [`qdqc_target_rust::gemm::prove`] instead (the i32 accumulation bound from
-//! the weights, then `requant_exact`; P2 and P3 under `exact`), once for all its profiles; no
-//! synthesis and no uint8-weight form (both are ORT's). A MatMul of two activations has no Rust
-//! kernel yet: refused.
+//! the weights, then `requant_exact` with the bias at its own scale; P2 and P3 under `exact`),
+//! once for all its profiles; the fused node then carries the bias's scale as a tenth input
+//! (read by the Rust code generator only); no synthesis and no uint8-weight form (both are ORT's).
+//! A MatMul of two activations has no Rust kernel yet: refused.
 //! Hazards checked (contract §3.4, §7.2): x86-avx2 u8×s8 int16 pair saturation (from the weights), the bias
 //! scale and zero point ORT ignores, `f32(acc)` rounding above
 //! 2^24, int32 wrap of `acc + b`.
@@ -26,7 +27,7 @@
 //! | [`int32_bias`], one code per output channel | the kernels add int32 bias codes per channel |
 //! | [`gemm_attributes`]: no `transA`, `beta = 1` with C | QGemm drops beta; transA is not modelled |
 //! | `requant::KERNEL_CONDITIONS`: code types, shapes, ranges, finite scales, bias zero point 0 | what ORT's kernels accept (the same on every modelled ISA) |
-//! | `requant::BIAS_SCALE`: bias scale = `fl(sx·sw)` bitwise | ORT never reads the bias scale |
+//! | `requant::BIAS_SCALE` (ORT target): bias scale = `fl(sx·sw)` bitwise | ORT never reads the bias scale (the Rust kernels do) |
 //!
 //! `real` synthesis: when the model's own scales are not proven on some ISA under `real`,
 //! [`requant::synthesize`] looks per channel for an f32 multiplier `M'[c]` near the exact ratio
@@ -292,7 +293,7 @@ impl Fusion {
             }
         };
         let x = var(s, "?x");
-        match self.target {
+        let mut inputs = match self.target {
             Target::Conv | Target::MatMul => {
                 let mut inputs = vec![x, sx, zx, w, sw, zw, sy, zy];
                 inputs.extend(self.bias.then(|| var(s, "?b")));
@@ -302,7 +303,13 @@ impl Fusion {
                 let c = if self.bias { var(s, "?b") } else { eg.add(Term::leaf(Op::Absent)) };
                 vec![x, sx, zx, w, sw, zw, c, sy, zy]
             }
+        };
+        // The Rust kernels add the bias at its own scale (`Ratio::with_bias`): its scale travels
+        // as a tenth input, which only the Rust code generator reads (ONNX Runtime never sees it).
+        if self.bias && matches!(self.options.target, crate::target::Target::Rust(_)) {
+            inputs.push(var(s, "?sb"));
         }
+        inputs
     }
 
     /// `qlinear-matmul` with a B that is not a 2-D constant (an activation, a batched constant, or

@@ -1,15 +1,19 @@
-//! Certified wider evaluation: `v = fl64(t·r)` with `r = fl64(fl64(sx·sw)/sy)`, rounded to the
-//! nearest integer unless v lies within its error bound of a rounding boundary (a half-integer),
-//! in which case [`super::requant_exact`] decides. Always equal to the exact form.
+//! Certified wider evaluation: `v = fl64(fl64(t·r) + ρ)` with `r = fl64(fl64(sx·sw)/sy)` and,
+//! for a bias off the accumulator's scale ([`Ratio::with_bias`]), `ρ = fl64(fl64(b·sb)/sy)`
+//! (`+0` otherwise), rounded to the nearest integer unless v lies within its error bound of a
+//! rounding boundary (a half-integer), in which case [`super::requant_exact`] decides. Always
+//! equal to the exact form.
 //!
 //! Error: `fl64(sx·sw)` is exact (two 24-bit mantissas, no underflow: |exponent| stays far inside
-//! f64's), the division and the product each round once, so `|v − x| ≤ |x|·(2^-52 + 2^-106)`.
-//! The check uses `|v|·2^-49`, which covers that with room to spare. Between two consecutive
-//! half-integers rne is constant, so a v farther than the bound from every half-integer rounds
-//! as x does. `t = acc + bias` has |t| < 2^33 and converts to f64 exactly; |v| ≥ 2^40 saturates (the
-//! exact value has the same sign and |x| > 2^39), and the check passes there (d = 0, bound 2^-9).
-//! Every intermediate is a normal f64 (|r| lies in [2^-426, 2^405]), so flush-to-zero modes do
-//! not matter; the default round-to-nearest mode is assumed (as by every float kernel).
+//! f64's), so r and `p = fl64(t·r)` carry relative errors ≤ 2u and ρ (b·sb has up to 55 bits)
+//! ≤ 2u (u = 2^-53); the sum rounds once more: `|v − x| ≤ (|p| + |ρ|)·(5u + O(u²))`. The check
+//! uses `(|p| + |ρ|)·2^-49`, which covers that with room to spare (without an offset, ρ = +0 and
+//! `|p| = |v|`). Between two consecutive half-integers rne is constant, so a v farther than the
+//! bound from every half-integer rounds as x does. `t = acc + bias` has |t| < 2^33 and converts
+//! to f64 exactly; |v| ≥ 2^40 saturates (the exact value has the same sign and |x| > 2^39), and
+//! the check passes there (d = 0, bound ≥ 2^-9). Every intermediate is a normal f64 or zero (|r|
+//! lies in [2^-426, 2^405], |ρ| in [2^-277, 2^190]), so flush-to-zero modes do not matter; the
+//! default round-to-nearest mode is assumed (as by every float kernel).
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
@@ -36,12 +40,14 @@ pub(crate) fn count(n: u64) {
 pub struct Certified {
     ratio: Ratio,
     r: f64,
+    rho: f64,
 }
 
 impl Certified {
     pub fn new(ratio: Ratio) -> Certified {
         let (sx, sw, sy) = ratio.scales;
-        Certified { ratio, r: f64::from(sx) * f64::from(sw) / f64::from(sy) }
+        let rho = ratio.offset.map_or(0.0, |o| f64::from(o.code) * f64::from(o.scale) / f64::from(sy));
+        Certified { ratio, r: f64::from(sx) * f64::from(sw) / f64::from(sy), rho }
     }
 
     pub fn ratio(&self) -> &Ratio {
@@ -49,18 +55,19 @@ impl Certified {
     }
 }
 
-/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^32): the code, and whether v lies
+/// The f64 step for `t = acc + bias` (exact in f64: |t| < 2^33): the code, and whether v lies
 /// within the error bound of a half-integer (then the exact form must decide).
 #[inline(always)]
 #[allow(clippy::manual_clamp)] // max/min, not clamp: no panic path, and they vectorize to vmaxpd/vminpd
-fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
+fn approximate(t: f64, r: f64, rho: f64, out: Output) -> (i32, bool) {
+    let p = t * r;
     // Beyond ±2^40 the code saturates either way; clamping keeps the rounding trick below valid.
-    let v = (t * r).max(-LIMIT).min(LIMIT);
+    let v = (p + rho).max(-LIMIT).min(LIMIT);
     // rne(v) for |v| < 2^51 under the default rounding mode, without a libm call.
     let rounded = (v + MAGIC) - MAGIC;
     // Exact (v and rounded share v's ulp grid, |v − rounded| ≤ 1/2); 1/2 means v is a half-integer.
     let d = (v - rounded).abs();
-    let near = 0.5 - d <= v.abs() * BOUND;
+    let near = 0.5 - d <= (p.abs() + rho.abs()) * BOUND;
     let y = (rounded + f64::from(out.zero_point())).max(f64::from(out.code().min())).min(f64::from(out.code().max()));
     // y is a small integer: y + 1.5·2^52 is exact and its low 32 bits are y in two's complement
     // (a bit read the compiler vectorizes, unlike `as i32`, which must handle NaN and overflow).
@@ -69,7 +76,7 @@ fn approximate(t: f64, r: f64, out: Output) -> (i32, bool) {
 
 /// The code, and whether the exact fallback decided it.
 fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
-    match approximate(f64::from(acc) + f64::from(bias), plan.r, out) {
+    match approximate(f64::from(acc) + f64::from(bias), plan.r, plan.rho, out) {
         (_, true) => (requant_exact(acc, bias, &plan.ratio, out), true),
         (y, false) => (y, false),
     }
@@ -110,16 +117,17 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
     let n = bias.len();
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     let r: Vec<f64> = (0..n).map(|col| plan(col).r).collect();
+    let rho: Vec<f64> = (0..n).map(|col| plan(col).rho).collect();
     let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
-        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)));
-        for (c0, ((acc, codes), (b, r))) in chunks.enumerate() {
+        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)).zip(rho.chunks(CH)));
+        for (c0, ((acc, codes), ((b, r), rho))) in chunks.enumerate() {
             let mut near = [false; CH];
             // One OR per element (a vector OR), so the scan below runs only for a chunk with a hit.
             let mut any = false;
-            for ((((&a, y), &b), &r), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(&mut near) {
-                let (v, n) = approximate(f64::from(a) + b, r, out);
+            for (((((&a, y), &b), &r), &rho), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(rho).zip(&mut near) {
+                let (v, n) = approximate(f64::from(a) + b, r, rho, out);
                 *y = C::from_code(v);
                 *near = n;
                 any |= n;

@@ -32,8 +32,12 @@ impl Fixed {
     }
 
     /// The multiplier `rne(ratio·2^shift)` from the exact ratio, with the largest shift that keeps it
-    /// below 2^31 (most precision); `None` when the ratio needs a shift outside 1..=62.
+    /// below 2^31 (most precision); `None` when the ratio needs a shift outside 1..=62 or carries
+    /// a bias offset ([`Ratio::with_bias`]), which this form has no term for.
     pub fn from_ratio(ratio: &Ratio, rounding: Rounding) -> Option<Fixed> {
+        if ratio.offset.is_some() {
+            return None;
+        }
         (1..=62u32).rev().find_map(|shift| {
             let m = ratio.scaled_rne(1, shift as i32)?;
             (m < 1 << 31).then_some(Fixed { multiplier: m as i64, shift, rounding })

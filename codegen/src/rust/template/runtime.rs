@@ -206,7 +206,9 @@ impl CodeOut for i8 {}
 /// The requantization of a QLinearConv / QGemm / QLinearMatMul: one certified form per output
 /// channel (or one for all), the bias codes and the output's zero point. It runs as the kernel
 /// crate's `requantize` over whole blocks (the vectorized certified rows: the same bits as
-/// `requant_certified` element by element, fallbacks counted the same way).
+/// `requant_certified` element by element, fallbacks counted the same way). A bias whose scale
+/// is not `sx·sw` (`bias_scales`) is its exact value, an offset of its channel's form
+/// (`Ratio::with_bias`, the function the proof ran).
 pub struct Requant {
     pub forms: Vec<Certified>,
     pub bias: Vec<i32>,
@@ -218,16 +220,25 @@ pub struct Requant {
 }
 
 impl Requant {
-    pub fn new(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
+    #[allow(clippy::too_many_arguments)] // the group's scales, bias, output and where it is
+    pub fn new(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
         let e = kernel(node);
-        let forms = sw
-            .iter()
-            .map(|&w| qdqc_kernels::requant::Ratio::new(sx, w, sy).map(Certified::new).map_err(|x| e(x.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
-        let bias = if bias.is_empty() { vec![0; channels] } else { bias };
-        if (forms.len() != 1 && forms.len() != channels) || bias.len() != channels {
-            return Err(e(format!("{} scales and {} biases for {channels} channels", forms.len(), bias.len())));
+        let ratio = |c: usize| qdqc_kernels::requant::Ratio::new(sx, sw[if sw.len() == 1 { 0 } else { c }], sy).map_err(|x| e(x.to_string()));
+        let mut bias = if bias.is_empty() { vec![0; channels] } else { bias };
+        if (sw.len() != 1 && sw.len() != channels) || bias.len() != channels || ![0, 1, channels].contains(&bias_scales.len()) {
+            return Err(e(format!("{} scales, {} biases and {} bias scales for {channels} channels", sw.len(), bias.len(), bias_scales.len())));
         }
+        let forms = if bias_scales.is_empty() {
+            (0..sw.len()).map(|c| ratio(c).map(Certified::new)).collect::<Result<Vec<_>, _>>()?
+        } else {
+            (0..channels)
+                .map(|c| {
+                    let (code, r) = ratio(c)?.with_bias(bias[c], bias_scales[if bias_scales.len() == 1 { 0 } else { c }]).map_err(|x| e(x.to_string()))?;
+                    bias[c] = code;
+                    Ok(Certified::new(r))
+                })
+                .collect::<Result<Vec<_>, Error>>()?
+        };
         let output = Output::new(zy, code).map_err(|x| e(x.to_string()))?;
         let plan = |forms: Vec<Certified>| Plan { output, form: Form::Certified(forms) };
         let per_channel = (0..channels).map(|c| plan(vec![forms[if forms.len() == 1 { 0 } else { c }]])).collect();
