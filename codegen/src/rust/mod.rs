@@ -106,6 +106,8 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let mut ops = Vec::new();
     // Casts of codes to int32 read only as Gather indices (lookup tables): Cast output → codes.
     let mut indices: BTreeMap<&str, &str> = BTreeMap::new();
+    // Equal outputs computed as f32 1.0/0.0 (every reader is a Cast to f32, then a copy).
+    let mut compared: BTreeSet<String> = BTreeSet::new();
     for n in &lowered.nodes {
         let (name, op_type, domain, attrs): (String, String, String, Vec<Attribute>) = match &n.computation {
             Computation::Authored { node } => {
@@ -160,6 +162,14 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         let op = match n.inputs.get(1).and_then(|i| indices.get(i.as_str())) {
             Some(codes) if op_type == "Gather" => ops::lookup_table(&node, codes),
+            _ if op_type == "Equal" && read_by_float_casts(model, lowered, &n.outputs[0]) => {
+                let op = ops::equal_as_f32(&node);
+                if let Ok(op) = &op {
+                    compared.insert(op.output.clone());
+                }
+                op
+            }
+            _ if op_type == "Cast" && n.inputs.first().is_some_and(|x| compared.contains(x)) => ops::cast_of_equal(&node),
             _ => ops::lower(&node),
         }
         .map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -203,6 +213,23 @@ fn is_table_index(lowered: &LoweredGraph, cast: &qdqc_lower::lowered::LoweredNod
         op == "Gather" && m.inputs.iter().position(|i| i == out) == Some(1) && m.inputs.iter().filter(|i| *i == out).count() == 1
     });
     to_int32 && cast.inputs.len() == 1 && !readers.is_empty() && gathers
+}
+
+/// Whether every reader of `value` is a Cast to f32 (and there is one): the Equal that computes
+/// it can write f32 directly, and no bool tensor is needed.
+fn read_by_float_casts(model: &Model, lowered: &LoweredGraph, value: &str) -> bool {
+    let readers: Vec<_> = lowered.nodes.iter().filter(|m| m.inputs.iter().any(|i| i == value)).collect();
+    let float = qdqc_lang::onnx::DataType::Float as i64;
+    !readers.is_empty()
+        && readers.iter().all(|m| match &m.computation {
+            Computation::Created { op_type, attributes, .. } => {
+                op_type == "Cast" && attributes.iter().any(|a| a.name == "to" && a.value == qdqc_lang::attr::AttrValue::Int(float))
+            }
+            Computation::Authored { node } => {
+                let p = &model.main_graph().node[*node];
+                p.op_type() == "Cast" && p.attribute.iter().any(|a| a.name() == "to" && a.i() == float)
+            }
+        })
 }
 
 /// ConstantOfShape of a constant shape, evaluated here (its `value` is a tensor attribute, which

@@ -75,6 +75,8 @@ pub enum Kind {
     FloatMap { map: String },
     /// f32 Conv (1–3-D), inputs x, w and an optional bias.
     FloatConv { groups: usize, window: Window },
+    /// f32 ConvTranspose (1–3-D, no `output_shape`), inputs x, w and an optional bias.
+    FloatConvTranspose { groups: usize, window: Window, output_padding: Vec<usize> },
     /// f32 Gemm, inputs a, b and an optional c.
     FloatGemm { alpha: u32, beta: u32, trans_a: bool, trans_b: bool },
     /// f32 AveragePool / MaxPool.
@@ -91,6 +93,9 @@ pub enum Kind {
     Reduce { reduce: &'static str, axes: Vec<usize> },
     /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
     MatMul,
+    /// Equal of two integer tensors (broadcasting) read only by Casts to f32: 1.0 / 0.0
+    /// (`codes::compare::equal_as_f32`); each such Cast is then a copy ([`Kind::Reshape`]).
+    EqualAsF32,
     /// Transpose (codes or f32).
     Transpose { perm: Vec<usize> },
     /// Slice by constant starts, ends, axes and steps (codes or f32).
@@ -242,7 +247,7 @@ impl Node<'_, '_> {
 }
 
 fn code_elem(dt: DataType) -> Option<Elem> {
-    Elem::of(dt).filter(|e| *e != Elem::F32)
+    Elem::of(dt).filter(|e| e.is_code())
 }
 
 fn per_channel(c: &Constant) -> Vec<u32> {
@@ -436,6 +441,19 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let mut inputs = vec![tensor(0)?, tensor(1)?];
             inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
             (Kind::FloatConv { groups: n.int("group", 1)? as usize, window }, inputs, Elem::F32)
+        }
+        "ConvTranspose" if float_input(n, 0)? => {
+            // `output_shape` would pick pads from the input at run time: refused, as is auto_pad.
+            n.only(&["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding"])?;
+            let kernel = fixed_dims(n, 1)?.get(2..).unwrap_or_default().to_vec();
+            let window = n.window(kernel.len(), kernel)?;
+            let output_padding = n.ints("output_padding")?.unwrap_or(vec![0; window.kernel.len()]);
+            if output_padding.len() != window.kernel.len() {
+                return Err(format!("output_padding does not match the {} spatial axes", window.kernel.len()));
+            }
+            let mut inputs = vec![tensor(0)?, tensor(1)?];
+            inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
+            (Kind::FloatConvTranspose { groups: n.int("group", 1)? as usize, window, output_padding }, inputs, Elem::F32)
         }
         "Gemm" if float_input(n, 0)? => {
             n.only(&["transA", "transB", "alpha", "beta"])?;
@@ -631,6 +649,27 @@ pub fn split(n: &Node) -> Result<Vec<(Op, Vec<usize>)>, String> {
     Ok(ops)
 }
 
+/// An Equal whose every reader is a Cast to f32 (the caller checked): `EqualAsF32` on integers.
+pub fn equal_as_f32(n: &Node) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&[])?;
+    let (a, b) = (elem_of(n, 0)?, elem_of(n, 1)?);
+    if a != b || matches!(a, Elem::F32) {
+        return Err(format!("Equal of {} and {} is not supported by the Rust target (integers of one type only)", a.rust(), b.rust()));
+    }
+    Ok(Op { node: n.name.to_string(), kind: Kind::EqualAsF32, inputs: vec![n.input(0)?.to_string(), n.input(1)?.to_string()], output, elem: Elem::F32 })
+}
+
+/// A Cast to f32 of an [`equal_as_f32`] output: a copy.
+pub fn cast_of_equal(n: &Node) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&["to", "saturate"])?;
+    if n.int("to", 0)? != DataType::Float as i64 {
+        return Err("a Cast of an Equal to another type than FLOAT is not supported by the Rust target".into());
+    }
+    Ok(Op { node: n.name.to_string(), kind: Kind::Reshape, inputs: vec![n.input(0)?.to_string()], output, elem: Elem::F32 })
+}
+
 /// `Gather(table, Cast(codes))` with the Cast looked through: `codes` is the Cast's input.
 pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
     let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
@@ -643,7 +682,7 @@ pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
     if table.dims != [256] || table.ints.len() != 256 {
         return Err(format!("a lookup table has 256 entries, not {:?}", table.dims));
     }
-    if n.elems.get(codes).is_none_or(|e| *e == Elem::F32) {
+    if n.elems.get(codes).is_none_or(|e| !e.is_code()) {
         return Err(format!("the table's indices '{codes}' are not 8-bit codes"));
     }
     Ok(Op { node: n.name.to_string(), kind: Kind::Lut { table: table.ints }, inputs: vec![codes.to_string()], output, elem })
@@ -659,6 +698,15 @@ fn elem_of(n: &Node, i: usize) -> Result<Elem, String> {
     Elem::of(dt).ok_or_else(|| format!("input {i} of type {} is not supported by the Rust target", dt.as_str_name()))
 }
 
+/// The fixed extents of input `i` (a weight's).
+fn fixed_dims(n: &Node, i: usize) -> Result<Vec<usize>, String> {
+    n.values
+        .shape(n.input(i)?)?
+        .iter()
+        .map(|e| if let super::values::Extent::Fixed(v) = e { Ok(*v) } else { Err(format!("input {i} has a symbolic extent")) })
+        .collect()
+}
+
 /// Whether input `i` is f32.
 fn float_input(n: &Node, i: usize) -> Result<bool, String> {
     Ok(elem_of(n, i)? == Elem::F32)
@@ -667,8 +715,8 @@ fn float_input(n: &Node, i: usize) -> Result<bool, String> {
 /// The element type of input `i`, which must be codes.
 fn code_input(n: &Node, i: usize) -> Result<Elem, String> {
     match elem_of(n, i)? {
-        Elem::F32 => Err(format!("{} on f32 is not supported by the Rust target (only on codes)", n.op_type)),
-        e => Ok(e),
+        e if e.is_code() => Ok(e),
+        e => Err(format!("{} on {} is not supported by the Rust target (only on codes)", n.op_type, e.rust())),
     }
 }
 

@@ -14,6 +14,10 @@ pub enum Elem {
     F32,
     U8,
     I8,
+    /// Integer tensors that are not codes (graph inputs of token or byte ids, and what is computed
+    /// from them: reshaped, expanded, compared).
+    I32,
+    I64,
 }
 
 impl Elem {
@@ -22,6 +26,8 @@ impl Elem {
             DataType::Float => Some(Elem::F32),
             DataType::Uint8 => Some(Elem::U8),
             DataType::Int8 => Some(Elem::I8),
+            DataType::Int32 => Some(Elem::I32),
+            DataType::Int64 => Some(Elem::I64),
             _ => None,
         }
     }
@@ -32,6 +38,8 @@ impl Elem {
             Elem::F32 => "f32",
             Elem::U8 => "u8",
             Elem::I8 => "i8",
+            Elem::I32 => "i32",
+            Elem::I64 => "i64",
         }
     }
 
@@ -41,7 +49,14 @@ impl Elem {
             Elem::F32 => "F32",
             Elem::U8 => "U8",
             Elem::I8 => "I8",
+            Elem::I32 => "I32",
+            Elem::I64 => "I64",
         }
+    }
+
+    /// Quantized codes (u8, i8): what the integer kernels read and `--intermediates` writes.
+    pub fn is_code(self) -> bool {
+        matches!(self, Elem::U8 | Elem::I8)
     }
 }
 
