@@ -488,12 +488,13 @@ impl Emitter<'_, '_> {
                     spatial.join(", ")
                 )
             }
-            Kind::FloatGlobalAveragePool => {
+            Kind::FloatGlobalAveragePool | Kind::FloatGlobalMaxPool => {
+                let kind = if matches!(op.kind, Kind::FloatGlobalMaxPool) { "Max" } else { "Average" };
                 let xs = self.p.values.shape(x0)?;
                 let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
                 let plane: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 format!(
-                    "float::pool::global_pool(float::pool::PoolKind::Average, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
+                    "float::pool::global_pool(float::pool::PoolKind::{kind}, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
                     planes.join(" * "),
                     plane.join(" * ")

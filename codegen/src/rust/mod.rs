@@ -26,6 +26,9 @@
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
 //! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
+//! | f32 ConvTranspose (1–3-D, groups, strides, pads, dilations, output_padding; no `output_shape`, auto_pad NOTSET) — also where it sits between DQ and Q: no integer kernel or proof exists for it, so it stays float under both contracts | `float::conv_transpose::conv_transpose` (a scatter in a fixed order) |
+//! | f32 GlobalMaxPool | `float::pool::global_pool` |
+//! | Equal of two integer tensors (codes, or int32/int64 such as a graph input of byte ids) whose every reader is a Cast to f32 (a one-hot encoding); the Casts become copies | `codes::compare::equal_as_f32` |
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
@@ -34,6 +37,10 @@
 //! | f32 MatMul (batch broadcasting) | `float::gemm::matmul` |
 //! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
 //! | Shape of a fixed shape, and the integer ops behind it (Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, arithmetic, Equal, Where, Range, Expand), ConstantOfShape, f32 Range, integer→f32 Cast of constants | evaluated at generation time (`fold.rs`); the generated code holds the result as a constant |
+//!
+//! Element types: f32, u8/i8 codes, and int32/int64 tensors that are not codes (graph inputs
+//! of ids and what data movement and Equal make of them; `Value::I32`/`Value::I64`, `.npz` int32 /
+//! int64 arrays in the harness).
 //!
 //! Shapes: the authored model's inferred shapes, and where they are unknown (or name a dim no
 //! graph input binds) the generator's own (`shapes.rs`), computed from fixed input shapes and the

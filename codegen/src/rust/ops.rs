@@ -83,6 +83,8 @@ pub enum Kind {
     FloatPool { max: bool, window: Window, count_include_pad: bool },
     /// f32 GlobalAveragePool.
     FloatGlobalAveragePool,
+    /// f32 GlobalMaxPool (a max is exact: ORT's bits whatever the order, NaN aside).
+    FloatGlobalMaxPool,
     /// f32 Sigmoid / Tanh / Exp (`float::unary::Function`, variant name): f64 formula, one rounding.
     FloatUnary { function: &'static str },
     /// f32 Softmax along one axis (opset 13).
@@ -475,6 +477,10 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             (kind, vec![tensor(0)?], Elem::F32)
         }
         "GlobalAveragePool" if float_input(n, 0)? => (Kind::FloatGlobalAveragePool, vec![tensor(0)?], Elem::F32),
+        "GlobalMaxPool" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatGlobalMaxPool, vec![tensor(0)?], Elem::F32)
+        }
         "Resize" => {
             // cubic_coeff_a, exclude_outside and extrapolation_value only act in modes refused below.
             n.only(&["mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value"])?;
