@@ -35,7 +35,7 @@ MANIFEST = ensure_real_corpus()
 ENTRIES = {m["name"]: m for m in MANIFEST["models"]}
 # One configuration per family (ORT's recommended u8s8_pc); the crates of the others are the same
 # code with other parameters.
-MODELS = ["rivagan_dec_u8s8_pc", "rivagan_enc_u8s8_pc", "ocr_cls_u8s8_pc", "ocr_rec_u8s8_pc", "ocr_det_u8s8_pc", "yolov8n_u8s8_pc", "magika_u8s8_pc"]
+MODELS = ["rivagan_dec_u8s8_pc", "rivagan_enc_u8s8_pc", "ocr_cls_u8s8_pc", "ocr_rec_u8s8_pc", "ocr_det_u8s8_pc", "yolov8n_u8s8_pc", "magika_u8s8_pc", "basic_pitch_u8s8_pc"]
 # Refused by the generator, with the node it names (exit 2, nothing written).
 UNSUPPORTED = {
     "vad_u8s8_pc": "subgraphs",

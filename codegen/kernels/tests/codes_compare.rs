@@ -1,11 +1,11 @@
-//! `equal_as_f32` (ONNX Equal then Cast to FLOAT) against a coordinate-by-coordinate evaluation of
+//! `equal_as_f32` (ONNX Equal then Cast to FLOAT) and `select_equal` (Where(Equal(p, q), a, b)) against a coordinate-by-coordinate evaluation of
 //! the definition with numpy broadcasting, on random shapes and i32 / i64 / u8 elements; bad
 //! operands are errors.
 
 mod common;
 
 use common::Rng;
-use qdqc_kernels::codes::compare::equal_as_f32;
+use qdqc_kernels::codes::compare::{equal_as_f32, select_equal};
 use qdqc_kernels::codes::{broadcast_shape, numel};
 
 /// Output coordinate `c` read in an operand of shape `s` (right-aligned, extent 1 stretched).
@@ -71,4 +71,44 @@ fn bad_operands_are_errors() {
     assert!(equal_as_f32(&[1u8, 2, 3], &[3], &[1u8, 2], &[2], &mut y[..3]).is_err(), "shapes that do not broadcast");
     assert!(equal_as_f32(&[1u8, 2, 3], &[3], &[1u8], &[1], &mut y).is_err(), "output of another size");
     assert!(equal_as_f32(&[1u8, 2], &[3], &[1u8], &[1], &mut y[..3]).is_err(), "input shorter than its shape");
+}
+
+#[test]
+fn select_equal_is_where_of_equal() {
+    let mut rng = Rng::new(6);
+    for _ in 0..100 {
+        let full: Vec<usize> = (0..rng.below(4) + 1).map(|_| rng.below(3) as usize + 1).collect();
+        let mut operand = |rng: &mut Rng| -> Vec<usize> {
+            let drop = rng.below(full.len() as u64 + 1) as usize;
+            full[drop..].iter().map(|&d| if rng.below(3) == 0 { 1 } else { d }).collect()
+        };
+        let shapes: Vec<Vec<usize>> = (0..4).map(|_| operand(&mut rng)).collect();
+        // p, q: f32 with zeros of both signs and a NaN now and then; a, b: distinct values.
+        let pick = [0.0f32, -0.0, 1.0, f32::NAN];
+        let p: Vec<f32> = (0..numel(&shapes[0])).map(|_| pick[rng.below(4) as usize]).collect();
+        let q: Vec<f32> = (0..numel(&shapes[1])).map(|_| pick[rng.below(3) as usize]).collect();
+        let a: Vec<f32> = (0..numel(&shapes[2])).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..numel(&shapes[3])).map(|i| -(i as f32) - 1.0).collect();
+        let mut shape = Vec::new();
+        for s in &shapes {
+            shape = broadcast_shape(&shape, s).unwrap();
+        }
+        let mut y = vec![f32::NAN; numel(&shape)];
+        select_equal((&p, &shapes[0]), (&q, &shapes[1]), (&a, &shapes[2]), (&b, &shapes[3]), &mut y).unwrap();
+        // Reference: the condition by equal_as_f32's definition, then the choice per coordinate.
+        let cond = reference(&p, &shapes[0], &q, &shapes[1]);
+        let cond_shape = broadcast_shape(&shapes[0], &shapes[1]).unwrap();
+        for (flat, &v) in y.iter().enumerate() {
+            let mut c = vec![0; shape.len()];
+            let mut rest = flat;
+            for k in (0..shape.len()).rev() {
+                c[k] = rest % shape[k];
+                rest /= shape[k];
+            }
+            let want = if cond[at(&c, &cond_shape)] == 1.0 { a[at(&c, &shapes[2])] } else { b[at(&c, &shapes[3])] };
+            assert_eq!(v.to_bits(), want.to_bits(), "{shapes:?} at {c:?}");
+        }
+    }
+    let mut y = vec![0f32; 2];
+    assert!(select_equal((&[0f32, 1.0], &[2]), (&[0f32], &[1]), (&[1f32, 2.0, 3.0], &[3]), (&[0f32], &[1]), &mut y).is_err(), "shapes that do not broadcast");
 }

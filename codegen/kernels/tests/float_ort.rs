@@ -329,6 +329,8 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         ("ReduceSum", Reduce::Sum, vec![1], 0),
         ("ReduceMax", Reduce::Max, vec![0, 3], 1),
         ("ReduceMean", Reduce::Mean, vec![1], 0),
+        ("ReduceMin", Reduce::Min, vec![1, 2], 0),
+        ("ReduceMin", Reduce::Min, vec![3], 1),
     ] {
         let mut y = vec![0f32; numel(&reduce_shape(&shape, &axes, false).unwrap())];
         reduce(kind, &x, &shape, &axes, &mut y).unwrap();

@@ -544,6 +544,10 @@ impl Emitter<'_, '_> {
                 self.slice(&op.inputs[1])?,
                 self.shape(&op.inputs[1])?
             ),
+            Kind::SelectEqual => {
+                let operands = op.inputs.iter().map(|x| Ok(format!("({}, &{}[..])", self.slice(x)?, self.shape(x)?))).collect::<Result<Vec<_>, String>>()?;
+                format!("codes::compare::select_equal({}, &mut y).map_err(codes_err({node}))?;", operands.join(", "))
+            }
             Kind::Transpose { perm } => {
                 format!("codes::movement::transpose({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, list(perm))
             }
@@ -556,6 +560,15 @@ impl Emitter<'_, '_> {
                 i64_list(axes),
                 i64_list(steps)
             ),
+            Kind::Pad { pads, mode, value } => {
+                let mode = if *mode == "Constant" { format!("Constant({value})") } else { mode.to_string() };
+                format!(
+                    "codes::movement::pad({}, &{}, &{}, codes::movement::PadMode::{mode}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    i64_list(pads)
+                )
+            }
             Kind::Expand => {
                 format!("codes::movement::expand({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
             }

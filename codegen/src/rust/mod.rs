@@ -28,6 +28,7 @@
 //! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
 //! | f32 ConvTranspose (1–3-D, groups, strides, pads, dilations, output_padding; no `output_shape`, auto_pad NOTSET) — also where it sits between DQ and Q: no integer kernel or proof exists for it, so it stays float under both contracts | `float::conv_transpose::conv_transpose` (a scatter in a fixed order) |
 //! | f32 GlobalMaxPool | `float::pool::global_pool` |
+//! | `Where(Equal(p, q), a, b)` where the Equal is read only as Where conditions (TensorFlow's `div_no_nan`), any element types | `codes::compare::select_equal` |
 //! | Equal of two integer tensors (codes, or int32/int64 such as a graph input of byte ids) whose every reader is a Cast to f32 (a one-hot encoding); the Casts become copies | `codes::compare::equal_as_f32` |
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
@@ -115,6 +116,8 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let mut indices: BTreeMap<&str, &str> = BTreeMap::new();
     // Equal outputs computed as f32 1.0/0.0 (every reader is a Cast to f32, then a copy).
     let mut compared: BTreeSet<String> = BTreeSet::new();
+    // Equal outputs read only as Where conditions: not computed; each Where compares itself.
+    let mut conditions: BTreeMap<String, (String, String)> = BTreeMap::new();
     for n in &lowered.nodes {
         let (name, op_type, domain, attrs): (String, String, String, Vec<Attribute>) = match &n.computation {
             Computation::Authored { node } => {
@@ -157,6 +160,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             indices.insert(&n.outputs[0], &n.inputs[0]);
             continue;
         }
+        if op_type == "Equal" && n.inputs.len() == 2 && attrs.is_empty() && read_as_condition(model, lowered, &n.outputs[0]) {
+            conditions.insert(n.outputs[0].clone(), (n.inputs[0].clone(), n.inputs[1].clone()));
+            continue;
+        }
         let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
         if op_type == "Split" {
             let parts = ops::split(&node).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -177,6 +184,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
                 op
             }
             _ if op_type == "Cast" && n.inputs.first().is_some_and(|x| compared.contains(x)) => ops::cast_of_equal(&node),
+            _ if op_type == "Where" && n.inputs.first().is_some_and(|c| conditions.contains_key(c)) => ops::select_equal(&node, &conditions[&n.inputs[0]]),
             _ => ops::lower(&node),
         }
         .map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -236,6 +244,19 @@ fn read_by_float_casts(model: &Model, lowered: &LoweredGraph, value: &str) -> bo
                 let p = &model.main_graph().node[*node];
                 p.op_type() == "Cast" && p.attribute.iter().any(|a| a.name() == "to" && a.i() == float)
             }
+        })
+}
+
+/// Whether every reader of `value` is a Where reading it as its condition only (and there is one).
+fn read_as_condition(model: &Model, lowered: &LoweredGraph, value: &str) -> bool {
+    let readers: Vec<_> = lowered.nodes.iter().filter(|m| m.inputs.iter().any(|i| i == value)).collect();
+    !readers.is_empty()
+        && readers.iter().all(|m| {
+            let op = match &m.computation {
+                Computation::Created { op_type, .. } => op_type.as_str(),
+                Computation::Authored { node } => model.main_graph().node[*node].op_type(),
+            };
+            op == "Where" && m.inputs.first().is_some_and(|c| c == value) && m.inputs.iter().filter(|i| *i == value).count() == 1
         })
 }
 

@@ -85,23 +85,29 @@ pub enum Kind {
     FloatGlobalAveragePool,
     /// f32 GlobalMaxPool (a max is exact: ORT's bits whatever the order, NaN aside).
     FloatGlobalMaxPool,
-    /// f32 Sigmoid / Tanh / Exp (`float::unary::Function`, variant name): f64 formula, one rounding.
+    /// f32 Sigmoid / Tanh / Exp / Log (`float::unary::Function`, variant name): f64 formula, one rounding.
     FloatUnary { function: &'static str },
     /// f32 Softmax along one axis (opset 13).
     Softmax { axis: i64 },
     /// f32 BatchNormalization (inference): inputs x, scale, B, mean, var.
     BatchNorm { epsilon: u32 },
-    /// f32 ReduceSum / ReduceMean / ReduceMax over constant axes (`float::reduce::Reduce` variant).
+    /// f32 ReduceSum / ReduceMean / ReduceMax / ReduceMin over constant axes (`float::reduce::Reduce` variant).
     Reduce { reduce: &'static str, axes: Vec<usize> },
     /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
     MatMul,
     /// Equal of two integer tensors (broadcasting) read only by Casts to f32: 1.0 / 0.0
     /// (`codes::compare::equal_as_f32`); each such Cast is then a copy ([`Kind::Reshape`]).
     EqualAsF32,
+    /// `Where(Equal(p, q), a, b)`, inputs p, q, a, b (`codes::compare::select_equal`).
+    SelectEqual,
     /// Transpose (codes or f32).
     Transpose { perm: Vec<usize> },
     /// Slice by constant starts, ends, axes and steps (codes or f32).
     Slice { starts: Vec<i64>, ends: Vec<i64>, axes: Vec<i64>, steps: Vec<i64> },
+    /// Pad by constant pads (begins then ends; negative crops) in mode constant (the value: the
+    /// optional constant input's element as Rust literal text, else zero), edge or reflect; any
+    /// element type (`codes::movement::pad`, a copy: ONNX Runtime's values).
+    Pad { pads: Vec<i64>, mode: &'static str, value: String },
     /// Expand to a constant shape (codes or f32).
     Expand,
     /// Gather by constant indices (codes or f32).
@@ -509,11 +515,12 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let elem = elem_of(n, 0)?;
             (Kind::Resize { linear, transform, nearest, scales, sizes }, vec![tensor(0)?], elem)
         }
-        "Sigmoid" | "Tanh" | "Exp" if float_input(n, 0)? => {
+        "Sigmoid" | "Tanh" | "Exp" | "Log" if float_input(n, 0)? => {
             n.only(&[])?;
             let function = match n.op_type {
                 "Sigmoid" => "Sigmoid",
                 "Tanh" => "Tanh",
+                "Log" => "Log",
                 _ => "Exp",
             };
             (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
@@ -554,7 +561,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let inputs = (0..5).map(tensor).collect::<Result<Vec<_>, _>>()?;
             (Kind::BatchNorm { epsilon: n.float("epsilon", 1e-5)?.to_bits() }, inputs, Elem::F32)
         }
-        "ReduceSum" | "ReduceMean" | "ReduceMax" if float_input(n, 0)? => {
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" if float_input(n, 0)? => {
             n.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
             let rank = n.rank(0)?;
             // Axes: the attribute (opset < 18; ReduceSum from 13 takes an input) or input 1.
@@ -571,6 +578,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let reduce = match n.op_type {
                 "ReduceSum" => "Sum",
                 "ReduceMean" => "Mean",
+                "ReduceMin" => "Min",
                 _ => "Max",
             };
             (Kind::Reduce { reduce, axes }, vec![tensor(0)?], Elem::F32)
@@ -595,6 +603,32 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let axes = if n.inputs.get(3).is_some_and(|s| !s.is_empty()) { n.constant(3)?.ints } else { (0..starts.len() as i64).collect() };
             let steps = if n.inputs.get(4).is_some_and(|s| !s.is_empty()) { n.constant(4)?.ints } else { vec![1; starts.len()] };
             (Kind::Slice { starts, ends, axes, steps }, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Pad" => {
+            n.only(&["mode"])?;
+            if n.inputs.get(3).is_some_and(|s| !s.is_empty()) {
+                return Err("Pad with an axes input is not supported by the Rust target".into());
+            }
+            let elem = elem_of(n, 0)?;
+            let pads = n.constant(1)?.ints;
+            let mode = match n.string("mode", "constant")?.as_str() {
+                "constant" => "Constant",
+                "edge" => "Edge",
+                "reflect" => "Reflect",
+                other => return Err(format!("Pad mode {other} is not supported by the Rust target")),
+            };
+            let value = match n.inputs.get(2).filter(|s| !s.is_empty()) {
+                None => format!("0{}", if elem == Elem::F32 { "f32" } else { elem.rust() }),
+                Some(_) => {
+                    let c = n.constant(2)?;
+                    match (elem, c.f32_bits.as_slice(), c.ints.as_slice()) {
+                        (Elem::F32, [b], _) => format!("f32::from_bits({b:#010x})"),
+                        (e, [], [v]) if e != Elem::F32 => format!("{v}{}", e.rust()),
+                        _ => return Err("Pad's constant_value must be one element of the input's type".into()),
+                    }
+                }
+            };
+            (Kind::Pad { pads, mode, value }, vec![tensor(0)?], elem)
         }
         "Expand" => {
             n.only(&[])?;
@@ -664,6 +698,24 @@ pub fn equal_as_f32(n: &Node) -> Result<Op, String> {
         return Err(format!("Equal of {} and {} is not supported by the Rust target (integers of one type only)", a.rust(), b.rust()));
     }
     Ok(Op { node: n.name.to_string(), kind: Kind::EqualAsF32, inputs: vec![n.input(0)?.to_string(), n.input(1)?.to_string()], output, elem: Elem::F32 })
+}
+
+/// A Where whose condition is `Equal(p, q)` (the caller checked the Equal is read only so).
+pub fn select_equal(n: &Node, (p, q): &(String, String)) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&[])?;
+    let elem = |name: &str| -> Result<Elem, String> {
+        match n.elems.get(name) {
+            Some(e) => Ok(*e),
+            None => Elem::of(n.values.constant(name)?.dtype).ok_or_else(|| format!("'{name}' of an unsupported type")),
+        }
+    };
+    let (pe, qe, ae, be) = (elem(p)?, elem(q)?, elem_of(n, 1)?, elem_of(n, 2)?);
+    if pe != qe || ae != be {
+        return Err(format!("Where(Equal({}, {}), {}, {}) mixes element types", pe.rust(), qe.rust(), ae.rust(), be.rust()));
+    }
+    let inputs = vec![p.clone(), q.clone(), n.input(1)?.to_string(), n.input(2)?.to_string()];
+    Ok(Op { node: n.name.to_string(), kind: Kind::SelectEqual, inputs, output, elem: ae })
 }
 
 /// A Cast to f32 of an [`equal_as_f32`] output: a copy.

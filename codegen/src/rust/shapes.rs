@@ -158,7 +158,7 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             out.extend([x[x.len() - 2], y[y.len() - 1]]);
             Some(out)
         }
-        "ReduceMean" | "ReduceSum" | "ReduceMax" => {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
             let axes: Vec<usize> = match ints("axes", 1) {
                 Some(a) if !a.is_empty() => a.iter().map(|&v| norm(v, x.len())).collect::<Option<_>>()?,
                 _ => (0..x.len()).collect(),
