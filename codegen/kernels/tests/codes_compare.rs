@@ -34,7 +34,7 @@ fn equal_is_the_broadcast_definition() {
     for _ in 0..200 {
         let full: Vec<usize> = (0..rng.below(4) + 1).map(|_| rng.below(4) as usize + 1).collect();
         // Each operand: a suffix of the full shape with some extents set to 1.
-        let mut operand = |rng: &mut Rng| -> Vec<usize> {
+        let operand = |rng: &mut Rng| -> Vec<usize> {
             let drop = rng.below(full.len() as u64 + 1) as usize;
             full[drop..].iter().map(|&d| if rng.below(3) == 0 { 1 } else { d }).collect()
         };
@@ -78,7 +78,7 @@ fn select_equal_is_where_of_equal() {
     let mut rng = Rng::new(6);
     for _ in 0..100 {
         let full: Vec<usize> = (0..rng.below(4) + 1).map(|_| rng.below(3) as usize + 1).collect();
-        let mut operand = |rng: &mut Rng| -> Vec<usize> {
+        let operand = |rng: &mut Rng| -> Vec<usize> {
             let drop = rng.below(full.len() as u64 + 1) as usize;
             full[drop..].iter().map(|&d| if rng.below(3) == 0 { 1 } else { d }).collect()
         };

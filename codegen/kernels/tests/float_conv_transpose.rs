@@ -9,6 +9,7 @@ use common::Rng;
 use qdqc_kernels::float::conv_transpose::{ConvTransposeParams, conv_transpose};
 use qdqc_kernels::float::numel;
 
+#[allow(clippy::too_many_arguments)] // one per ConvTranspose attribute
 fn params(
     cin: usize,
     cout: usize,
