@@ -46,8 +46,10 @@
 //! Shapes: the authored model's inferred shapes, and where they are unknown (or name a dim no
 //! graph input binds) the generator's own (`shapes.rs`), computed from fixed input shapes and the
 //! folded constants. Dynamic dims work where the model's shapes carry the input's dim names through
-//! (the pow2 models' batch); the real models' Shape subgraphs need fixed input dims (pin them
-//! before compiling).
+//! (the pow2 models' batch; rivagan_dec's and ocr_det's batch), with the names shape inference
+//! loses (after a Resize, where two inputs' names differ) recovered as aliases where the op's
+//! definition equates them (`shapes::alias`); Shape subgraphs of a symbolic shape, Split of one and
+//! Reshapes whose −1 hides the batch still need fixed input dims (pin them before compiling).
 //!
 //! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
 //! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,
@@ -144,6 +146,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             let folded = fold_dequantize(&values, &n.inputs, &attrs).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
             values.fold(&n.outputs[0], folded);
             continue;
+        }
+        // Dim names the model's shape inference lost, shown equal to a bound one.
+        for out in n.outputs.iter().filter(|o| !o.is_empty()) {
+            shapes::alias(&op_type, &n.inputs, out, &mut values);
         }
         // The generator's own shape where the model's is unknown (after a folded Shape subgraph).
         if let Some(out) = n.outputs.first()
