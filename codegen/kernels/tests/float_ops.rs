@@ -260,16 +260,25 @@ fn reductions_visit_reduced_elements_in_row_major_order() {
     for axes in [vec![0], vec![1], vec![3], vec![1, 2], vec![0, 3], vec![0, 1, 2, 3]] {
         assert_eq!(reduce_shape(&shape, &axes, true).unwrap().len(), 4);
         let kept = reduce_shape(&shape, &axes, false).unwrap();
-        for kind in [Reduce::Sum, Reduce::Mean, Reduce::Max] {
+        for kind in [Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min] {
             let mut y = vec![f32::NAN; numel(&kept)];
             reduce(kind, &x, &shape, &axes, &mut y).unwrap();
             // Reference: bucket every input in row-major order into its output.
-            let mut acc = vec![if kind == Reduce::Max { f32::NEG_INFINITY } else { 0.0 }; y.len()];
+            let start = match kind {
+                Reduce::Max => f32::NEG_INFINITY,
+                Reduce::Min => f32::INFINITY,
+                _ => 0.0,
+            };
+            let mut acc = vec![start; y.len()];
             let mut count = vec![0usize; y.len()];
             for (flat, &v) in x.iter().enumerate() {
                 let idx = unflatten(flat, &shape);
                 let o = (0..4).filter(|a| !axes.contains(a)).fold(0, |o, a| o * shape[a] + idx[a]);
-                acc[o] = if kind == Reduce::Max { acc[o].max(v) } else { acc[o] + v };
+                acc[o] = match kind {
+                    Reduce::Max => acc[o].max(v),
+                    Reduce::Min => acc[o].min(v),
+                    _ => acc[o] + v,
+                };
                 count[o] += 1;
             }
             if kind == Reduce::Mean {

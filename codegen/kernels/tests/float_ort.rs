@@ -15,6 +15,7 @@ use common::Rng;
 use qdqc_kernels::Kernels;
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
+use qdqc_kernels::float::conv_transpose::{ConvTransposeParams, conv_transpose};
 use qdqc_kernels::float::elementwise::{Binary, Map, binary, map};
 use qdqc_kernels::float::gemm::{GemmParams, gemm, matmul, matmul_shape};
 use qdqc_kernels::float::norm::{batch_norm, layer_norm};
@@ -328,6 +329,8 @@ fn p2_exact_linear_ops_pools_and_reductions_are_bit_identical_to_onnx_runtime() 
         ("ReduceSum", Reduce::Sum, vec![1], 0),
         ("ReduceMax", Reduce::Max, vec![0, 3], 1),
         ("ReduceMean", Reduce::Mean, vec![1], 0),
+        ("ReduceMin", Reduce::Min, vec![1, 2], 0),
+        ("ReduceMin", Reduce::Min, vec![3], 1),
     ] {
         let mut y = vec![0f32; numel(&reduce_shape(&shape, &axes, false).unwrap())];
         reduce(kind, &x, &shape, &axes, &mut y).unwrap();
@@ -464,4 +467,72 @@ fn library_functions_deviate_from_onnx_runtime_by_little() {
         }
     }
     assert!(bad.is_empty(), "deviation from ONNX Runtime out of bounds: {bad:?}");
+}
+
+/// One ConvTranspose case: channels in/out, groups, kernel, strides, dilations, pads (begins, ends),
+/// output_padding; the input's spatial extents and batch.
+type ConvTransposeCase<'a> = (usize, usize, usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
+
+#[test]
+fn p2_exact_conv_transpose_is_bit_identical_to_onnx_runtime() {
+    let mut rng = Rng::new(14);
+    let shapes: [ConvTransposeCase; 8] = [
+        // ocr_det's: 2×2 kernel, stride 2, no pads.
+        (8, 4, 1, &[2, 2], &[2, 2], &[1, 1], &[0, 0], &[0, 0], &[0, 0], &[5, 6], 2),
+        (3, 6, 1, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1], &[1, 1], &[4, 5], 1),
+        (4, 6, 2, &[3, 2], &[1, 2], &[2, 1], &[1, 0], &[2, 1], &[0, 1], &[5, 4], 1),
+        (6, 6, 6, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[4, 4], 1),
+        (4, 2, 1, &[4], &[3], &[2], &[2], &[1], &[2], &[7], 2),
+        (2, 4, 2, &[2, 3, 2], &[2, 1, 2], &[1, 2, 1], &[0, 1, 1], &[1, 0, 0], &[1, 0, 1], &[3, 4, 3], 1),
+        (5, 3, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0], &[0, 0], &[3, 3], 1),
+        // Pads larger than the kernel's reach on one side: taps that land nowhere.
+        (2, 2, 1, &[3, 3], &[3, 3], &[1, 1], &[3, 2], &[2, 3], &[2, 0], &[3, 3], 1),
+    ];
+    let mut cases = Vec::new();
+    for (i, &(cin, cout, groups, kernel, strides, dilations, pb, pe, op, input, batch)) in shapes.iter().enumerate() {
+        let p = ConvTransposeParams {
+            in_channels: cin,
+            out_channels: cout,
+            groups,
+            kernel: kernel.to_vec(),
+            strides: strides.to_vec(),
+            dilations: dilations.to_vec(),
+            pads_begin: pb.to_vec(),
+            pads_end: pe.to_vec(),
+            output_padding: op.to_vec(),
+        };
+        // Codes ≤ 8 at 2^-3 times codes ≤ 8 at 2^-4, ≤ 60 terms: every partial sum is exact.
+        let x = rng.pow2s(batch * cin * numel(input), 8, -3);
+        let w = rng.pow2s(cin * cout / groups * numel(kernel), 8, -4);
+        let b = rng.pow2s(cout, 64, -7);
+        let output = p.output(input).unwrap();
+        let mut xs = vec![batch, cin];
+        xs.extend(input);
+        let mut ws = vec![cin, cout / groups];
+        ws.extend(kernel);
+        let attrs = || {
+            vec![
+                ("kernel_shape", ints(kernel)),
+                ("strides", ints(strides)),
+                ("dilations", ints(dilations)),
+                ("pads", ints(&[pb, pe].concat())),
+                ("output_padding", ints(op)),
+                ("group", Attr::I(groups as i64)),
+            ]
+        };
+        let mut y = vec![f32::NAN; batch * cout * numel(&output)];
+        conv_transpose(&p, &x, batch, input, &w, Some(&b), &mut y).unwrap();
+        cases.push(case(
+            format!("ConvTranspose {i}"),
+            "ConvTranspose",
+            11,
+            attrs(),
+            vec![(xs.clone(), x.clone()), (ws.clone(), w.clone()), (vec![cout], b)],
+            y,
+        ));
+        let mut y = vec![f32::NAN; batch * cout * numel(&output)];
+        conv_transpose(&p, &x, batch, input, &w, None, &mut y).unwrap();
+        cases.push(case(format!("ConvTranspose {i} without bias"), "ConvTranspose", 11, attrs(), vec![(xs, x), (ws, w)], y));
+    }
+    assert_bits(&cases);
 }

@@ -141,6 +141,10 @@ impl Emitter<'_, '_> {
                 let bytes: Vec<u8> = c.ints.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
                 ("Vec<i32>".into(), format!("blob.i32s({}, {n})", self.blob.add(&bytes)))
             }
+            DataType::Int64 => {
+                let bytes: Vec<u8> = c.ints.iter().flat_map(|&v| v.to_le_bytes()).collect();
+                ("Vec<i64>".into(), format!("blob.i64s({}, {n})", self.blob.add(&bytes)))
+            }
             other => return Err(format!("a constant of type {} is not supported by the Rust target", other.as_str_name())),
         })
     }
@@ -424,6 +428,37 @@ impl Emitter<'_, '_> {
                     self.slice(&op.inputs[1])?
                 )
             }
+            Kind::FloatConvTranspose { groups, window, output_padding } => {
+                let bias = match op.inputs.get(2) {
+                    Some(b) => format!("Some({})", self.slice(b)?),
+                    None => "None".into(),
+                };
+                let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
+                let (Some(Extent::Fixed(cin)), Some(Extent::Fixed(per_group))) = (xs.get(1), ws.get(1)) else {
+                    return Err("ConvTranspose needs fixed channel counts".into());
+                };
+                let rank = window.kernel.len();
+                let params = format!(
+                    "float::conv_transpose::ConvTransposeParams {{ in_channels: {cin}, out_channels: {}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{}, output_padding: vec!{} }}",
+                    per_group * groups,
+                    list(&window.kernel),
+                    list(&window.strides),
+                    list(&window.dilations),
+                    list(&window.pads[..rank]),
+                    list(&window.pads[rank..]),
+                    list(output_padding)
+                );
+                let field = format!("n{i}_params");
+                self.fields.push((field.clone(), "float::conv_transpose::ConvTransposeParams".into(), params));
+                let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
+                let batch = self.dim(&xs[0]);
+                format!(
+                    "float::conv_transpose::conv_transpose(&self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    spatial.join(", "),
+                    self.slice(&op.inputs[1])?
+                )
+            }
             Kind::FloatGemm { alpha, beta, trans_a, trans_b } => {
                 let c = match op.inputs.get(2) {
                     Some(c) => format!("Some(({}, &{}[..]))", self.slice(c)?, self.shape(c)?),
@@ -464,12 +499,13 @@ impl Emitter<'_, '_> {
                     spatial.join(", ")
                 )
             }
-            Kind::FloatGlobalAveragePool => {
+            Kind::FloatGlobalAveragePool | Kind::FloatGlobalMaxPool => {
+                let kind = if matches!(op.kind, Kind::FloatGlobalMaxPool) { "Max" } else { "Average" };
                 let xs = self.p.values.shape(x0)?;
                 let planes: Vec<String> = xs[..2].iter().map(|e| self.dim(e)).collect();
                 let plane: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 format!(
-                    "float::pool::global_pool(float::pool::PoolKind::Average, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
+                    "float::pool::global_pool(float::pool::PoolKind::{kind}, {}, {}, {}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
                     planes.join(" * "),
                     plane.join(" * ")
@@ -512,6 +548,17 @@ impl Emitter<'_, '_> {
                 self.slice(&op.inputs[1])?,
                 self.shape(&op.inputs[1])?
             ),
+            Kind::EqualAsF32 => format!(
+                "codes::compare::equal_as_f32({}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
+                self.slice(&op.inputs[0])?,
+                self.shape(&op.inputs[0])?,
+                self.slice(&op.inputs[1])?,
+                self.shape(&op.inputs[1])?
+            ),
+            Kind::SelectEqual => {
+                let operands = op.inputs.iter().map(|x| Ok(format!("({}, &{}[..])", self.slice(x)?, self.shape(x)?))).collect::<Result<Vec<_>, String>>()?;
+                format!("codes::compare::select_equal({}, &mut y).map_err(codes_err({node}))?;", operands.join(", "))
+            }
             Kind::Transpose { perm } => {
                 format!("codes::movement::transpose({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, list(perm))
             }
@@ -524,6 +571,15 @@ impl Emitter<'_, '_> {
                 i64_list(axes),
                 i64_list(steps)
             ),
+            Kind::Pad { pads, mode, value } => {
+                let mode = if *mode == "Constant" { format!("Constant({value})") } else { mode.to_string() };
+                format!(
+                    "codes::movement::pad({}, &{}, &{}, codes::movement::PadMode::{mode}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    i64_list(pads)
+                )
+            }
             Kind::Expand => {
                 format!("codes::movement::expand({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
             }
@@ -542,7 +598,7 @@ impl Emitter<'_, '_> {
         writeln!(out, "        let mut y = slot(&mut ws.{}[{s}], {n});", e.rust()).unwrap();
         let body = if body.starts_with("        ") { body } else { format!("        {body}") };
         writeln!(out, "{body}").unwrap();
-        if op.elem != Elem::F32 {
+        if op.elem.is_code() {
             writeln!(
                 out,
                 "        if let Some(f) = observe.as_mut() {{\n            f({}, Value::{}(Tensor {{ shape: {}.to_vec(), data: y.clone() }}));\n        }}",
@@ -607,22 +663,31 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     }
     writeln!(w, "}}\n").unwrap();
     let count = |el: Elem| p.plan.counts.get(&el).copied().unwrap_or(0);
+    // f32, u8 and i8 slots always (the runtime's wrappers take them); integer ones where used.
+    let slot_elems: Vec<Elem> =
+        [Elem::F32, Elem::U8, Elem::I8, Elem::I32, Elem::I64].into_iter().filter(|&el| el.is_code() || el == Elem::F32 || count(el) > 0).collect();
+    let ws_fields: String = slot_elems.iter().map(|el| format!("    {0}: Vec<Vec<{0}>>,\n", el.rust())).collect();
+    let ws_init: Vec<String> = slot_elems.iter().map(|&el| format!("{}: vec![Vec::new(); {}]", el.rust(), count(el))).collect();
+    let ws_bytes: Vec<String> = slot_elems
+        .iter()
+        .filter(|el| !matches!(el, Elem::F32 | Elem::U8 | Elem::I8))
+        .map(|el| format!(" + self.{0}.iter().map(|v| std::mem::size_of::<{0}>() * v.capacity()).sum::<usize>()", el.rust()))
+        .collect();
     writeln!(
         w,
-        "/// Buffers of one run: a slot per element type reused along the program (static liveness\n/// plan); they grow on the first run (or a larger batch) and are reused after.\npub struct Workspace {{\n    f32: Vec<Vec<f32>>,\n    u8: Vec<Vec<u8>>,\n    i8: Vec<Vec<i8>>,\n    scratch: Scratch,\n}}\n"
+        "/// Buffers of one run: a slot per element type reused along the program (static liveness\n/// plan); they grow on the first run (or a larger batch) and are reused after.\npub struct Workspace {{\n{ws_fields}    scratch: Scratch,\n}}\n"
     )
     .unwrap();
     writeln!(
         w,
-        "impl Default for Workspace {{\n    fn default() -> Self {{\n        Workspace {{ f32: vec![Vec::new(); {}], u8: vec![Vec::new(); {}], i8: vec![Vec::new(); {}], scratch: Scratch::default() }}\n    }}\n}}\n",
-        count(Elem::F32),
-        count(Elem::U8),
-        count(Elem::I8)
+        "impl Default for Workspace {{\n    fn default() -> Self {{\n        Workspace {{ {}, scratch: Scratch::default() }}\n    }}\n}}\n",
+        ws_init.join(", ")
     )
     .unwrap();
     writeln!(
         w,
-        "impl Workspace {{\n    /// Bytes the workspace holds (its buffers' capacities).\n    pub fn bytes(&self) -> usize {{\n        let f: usize = self.f32.iter().map(|v| 4 * v.capacity()).sum();\n        let u: usize = self.u8.iter().map(|v| v.capacity()).sum::<usize>() + self.scratch.codes.capacity() + self.i8.iter().map(|v| v.capacity()).sum::<usize>();\n        f + u + 4 * self.scratch.acc.capacity()\n    }}\n}}\n"
+        "impl Workspace {{\n    /// Bytes the workspace holds (its buffers' capacities).\n    pub fn bytes(&self) -> usize {{\n        let f: usize = self.f32.iter().map(|v| 4 * v.capacity()).sum();\n        let u: usize = self.u8.iter().map(|v| v.capacity()).sum::<usize>() + self.scratch.codes.capacity() + self.i8.iter().map(|v| v.capacity()).sum::<usize>();\n        f + u + 4 * self.scratch.acc.capacity(){}\n    }}\n}}\n",
+        ws_bytes.concat()
     )
     .unwrap();
     writeln!(w, "impl Model {{").unwrap();

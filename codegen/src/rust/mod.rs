@@ -26,6 +26,10 @@
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
 //! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
+//! | f32 ConvTranspose (1–3-D, groups, strides, pads, dilations, output_padding; no `output_shape`, auto_pad NOTSET) — also where it sits between DQ and Q: no integer kernel or proof exists for it, so it stays float under both contracts | `float::conv_transpose::conv_transpose` (a scatter in a fixed order) |
+//! | f32 GlobalMaxPool | `float::pool::global_pool` |
+//! | `Where(Equal(p, q), a, b)` where the Equal is read only as Where conditions (TensorFlow's `div_no_nan`), any element types | `codes::compare::select_equal` |
+//! | Equal of two integer tensors (codes, or int32/int64 such as a graph input of byte ids) whose every reader is a Cast to f32 (a one-hot encoding); the Casts become copies | `codes::compare::equal_as_f32` |
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
@@ -35,11 +39,17 @@
 //! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
 //! | Shape of a fixed shape, and the integer ops behind it (Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, arithmetic, Equal, Where, Range, Expand), ConstantOfShape, f32 Range, integer→f32 Cast of constants | evaluated at generation time (`fold.rs`); the generated code holds the result as a constant |
 //!
+//! Element types: f32, u8/i8 codes, and int32/int64 tensors that are not codes (graph inputs
+//! of ids and what data movement and Equal make of them; `Value::I32`/`Value::I64`, `.npz` int32 /
+//! int64 arrays in the harness).
+//!
 //! Shapes: the authored model's inferred shapes, and where they are unknown (or name a dim no
 //! graph input binds) the generator's own (`shapes.rs`), computed from fixed input shapes and the
 //! folded constants. Dynamic dims work where the model's shapes carry the input's dim names through
-//! (the pow2 models' batch); the real models' Shape subgraphs need fixed input dims (pin them
-//! before compiling).
+//! (the pow2 models' batch; rivagan_dec's and ocr_det's batch), with the names shape inference
+//! loses (after a Resize, where two inputs' names differ) recovered as aliases where the op's
+//! definition equates them (`shapes::alias`); Shape subgraphs of a symbolic shape, Split of one and
+//! Reshapes whose −1 hides the batch still need fixed input dims (pin them before compiling).
 //!
 //! Allocation in `run_with`: the workspace slots grow on the first run (or a larger batch) and are
 //! reused; what still allocates per call is the kernel crate's im2col buffer in `PackedConv::run`,
@@ -106,6 +116,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let mut ops = Vec::new();
     // Casts of codes to int32 read only as Gather indices (lookup tables): Cast output → codes.
     let mut indices: BTreeMap<&str, &str> = BTreeMap::new();
+    // Equal outputs computed as f32 1.0/0.0 (every reader is a Cast to f32, then a copy).
+    let mut compared: BTreeSet<String> = BTreeSet::new();
+    // Equal outputs read only as Where conditions: not computed; each Where compares itself.
+    let mut conditions: BTreeMap<String, (String, String)> = BTreeMap::new();
     for n in &lowered.nodes {
         let (name, op_type, domain, attrs): (String, String, String, Vec<Attribute>) = match &n.computation {
             Computation::Authored { node } => {
@@ -133,6 +147,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             values.fold(&n.outputs[0], folded);
             continue;
         }
+        // Dim names the model's shape inference lost, shown equal to a bound one.
+        for out in n.outputs.iter().filter(|o| !o.is_empty()) {
+            shapes::alias(&op_type, &n.inputs, out, &mut values);
+        }
         // The generator's own shape where the model's is unknown (after a folded Shape subgraph).
         if let Some(out) = n.outputs.first()
             && values.shape(out).is_err()
@@ -148,6 +166,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             indices.insert(&n.outputs[0], &n.inputs[0]);
             continue;
         }
+        if op_type == "Equal" && n.inputs.len() == 2 && attrs.is_empty() && read_as_condition(model, lowered, &n.outputs[0]) {
+            conditions.insert(n.outputs[0].clone(), (n.inputs[0].clone(), n.inputs[1].clone()));
+            continue;
+        }
         let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
         if op_type == "Split" {
             let parts = ops::split(&node).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -160,6 +182,15 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         let op = match n.inputs.get(1).and_then(|i| indices.get(i.as_str())) {
             Some(codes) if op_type == "Gather" => ops::lookup_table(&node, codes),
+            _ if op_type == "Equal" && read_by_float_casts(model, lowered, &n.outputs[0]) => {
+                let op = ops::equal_as_f32(&node);
+                if let Ok(op) = &op {
+                    compared.insert(op.output.clone());
+                }
+                op
+            }
+            _ if op_type == "Cast" && n.inputs.first().is_some_and(|x| compared.contains(x)) => ops::cast_of_equal(&node),
+            _ if op_type == "Where" && n.inputs.first().is_some_and(|c| conditions.contains_key(c)) => ops::select_equal(&node, &conditions[&n.inputs[0]]),
             _ => ops::lower(&node),
         }
         .map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -203,6 +234,36 @@ fn is_table_index(lowered: &LoweredGraph, cast: &qdqc_lower::lowered::LoweredNod
         op == "Gather" && m.inputs.iter().position(|i| i == out) == Some(1) && m.inputs.iter().filter(|i| *i == out).count() == 1
     });
     to_int32 && cast.inputs.len() == 1 && !readers.is_empty() && gathers
+}
+
+/// Whether every reader of `value` is a Cast to f32 (and there is one): the Equal that computes
+/// it can write f32 directly, and no bool tensor is needed.
+fn read_by_float_casts(model: &Model, lowered: &LoweredGraph, value: &str) -> bool {
+    let readers: Vec<_> = lowered.nodes.iter().filter(|m| m.inputs.iter().any(|i| i == value)).collect();
+    let float = qdqc_lang::onnx::DataType::Float as i64;
+    !readers.is_empty()
+        && readers.iter().all(|m| match &m.computation {
+            Computation::Created { op_type, attributes, .. } => {
+                op_type == "Cast" && attributes.iter().any(|a| a.name == "to" && a.value == qdqc_lang::attr::AttrValue::Int(float))
+            }
+            Computation::Authored { node } => {
+                let p = &model.main_graph().node[*node];
+                p.op_type() == "Cast" && p.attribute.iter().any(|a| a.name() == "to" && a.i() == float)
+            }
+        })
+}
+
+/// Whether every reader of `value` is a Where reading it as its condition only (and there is one).
+fn read_as_condition(model: &Model, lowered: &LoweredGraph, value: &str) -> bool {
+    let readers: Vec<_> = lowered.nodes.iter().filter(|m| m.inputs.iter().any(|i| i == value)).collect();
+    !readers.is_empty()
+        && readers.iter().all(|m| {
+            let op = match &m.computation {
+                Computation::Created { op_type, .. } => op_type.as_str(),
+                Computation::Authored { node } => model.main_graph().node[*node].op_type(),
+            };
+            op == "Where" && m.inputs.first().is_some_and(|c| c == value) && m.inputs.iter().filter(|i| *i == value).count() == 1
+        })
 }
 
 /// ConstantOfShape of a constant shape, evaluated here (its `value` is a tensor attribute, which

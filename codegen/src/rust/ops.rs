@@ -78,26 +78,39 @@ pub enum Kind {
     FloatMap { map: String },
     /// f32 Conv (1–3-D), inputs x, w and an optional bias.
     FloatConv { groups: usize, window: Window },
+    /// f32 ConvTranspose (1–3-D, no `output_shape`), inputs x, w and an optional bias.
+    FloatConvTranspose { groups: usize, window: Window, output_padding: Vec<usize> },
     /// f32 Gemm, inputs a, b and an optional c.
     FloatGemm { alpha: u32, beta: u32, trans_a: bool, trans_b: bool },
     /// f32 AveragePool / MaxPool.
     FloatPool { max: bool, window: Window, count_include_pad: bool },
     /// f32 GlobalAveragePool.
     FloatGlobalAveragePool,
-    /// f32 Sigmoid / Tanh / Exp (`float::unary::Function`, variant name): f64 formula, one rounding.
+    /// f32 GlobalMaxPool (a max is exact: ORT's bits whatever the order, NaN aside).
+    FloatGlobalMaxPool,
+    /// f32 Sigmoid / Tanh / Exp / Log (`float::unary::Function`, variant name): f64 formula, one rounding.
     FloatUnary { function: &'static str },
     /// f32 Softmax along one axis (opset 13).
     Softmax { axis: i64 },
     /// f32 BatchNormalization (inference): inputs x, scale, B, mean, var.
     BatchNorm { epsilon: u32 },
-    /// f32 ReduceSum / ReduceMean / ReduceMax over constant axes (`float::reduce::Reduce` variant).
+    /// f32 ReduceSum / ReduceMean / ReduceMax / ReduceMin over constant axes (`float::reduce::Reduce` variant).
     Reduce { reduce: &'static str, axes: Vec<usize> },
     /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
     MatMul,
+    /// Equal of two integer tensors (broadcasting) read only by Casts to f32: 1.0 / 0.0
+    /// (`codes::compare::equal_as_f32`); each such Cast is then a copy ([`Kind::Reshape`]).
+    EqualAsF32,
+    /// `Where(Equal(p, q), a, b)`, inputs p, q, a, b (`codes::compare::select_equal`).
+    SelectEqual,
     /// Transpose (codes or f32).
     Transpose { perm: Vec<usize> },
     /// Slice by constant starts, ends, axes and steps (codes or f32).
     Slice { starts: Vec<i64>, ends: Vec<i64>, axes: Vec<i64>, steps: Vec<i64> },
+    /// Pad by constant pads (begins then ends; negative crops) in mode constant (the value: the
+    /// optional constant input's element as Rust literal text, else zero), edge or reflect; any
+    /// element type (`codes::movement::pad`, a copy: ONNX Runtime's values).
+    Pad { pads: Vec<i64>, mode: &'static str, value: String },
     /// Expand to a constant shape (codes or f32).
     Expand,
     /// Gather by constant indices (codes or f32).
@@ -245,7 +258,7 @@ impl Node<'_, '_> {
 }
 
 fn code_elem(dt: DataType) -> Option<Elem> {
-    Elem::of(dt).filter(|e| *e != Elem::F32)
+    Elem::of(dt).filter(|e| e.is_code())
 }
 
 /// The bias scale of a fused QLinearConv / QGemm from qdqc's rules (input 9), if any.
@@ -447,6 +460,19 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
             (Kind::FloatConv { groups: n.int("group", 1)? as usize, window }, inputs, Elem::F32)
         }
+        "ConvTranspose" if float_input(n, 0)? => {
+            // `output_shape` would pick pads from the input at run time: refused, as is auto_pad.
+            n.only(&["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding"])?;
+            let kernel = fixed_dims(n, 1)?.get(2..).unwrap_or_default().to_vec();
+            let window = n.window(kernel.len(), kernel)?;
+            let output_padding = n.ints("output_padding")?.unwrap_or(vec![0; window.kernel.len()]);
+            if output_padding.len() != window.kernel.len() {
+                return Err(format!("output_padding does not match the {} spatial axes", window.kernel.len()));
+            }
+            let mut inputs = vec![tensor(0)?, tensor(1)?];
+            inputs.extend(n.inputs.get(2).filter(|s| !s.is_empty()).cloned());
+            (Kind::FloatConvTranspose { groups: n.int("group", 1)? as usize, window, output_padding }, inputs, Elem::F32)
+        }
         "Gemm" if float_input(n, 0)? => {
             n.only(&["transA", "transB", "alpha", "beta"])?;
             let mut inputs = vec![tensor(0)?, tensor(1)?];
@@ -467,6 +493,10 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             (kind, vec![tensor(0)?], Elem::F32)
         }
         "GlobalAveragePool" if float_input(n, 0)? => (Kind::FloatGlobalAveragePool, vec![tensor(0)?], Elem::F32),
+        "GlobalMaxPool" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatGlobalMaxPool, vec![tensor(0)?], Elem::F32)
+        }
         "Resize" => {
             // cubic_coeff_a, exclude_outside and extrapolation_value only act in modes refused below.
             n.only(&["mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value"])?;
@@ -495,11 +525,12 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let elem = elem_of(n, 0)?;
             (Kind::Resize { linear, transform, nearest, scales, sizes }, vec![tensor(0)?], elem)
         }
-        "Sigmoid" | "Tanh" | "Exp" if float_input(n, 0)? => {
+        "Sigmoid" | "Tanh" | "Exp" | "Log" if float_input(n, 0)? => {
             n.only(&[])?;
             let function = match n.op_type {
                 "Sigmoid" => "Sigmoid",
                 "Tanh" => "Tanh",
+                "Log" => "Log",
                 _ => "Exp",
             };
             (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
@@ -540,7 +571,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let inputs = (0..5).map(tensor).collect::<Result<Vec<_>, _>>()?;
             (Kind::BatchNorm { epsilon: n.float("epsilon", 1e-5)?.to_bits() }, inputs, Elem::F32)
         }
-        "ReduceSum" | "ReduceMean" | "ReduceMax" if float_input(n, 0)? => {
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" if float_input(n, 0)? => {
             n.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
             let rank = n.rank(0)?;
             // Axes: the attribute (opset < 18; ReduceSum from 13 takes an input) or input 1.
@@ -557,6 +588,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let reduce = match n.op_type {
                 "ReduceSum" => "Sum",
                 "ReduceMean" => "Mean",
+                "ReduceMin" => "Min",
                 _ => "Max",
             };
             (Kind::Reduce { reduce, axes }, vec![tensor(0)?], Elem::F32)
@@ -581,6 +613,32 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let axes = if n.inputs.get(3).is_some_and(|s| !s.is_empty()) { n.constant(3)?.ints } else { (0..starts.len() as i64).collect() };
             let steps = if n.inputs.get(4).is_some_and(|s| !s.is_empty()) { n.constant(4)?.ints } else { vec![1; starts.len()] };
             (Kind::Slice { starts, ends, axes, steps }, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Pad" => {
+            n.only(&["mode"])?;
+            if n.inputs.get(3).is_some_and(|s| !s.is_empty()) {
+                return Err("Pad with an axes input is not supported by the Rust target".into());
+            }
+            let elem = elem_of(n, 0)?;
+            let pads = n.constant(1)?.ints;
+            let mode = match n.string("mode", "constant")?.as_str() {
+                "constant" => "Constant",
+                "edge" => "Edge",
+                "reflect" => "Reflect",
+                other => return Err(format!("Pad mode {other} is not supported by the Rust target")),
+            };
+            let value = match n.inputs.get(2).filter(|s| !s.is_empty()) {
+                None => format!("0{}", if elem == Elem::F32 { "f32" } else { elem.rust() }),
+                Some(_) => {
+                    let c = n.constant(2)?;
+                    match (elem, c.f32_bits.as_slice(), c.ints.as_slice()) {
+                        (Elem::F32, [b], _) => format!("f32::from_bits({b:#010x})"),
+                        (e, [], [v]) if e != Elem::F32 => format!("{v}{}", e.rust()),
+                        _ => return Err("Pad's constant_value must be one element of the input's type".into()),
+                    }
+                }
+            };
+            (Kind::Pad { pads, mode, value }, vec![tensor(0)?], elem)
         }
         "Expand" => {
             n.only(&[])?;
@@ -641,6 +699,45 @@ pub fn split(n: &Node) -> Result<Vec<(Op, Vec<usize>)>, String> {
     Ok(ops)
 }
 
+/// An Equal whose every reader is a Cast to f32 (the caller checked): `EqualAsF32` on integers.
+pub fn equal_as_f32(n: &Node) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&[])?;
+    let (a, b) = (elem_of(n, 0)?, elem_of(n, 1)?);
+    if a != b || matches!(a, Elem::F32) {
+        return Err(format!("Equal of {} and {} is not supported by the Rust target (integers of one type only)", a.rust(), b.rust()));
+    }
+    Ok(Op { node: n.name.to_string(), kind: Kind::EqualAsF32, inputs: vec![n.input(0)?.to_string(), n.input(1)?.to_string()], output, elem: Elem::F32 })
+}
+
+/// A Where whose condition is `Equal(p, q)` (the caller checked the Equal is read only so).
+pub fn select_equal(n: &Node, (p, q): &(String, String)) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&[])?;
+    let elem = |name: &str| -> Result<Elem, String> {
+        match n.elems.get(name) {
+            Some(e) => Ok(*e),
+            None => Elem::of(n.values.constant(name)?.dtype).ok_or_else(|| format!("'{name}' of an unsupported type")),
+        }
+    };
+    let (pe, qe, ae, be) = (elem(p)?, elem(q)?, elem_of(n, 1)?, elem_of(n, 2)?);
+    if pe != qe || ae != be {
+        return Err(format!("Where(Equal({}, {}), {}, {}) mixes element types", pe.rust(), qe.rust(), ae.rust(), be.rust()));
+    }
+    let inputs = vec![p.clone(), q.clone(), n.input(1)?.to_string(), n.input(2)?.to_string()];
+    Ok(Op { node: n.name.to_string(), kind: Kind::SelectEqual, inputs, output, elem: ae })
+}
+
+/// A Cast to f32 of an [`equal_as_f32`] output: a copy.
+pub fn cast_of_equal(n: &Node) -> Result<Op, String> {
+    let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
+    n.only(&["to", "saturate"])?;
+    if n.int("to", 0)? != DataType::Float as i64 {
+        return Err("a Cast of an Equal to another type than FLOAT is not supported by the Rust target".into());
+    }
+    Ok(Op { node: n.name.to_string(), kind: Kind::Reshape, inputs: vec![n.input(0)?.to_string()], output, elem: Elem::F32 })
+}
+
 /// `Gather(table, Cast(codes))` with the Cast looked through: `codes` is the Cast's input.
 pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
     let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
@@ -653,7 +750,7 @@ pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
     if table.dims != [256] || table.ints.len() != 256 {
         return Err(format!("a lookup table has 256 entries, not {:?}", table.dims));
     }
-    if n.elems.get(codes).is_none_or(|e| *e == Elem::F32) {
+    if n.elems.get(codes).is_none_or(|e| !e.is_code()) {
         return Err(format!("the table's indices '{codes}' are not 8-bit codes"));
     }
     Ok(Op { node: n.name.to_string(), kind: Kind::Lut { table: table.ints }, inputs: vec![codes.to_string()], output, elem })
@@ -669,6 +766,15 @@ fn elem_of(n: &Node, i: usize) -> Result<Elem, String> {
     Elem::of(dt).ok_or_else(|| format!("input {i} of type {} is not supported by the Rust target", dt.as_str_name()))
 }
 
+/// The fixed extents of input `i` (a weight's).
+fn fixed_dims(n: &Node, i: usize) -> Result<Vec<usize>, String> {
+    n.values
+        .shape(n.input(i)?)?
+        .iter()
+        .map(|e| if let super::values::Extent::Fixed(v) = e { Ok(*v) } else { Err(format!("input {i} has a symbolic extent")) })
+        .collect()
+}
+
 /// Whether input `i` is f32.
 fn float_input(n: &Node, i: usize) -> Result<bool, String> {
     Ok(elem_of(n, i)? == Elem::F32)
@@ -677,8 +783,8 @@ fn float_input(n: &Node, i: usize) -> Result<bool, String> {
 /// The element type of input `i`, which must be codes.
 fn code_input(n: &Node, i: usize) -> Result<Elem, String> {
     match elem_of(n, i)? {
-        Elem::F32 => Err(format!("{} on f32 is not supported by the Rust target (only on codes)", n.op_type)),
-        e => Ok(e),
+        e if e.is_code() => Ok(e),
+        e => Err(format!("{} on {} is not supported by the Rust target (only on codes)", n.op_type, e.rust())),
     }
 }
 

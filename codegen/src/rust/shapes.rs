@@ -3,6 +3,7 @@
 //! it). Only fixed dims: a symbolic input gives no shape here, and the model's shapes decide.
 
 use super::values::{Extent, Values};
+use qdqc_lang::analysis::Dim;
 use qdqc_lang::attr::{AttrValue, Attribute};
 
 fn fixed(values: &Values, name: &str) -> Option<Vec<usize>> {
@@ -158,7 +159,7 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             out.extend([x[x.len() - 2], y[y.len() - 1]]);
             Some(out)
         }
-        "ReduceMean" | "ReduceSum" | "ReduceMax" => {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
             let axes: Vec<usize> = match ints("axes", 1) {
                 Some(a) if !a.is_empty() => a.iter().map(|&v| norm(v, x.len())).collect::<Option<_>>()?,
                 _ => (0..x.len()).collect(),
@@ -167,5 +168,77 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
             Some(x.iter().enumerate().filter_map(|(i, &d)| if axes.contains(&i) { keep.then_some(1) } else { Some(d) }).collect())
         }
         _ => None,
+    }
+}
+
+/// Where the model's shape inference named an output dim it lost track of (`unk__3`: after a
+/// Resize, or where two inputs' names differ), the bound name it equals, recorded as an alias —
+/// only where the op's definition makes the dim equal to an input's named dim: an elementwise op
+/// (a broadcast axis is the named dim when every data input there is that name or 1; Q/DQ,
+/// QLinearAdd/Mul by their data inputs), axis 0 (the batch) of a convolution, pool or Resize, and a
+/// Resize axis scaled by exactly 1. A wrong alias could only make shapes disagree at run time,
+/// which every kernel checks; these cannot.
+pub fn alias(op_type: &str, inputs: &[String], output: &str, values: &mut Values) {
+    let Some(declared) = values.declared(output).map(<[Dim]>::to_vec) else { return };
+    let rank = declared.len();
+    let extent = |name: &str, axis: usize| -> Option<Extent> {
+        let s = values.shape(name).ok()?;
+        // Right-aligned: a shorter input broadcasts along the leading axes (extent 1).
+        (axis + s.len()).checked_sub(rank).map_or(Some(Extent::Fixed(1)), |i| s.get(i).cloned())
+    };
+    let data: Vec<&str> = match op_type {
+        "QuantizeLinear" | "DequantizeLinear" | "Relu" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Clip" | "Sqrt"
+        | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "Identity" | "Softmax" => inputs.iter().take(1).map(String::as_str).collect(),
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Where" => inputs.iter().map(String::as_str).filter(|s| !s.is_empty()).collect(),
+        "QLinearAdd" | "QLinearMul" => [0, 3].iter().filter_map(|&i| inputs.get(i)).map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let batch_kept = matches!(
+        op_type,
+        "Conv"
+            | "QLinearConv"
+            | "ConvTranspose"
+            | "MaxPool"
+            | "AveragePool"
+            | "QLinearAveragePool"
+            | "GlobalAveragePool"
+            | "QLinearGlobalAveragePool"
+            | "GlobalMaxPool"
+            | "Resize"
+    );
+    let unit_scales: Vec<bool> = match op_type {
+        "Resize" => inputs.get(2).and_then(|s| values.constant(s).ok()).map_or(Vec::new(), |c| c.f32_bits.iter().map(|&b| b == 1f32.to_bits()).collect()),
+        _ => Vec::new(),
+    };
+    let mut found = Vec::new();
+    for (axis, d) in declared.iter().enumerate() {
+        let Dim::Symbolic(name) = d else { continue };
+        if values.resolve(name).is_some() {
+            continue;
+        }
+        let same_as_input = (axis == 0 && batch_kept) || unit_scales.get(axis) == Some(&true);
+        let named = if same_as_input {
+            match inputs.first().and_then(|x| extent(x, axis)) {
+                Some(Extent::Named(t)) if rank == values.shape(&inputs[0]).map_or(0, |s| s.len()) => Some(t),
+                _ => None,
+            }
+        } else if !data.is_empty() {
+            let at: Option<Vec<Extent>> = data.iter().map(|x| extent(x, axis)).collect();
+            let at = at.unwrap_or_default();
+            let names: std::collections::BTreeSet<&String> = at.iter().filter_map(|e| if let Extent::Named(t) = e { Some(t) } else { None }).collect();
+            let others_one = at.iter().all(|e| matches!(e, Extent::Named(_) | Extent::Fixed(1)));
+            match (names.len(), others_one) {
+                (1, true) if !at.is_empty() => names.into_iter().next().cloned(),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(t) = named {
+            found.push((name.clone(), t));
+        }
+    }
+    for (name, t) in found {
+        values.alias(&name, &t);
     }
 }

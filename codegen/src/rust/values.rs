@@ -14,6 +14,10 @@ pub enum Elem {
     F32,
     U8,
     I8,
+    /// Integer tensors that are not codes (graph inputs of token or byte ids, and what is computed
+    /// from them: reshaped, expanded, compared).
+    I32,
+    I64,
 }
 
 impl Elem {
@@ -22,6 +26,8 @@ impl Elem {
             DataType::Float => Some(Elem::F32),
             DataType::Uint8 => Some(Elem::U8),
             DataType::Int8 => Some(Elem::I8),
+            DataType::Int32 => Some(Elem::I32),
+            DataType::Int64 => Some(Elem::I64),
             _ => None,
         }
     }
@@ -32,6 +38,8 @@ impl Elem {
             Elem::F32 => "f32",
             Elem::U8 => "u8",
             Elem::I8 => "i8",
+            Elem::I32 => "i32",
+            Elem::I64 => "i64",
         }
     }
 
@@ -41,7 +49,14 @@ impl Elem {
             Elem::F32 => "F32",
             Elem::U8 => "U8",
             Elem::I8 => "I8",
+            Elem::I32 => "I32",
+            Elem::I64 => "I64",
         }
+    }
+
+    /// Quantized codes (u8, i8): what the integer kernels read and `--intermediates` writes.
+    pub fn is_code(self) -> bool {
+        matches!(self, Elem::U8 | Elem::I8)
     }
 }
 
@@ -74,6 +89,9 @@ pub struct Values<'m> {
     inferred: BTreeMap<String, Vec<usize>>,
     /// Dim names the graph inputs bind at run time; any other name is an unknown dim.
     bound: std::collections::BTreeSet<String>,
+    /// Names the model's shape inference gave dims it lost track of, shown equal to a bound name
+    /// (`shapes::alias`): a batch through a Resize, a Reshape's −1.
+    aliases: BTreeMap<String, String>,
 }
 
 impl<'m> Values<'m> {
@@ -89,6 +107,7 @@ impl<'m> Values<'m> {
             folded: BTreeMap::new(),
             inferred: BTreeMap::new(),
             bound: Default::default(),
+            aliases: BTreeMap::new(),
         }
     }
 
@@ -104,6 +123,26 @@ impl<'m> Values<'m> {
     /// Records a dim name a graph input binds.
     pub fn bind(&mut self, name: &str) {
         self.bound.insert(name.to_string());
+    }
+
+    /// The bound name a dim name stands for: itself when a graph input binds it, else its alias.
+    pub fn resolve(&self, name: &str) -> Option<&str> {
+        if self.bound.contains(name) {
+            return Some(self.bound.get(name)?.as_str());
+        }
+        self.aliases.get(name).map(String::as_str).filter(|t| self.bound.contains(*t))
+    }
+
+    /// Records that the unbound dim name `name` equals the bound name `to`.
+    pub fn alias(&mut self, name: &str, to: &str) {
+        if !self.bound.contains(name) && self.bound.contains(to) {
+            self.aliases.insert(name.to_string(), to.to_string());
+        }
+    }
+
+    /// The shape the model declares (or its inference gives) for a value, as it stands.
+    pub fn declared(&self, name: &str) -> Option<&[Dim]> {
+        self.model.shapes.get(name).map(Vec::as_slice)
     }
 
     /// Records a value's fixed shape, used where the model's shapes leave a dim unknown or named.
@@ -145,7 +184,7 @@ impl<'m> Values<'m> {
             dims.iter()
                 .map(|d| match d {
                     Dim::Known(n) if *n >= 0 => Ok(Extent::Fixed(*n as usize)),
-                    Dim::Symbolic(s) if self.bound.contains(s) => Ok(Extent::Named(s.clone())),
+                    Dim::Symbolic(s) if self.resolve(s).is_some() => Ok(Extent::Named(self.resolve(s).unwrap_or_default().to_string())),
                     _ => Err(format!("'{name}' has a dimension computed from an unknown one ({dims:?})")),
                 })
                 .collect::<Result<Vec<_>, _>>()

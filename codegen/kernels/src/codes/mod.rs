@@ -3,6 +3,7 @@
 //!
 //! | module | ops | arithmetic |
 //! |---|---|---|
+//! | [`compare`] | Equal then Cast to f32 (one-hot encodings of integer inputs), Where(Equal(p, q), a, b); broadcasting, any element type | an exact comparison |
 //! | [`binary`] | QLinearAdd / QLinearMul with numpy broadcasting | a 256×256 table of codes filled by the exact definition ([`binary::binary_exact`]) |
 //! | [`pool`] | MaxPool, AveragePool, GlobalAveragePool (1–3-D) | max on codes; exact i64 window sums, correctly rounded mean |
 //! | [`lut`] | a 256-entry table applied to codes | the generator's table, indexed by the code's bits |
@@ -14,6 +15,7 @@
 //! the exact real value v, ties to even (QuantizeLinear's rounding), computed in integers.
 
 pub mod binary;
+pub mod compare;
 pub mod lut;
 pub mod movement;
 pub mod pool;

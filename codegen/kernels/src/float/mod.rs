@@ -18,6 +18,7 @@
 //!   exactly that operation, so it gives ONNX Runtime's bits (`tests/float_ort.rs` checks them).
 
 pub mod conv;
+pub mod conv_transpose;
 pub mod elementwise;
 pub mod gemm;
 pub mod math;

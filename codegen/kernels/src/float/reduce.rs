@@ -1,11 +1,12 @@
-//! f32 reductions over a set of axes: ReduceSum, ReduceMean, ReduceMax.
+//! f32 reductions over a set of axes: ReduceSum, ReduceMean, ReduceMax, ReduceMin.
 //!
 //! Evaluation order, per output element: the reduced elements visited in row-major order of the
 //! reduced axes (last axis fastest); Sum: `s = +0`, `s = s + v`; Mean: that sum, then `s / count`
 //! (one IEEE division); Max: `m = −∞`, `m = v` whenever `v > m`, a NaN skipped (ORT 1.31.1 keeps or
-//! drops one depending on its place: probed, not reproduced). Axes are given
+//! drops one depending on its place: probed, not reproduced); Min: `m = +∞`, `m = v` whenever
+//! `v < m`, the same way (a max and a min are exact: ORT's value whatever its order, NaN aside). Axes are given
 //! explicitly (the caller resolves ONNX's empty-axes default: all axes, or none with
-//! `noop_with_empty_axes`); an empty reduction gives +0 (Sum), NaN (Mean) or −∞ (Max).
+//! `noop_with_empty_axes`); an empty reduction gives +0 (Sum), NaN (Mean), −∞ (Max) or +∞ (Min).
 
 use super::{ShapeError, bail, check_len, numel};
 
@@ -15,6 +16,7 @@ pub enum Reduce {
     Sum,
     Mean,
     Max,
+    Min,
 }
 
 /// The output shape: reduced axes become 1 (`keepdims`) or disappear.
@@ -49,6 +51,7 @@ pub fn reduce(kind: Reduce, x: &[f32], shape: &[usize], axes: &[usize], out: &mu
     for (y, base) in out.iter_mut().zip(offsets(&kept, &kept_strides)) {
         *y = match kind {
             Reduce::Max => inner.iter().fold(f32::NEG_INFINITY, |m, &o| if x[base + o] > m { x[base + o] } else { m }),
+            Reduce::Min => inner.iter().fold(f32::INFINITY, |m, &o| if x[base + o] < m { x[base + o] } else { m }),
             Reduce::Sum | Reduce::Mean => {
                 let s = inner.iter().fold(0.0f32, |s, &o| s + x[base + o]);
                 if kind == Reduce::Mean { s / count as f32 } else { s }

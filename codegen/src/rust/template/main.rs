@@ -3,7 +3,7 @@
 //!     harness INPUTS.npz OUTPUTS.npz [--intermediates] [--bench N]
 //!
 //! reads the model's inputs from a numpy `.npz` archive (arrays named after the graph inputs,
-//! float32/uint8/int8, C order), runs the model once and writes its outputs, named after the graph
+//! float32/uint8/int8/int32/int64, C order), runs the model once and writes its outputs, named after the graph
 //! outputs, to another `.npz`; with `--intermediates` also every quantized intermediate (u8/i8
 //! codes), named after its tensor. With `--bench N`, after that run, the model runs N more times on
 //! the same inputs and workspace (`Model::run_with`, the steady state of a caller that keeps its
@@ -119,6 +119,8 @@ fn read(path: &str) -> Result<Vec<Value>, String> {
                 DType::F32 => Value::F32(Tensor { shape, data: npy.into_vec::<f32>().map_err(bad)? }),
                 DType::U8 => Value::U8(Tensor { shape, data: npy.into_vec::<u8>().map_err(bad)? }),
                 DType::I8 => Value::I8(Tensor { shape, data: npy.into_vec::<i8>().map_err(bad)? }),
+                DType::I32 => Value::I32(Tensor { shape, data: npy.into_vec::<i32>().map_err(bad)? }),
+                DType::I64 => Value::I64(Tensor { shape, data: npy.into_vec::<i64>().map_err(bad)? }),
             })
         })
         .collect()
@@ -134,6 +136,8 @@ fn write(path: &str, values: impl Iterator<Item = (String, Value)>) -> Result<()
             Value::F32(t) => put(&mut zip, &shape, &t.data),
             Value::U8(t) => put(&mut zip, &shape, &t.data),
             Value::I8(t) => put(&mut zip, &shape, &t.data),
+            Value::I32(t) => put(&mut zip, &shape, &t.data),
+            Value::I64(t) => put(&mut zip, &shape, &t.data),
         };
         written.map_err(|e| e.to_string())?;
     }

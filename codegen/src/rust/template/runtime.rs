@@ -21,6 +21,9 @@ pub enum Value {
     F32(Tensor<f32>),
     U8(Tensor<u8>),
     I8(Tensor<i8>),
+    /// Integer tensors that are not codes (e.g. byte or token ids).
+    I32(Tensor<i32>),
+    I64(Tensor<i64>),
 }
 
 impl Value {
@@ -29,6 +32,8 @@ impl Value {
             Value::F32(t) => &t.shape,
             Value::U8(t) => &t.shape,
             Value::I8(t) => &t.shape,
+            Value::I32(t) => &t.shape,
+            Value::I64(t) => &t.shape,
         }
     }
 
@@ -37,6 +42,8 @@ impl Value {
             Value::F32(_) => DType::F32,
             Value::U8(_) => DType::U8,
             Value::I8(_) => DType::I8,
+            Value::I32(_) => DType::I32,
+            Value::I64(_) => DType::I64,
         }
     }
 }
@@ -47,6 +54,8 @@ pub enum DType {
     F32,
     U8,
     I8,
+    I32,
+    I64,
 }
 
 /// A dimension of a declared shape: fixed, or named and bound by the inputs at run time.
@@ -111,6 +120,8 @@ pub fn bind(inputs: &[Value], decl: &[(&str, DType, &[Dim])], names: &[&str]) ->
             Value::F32(t) => t.data.len(),
             Value::U8(t) => t.data.len(),
             Value::I8(t) => t.data.len(),
+            Value::I32(t) => t.data.len(),
+            Value::I64(t) => t.data.len(),
         };
         if len != shape.iter().product::<usize>() {
             return Err(Error::Input(format!("input '{name}': {len} elements for shape {shape:?}")));
@@ -141,6 +152,20 @@ pub fn i8_input(v: &Value) -> &[i8] {
     }
 }
 
+pub fn i32_input(v: &Value) -> &[i32] {
+    match v {
+        Value::I32(t) => &t.data,
+        _ => &[],
+    }
+}
+
+pub fn i64_input(v: &Value) -> &[i64] {
+    match v {
+        Value::I64(t) => &t.data,
+        _ => &[],
+    }
+}
+
 /// Reads the weight blob: little-endian elements at byte offsets the generator chose.
 pub struct Blob(pub &'static [u8]);
 
@@ -159,6 +184,10 @@ impl Blob {
 
     pub fn i32s(&self, offset: usize, n: usize) -> Vec<i32> {
         self.bytes(offset, 4 * n).chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    pub fn i64s(&self, offset: usize, n: usize) -> Vec<i64> {
+        self.bytes(offset, 8 * n).chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
     }
 
     pub fn f32s(&self, offset: usize, n: usize) -> Vec<f32> {
