@@ -8,6 +8,7 @@
 //! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
 //! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates`, `--bench N` (median seconds of N `run_with` calls on one workspace; `bench/rust_target.py`) |
 //! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`) |
+//! | `groups.json` | every op writing codes with its parameters, for an independent exact evaluation (`manifest.rs`) |
 //!
 //! Every created node gets its Rust-kernel meaning: convolutions and GEMMs accumulate exactly in
 //! i32 and requantize correctly rounded (`requant_certified`, equal to `requant_exact` on every
@@ -57,6 +58,7 @@
 mod blob;
 mod emit;
 mod fold;
+mod manifest;
 mod ops;
 mod shapes;
 mod slots;
@@ -170,6 +172,8 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let keep: BTreeSet<String> = outputs.iter().cloned().collect();
     let plan = slots::plan(&ops, &keep);
     let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let input_elems: Vec<(String, values::Elem)> = inputs.iter().map(|(n, e, _)| (n.clone(), *e)).collect();
+    let groups = manifest::groups_json(&ops, &values, &input_elems, &source)?;
     let program = emit::Program { values: &values, ops: &ops, plan: &plan, inputs, outputs, source };
     let (lib, blob) = emit::lib_rs(&program)?;
     Ok(Crate {
@@ -179,6 +183,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             ("src/runtime.rs".into(), RUNTIME.as_bytes().to_vec()),
             ("src/main.rs".into(), HARNESS.as_bytes().to_vec()),
             ("src/weights.bin".into(), blob),
+            ("groups.json".into(), groups),
         ],
     })
 }

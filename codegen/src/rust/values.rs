@@ -96,6 +96,18 @@ impl<'m> Values<'m> {
         self.initializers.contains_key(name) || self.created.contains_key(name) || self.folded.contains_key(name)
     }
 
+    /// Where a constant comes from: an authored `initializer`, a constant a `created` node needs,
+    /// or a value `folded` at generation time (`groups.json` references only initializers).
+    pub fn origin(&self, name: &str) -> &'static str {
+        if self.folded.contains_key(name) {
+            "folded"
+        } else if self.created.contains_key(name) {
+            "created"
+        } else {
+            "initializer"
+        }
+    }
+
     /// Records a value computed at generation time.
     pub fn fold(&mut self, name: &str, c: Constant) {
         self.folded.insert(name.to_string(), c);
