@@ -106,8 +106,9 @@ def constant(man: dict, model: onnx.ModelProto, inits: dict, name: str) -> np.nd
     return np.array(c["values"], dtype=DTYPES[c["dtype"]]).reshape(c["dims"])
 
 
-def integer_group(g: dict, x: np.ndarray, w: np.ndarray, bias, out_shape) -> tuple[Evaluation, QParams]:
-    """Conv / Gemm: s_x·s_w[c]·(Σ (x − z_x)(w − z_w[c]) + bias[c]) / s_y, accumulated in int64."""
+def integer_group(g: dict, x: np.ndarray, w: np.ndarray, bias, out_shape, bias_scales=None) -> tuple[Evaluation, QParams]:
+    """Conv / Gemm: (s_x·s_w[c]·Σ (x − z_x)(w − z_w[c]) + s_b[c]·bias[c]) / s_y, accumulated in
+    int64; s_b the original bias's own scales where given (`bias_scales`), else s_x·s_w[c]."""
     p, kind = g["params"], g["kind"]
     i = p["int"]
     if kind == "conv":
@@ -131,7 +132,8 @@ def integer_group(g: dict, x: np.ndarray, w: np.ndarray, bias, out_shape) -> tup
     coef = channel_view([sx * f32(s) / sy for s in i["weight_scales"]], acc.ndim, axis)
     terms = [(coef, acc)]
     if bias is not None:
-        terms.append((coef, channel_view(bias.astype(np.int64).tolist(), acc.ndim, axis)))
+        bcoef = coef if bias_scales is None else channel_view([s / sy for s in bias_scales], acc.ndim, axis)
+        terms.append((bcoef, channel_view(bias.astype(np.int64).tolist(), acc.ndim, axis)))
     y = qp(i["y"], CODE[g["elem"]], acc.ndim)
     return Evaluation(terms, acc.shape, lambda idx: f"accumulator={acc[idx]}"), y
 
@@ -151,12 +153,12 @@ def window_sums(x: np.ndarray, win: dict) -> tuple[np.ndarray, np.ndarray]:
     return sums.reshape((n, c) + sums.shape[2:]), counts.reshape((1, 1) + counts.shape[2:])
 
 
-def evaluate(g: dict, ins: list, out: np.ndarray):
+def evaluate(g: dict, ins: list, out: np.ndarray, bias_scales=None):
     """(expected codes, description of an element) for one group, from its input codes `ins`."""
     kind, p, dtype = g["kind"], g["params"], CODE[g["elem"]]
     x = ins[0]
     if kind in ("conv", "gemm"):
-        ev, y = integer_group(g, x, ins[1], ins[2], out.shape)
+        ev, y = integer_group(g, x, ins[1], ins[2], out.shape, bias_scales)
     elif kind in ("add", "mul"):
         a, b = ins
         shape = np.broadcast_shapes(a.shape, b.shape)
@@ -267,8 +269,9 @@ def resize_nearest(x: np.ndarray, p: dict) -> np.ndarray:
 # one program run
 
 
-def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str) -> tuple[dict, int, list]:
-    """Evaluates every group of `man` on the program's tensors: ({kind: groups}, elements, failures)."""
+def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str, bias_scales: dict | None = None) -> tuple[dict, int, list]:
+    """Evaluates every group of `man` on the program's tensors: ({kind: groups}, elements, failures);
+    `bias_scales`: group node → the original bias's exact scales (provenance)."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     kinds: dict[str, int] = {}
     elements, failures = 0, []
@@ -297,7 +300,7 @@ def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str) -> t
             ins.append(constant(man, model, inits, i["weights"]))
             ins.append(constant(man, model, inits, i["bias"]) if i["bias"] else None)
         try:
-            want, show = evaluate(g, ins, got)
+            want, show = evaluate(g, ins, got, (bias_scales or {}).get(g["node"]))
         except AssertionError as e:
             failures.append(f"{where}: {g['node']} ({g['kind']}): {e}")
             continue
@@ -325,12 +328,16 @@ def coverage(man: dict, tensors: dict) -> list:
 # provenance: the manifest against the original model's Q/DQ nodes
 
 
-def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, list]:
-    """For each group a fired decision names (by output), its parameters equal the original's."""
+def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, list, dict]:
+    """For each group a fired decision names (by output), its parameters equal the original's.
+    Returns (groups traced, problems, {group node: the original bias's exact scales}): the
+    reference value v counts the bias at its OWN scale (contract §2.3: v is the original's), which
+    in models quantized in f32 is fl32(s_x·s_w), not the exact product the kernel folds the codes
+    with — the rule proves the difference never moves a reachable output, and this checks it."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     nodes = {n.name: n for n in model.graph.node}
     by_output = {d["output"]: d for d in report["decisions"] if d.get("fired")}
-    checked, problems = 0, []
+    checked, problems, bias_scales = 0, [], {}
 
     def bits(name: str) -> list[int]:
         return [int(b) for b in np.asarray(inits[name], dtype=np.float32).reshape(-1).view(np.uint32)]
@@ -377,10 +384,9 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
                 problems.append(f"{where}: bias {i['bias']!r} vs original {b.name if b else None}")
             elif b is not None:
                 bs = [f32(v) for v in bits(b.input[1])]
-                unit = [f32(i["x"]["scale"]) * f32(s) for s in i["weight_scales"]]
-                if b.input[0] != i["bias"] or any(z != 0 for z in zps(b)) or bs != unit and not (len(bs) == 1 and set(unit) == set(bs)):
-                    problems.append(f"{where}: bias {i['bias']!r} read as codes of scale s_x·s_w; the original {b.name} has "
-                                    f"{b.input[0]!r} at scales {[float(s) for s in bs]} zp {zps(b)}")
+                if b.input[0] != i["bias"] or any(z != 0 for z in zps(b)):
+                    problems.append(f"{where}: bias {i['bias']!r}; the original {b.name} reads {b.input[0]!r} with zero points {set(zps(b))}")
+                bias_scales[g["node"]] = bs * i["channels"] if len(bs) == 1 else bs
         elif g["kind"] in ("add", "mul"):
             same_q(p["y"], qs[0], f"{where} y")
             for q, dq in zip((p["a"], p["b"]), ins):
@@ -393,7 +399,7 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
             if ins[0] is not None:
                 same_q(p["x"], ins[0], f"{where} x")
         checked += 1
-    return checked, problems
+    return checked, problems, bias_scales
 
 
 # ----------------------------------------------------------------------------------------------
@@ -437,26 +443,25 @@ def real(name: str) -> dict:
     return compiled(name, pin(entry, tmp, label), tmp, feeds)
 
 
-SUMMARY: dict[str, tuple] = {}
-
-
 def check(name: str, c: dict):
     start = time.monotonic()
     man, failures, kinds, elements = c["manifest"], [], {}, 0
+    checked, problems, bias_scales = provenance(man, c["model"], c["report"])
+    failures += [f"{name}: provenance: {p}" for p in problems]
+    sx_sw = [g["node"] for g in man["groups"] if g["node"] in bias_scales and bias_scales[g["node"]] !=
+             [f32(g["params"]["int"]["x"]["scale"]) * f32(s) for s in g["params"]["int"]["weight_scales"]]]
     for k, tensors in enumerate(c["runs"]):
         failures += [f"{name} feed {k}: {p}" for p in coverage(man, tensors)]
-        kk, n, f = check_run(man, c["model"], tensors, f"{name} feed {k}")
+        kk, n, f = check_run(man, c["model"], tensors, f"{name} feed {k}", bias_scales)
         failures += f
         elements += n
         for key, v in kk.items():
             kinds[key] = max(kinds.get(key, 0), v)
-    checked, problems = provenance(man, c["model"], c["report"])
-    failures += [f"{name}: provenance: {p}" for p in problems]
     groups = sum(v for key, v in kinds.items() if not key.startswith("quantize"))
     took = time.monotonic() - start
-    SUMMARY[name] = (groups, elements, checked, kinds, c["built"], took)
     print(f"{name}: {groups} groups, {elements} elements exact over {len(c['runs'])} feeds; {checked} groups' parameters "
-          f"traced to the original; {kinds}; compile+build {c['built']:.1f} s, check {took:.1f} s")
+          f"traced to the original ({len(sx_sw)} with a bias scale ≠ s_x·s_w exactly); {kinds}; "
+          f"compile+build {c['built']:.1f} s, check {took:.1f} s")
     assert not failures, f"{len(failures)} problem(s):\n" + "\n".join(failures[:40])
     assert groups > 0, f"{name}: no integer group in groups.json: this test proved nothing"
 
@@ -476,18 +481,20 @@ def test_broken_twins_are_reported():
     name = "cnn_residual_u8s8_pc_asym_pow2"
     c = synthetic(name)
     man, model, tensors = c["manifest"], c["model"], c["runs"][0]
-    _, _, failures = check_run(man, model, tensors, "clean")
+    _, problems, bias = provenance(man, model, c["report"])
+    _, _, failures = check_run(man, model, tensors, "clean", bias)
+    assert not problems, problems
     assert not failures, failures
     conv = next(g for g in man["groups"] if g["kind"] == "conv")
     out = tensors[conv["output"]].copy()
     flat = out.reshape(-1)
     flat[7] = flat[7] + 1 if flat[7] < np.iinfo(out.dtype).max else flat[7] - 1
-    _, _, failures = check_run(man, model, dict(tensors, **{conv["output"]: out}), "one code")
+    _, _, failures = check_run(man, model, dict(tensors, **{conv["output"]: out}), "one code", bias)
     assert any(conv["node"] in f and "element" in f for f in failures), failures
     broken = copy.deepcopy(man)
     g = next(g for g in broken["groups"] if g["output"] == conv["output"])
     g["params"]["int"]["x"]["scale"] += 0x00800000  # ×2: one exponent step
-    _, _, failures = check_run(broken, model, tensors, "one scale")
+    _, _, failures = check_run(broken, model, tensors, "one scale", bias)
     assert any(conv["node"] in f for f in failures), "a doubled input scale went unnoticed"
     problems = provenance(broken, model, c["report"])[1]
     assert any(conv["node"] in p and " x:" in p for p in problems), problems

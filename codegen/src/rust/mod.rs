@@ -120,7 +120,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
                 let attrs = p
                     .attribute
                     .iter()
-                    .map(|a| Attribute::from_proto(a).ok_or_else(|| format!("node '{}': attribute {} of an unsupported kind", p.name(), a.name())))
+                    .map(|a| {
+                        let label = if p.name().is_empty() { p.output.first().map_or("", String::as_str) } else { p.name() };
+                        Attribute::from_proto(a).ok_or_else(|| format!("node '{label}' ({}): attribute {} of an unsupported kind", p.op_type(), a.name()))
+                    })
                     .collect::<Result<_, _>>()?;
                 (p.name().to_string(), p.op_type().to_string(), p.domain().to_string(), attrs)
             }
