@@ -21,8 +21,8 @@ and the real CNNs of test_rust_real.py (MODELS, pinned the same way), this test
 * prints groups and elements per model (the figures for the closing note).
 
 `quantize` entries (f32 → codes) are no integer group: counted, not evaluated (their f32 input is
-not written). Lookup tables are checked as applied (table[code]); the table's own derivation is the
-`lookup-table` rule's proof (tests/rules.rs), not repeated here.
+not written). Lookup tables are checked as applied (table[code]); a table of DQ → Relu → Q is also
+derived exactly per code; other chains' tables rest on the `lookup-table` rule's proof.
 
 The broken twins corrupt one output code, and one scale in the manifest, and demand the evaluator
 report the mismatch.
@@ -352,6 +352,9 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
 
     for g in man["groups"]:
         d = by_output.get(g["output"])
+        if d is not None and g["kind"] == "lut":
+            problems += relu_table(g, d, nodes, inits)
+            checked += 1
         if d is None or g["kind"] not in ("conv", "gemm", "add", "mul", "average_pool", "global_average_pool"):
             continue
         members = [nodes[n] for n in d["nodes"] if n in nodes]
@@ -400,6 +403,24 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
                 same_q(p["x"], ins[0], f"{where} x")
         checked += 1
     return checked, problems, bias_scales
+
+
+def relu_table(g: dict, d: dict, nodes: dict, inits: dict) -> list:
+    """A lookup table of DQ → Relu → Q, derived exactly per code: sat(rne(max(0, (c − z_x)·s_x) / s_y) + z_y).
+    Tables of other chains are checked as applied only (their derivation is the rule's proof)."""
+    members = [nodes[n] for n in d["nodes"] if n in nodes]
+    ops = [n.op_type for n in members]
+    if ops != ["DequantizeLinear", "Relu", "QuantizeLinear"]:
+        return [] if "Relu" not in ops else [f"{g['node']}: a Relu table from {ops}: not modelled here"]
+    dq, q = members[0], members[2]
+    zx = inits[dq.input[2]] if len(dq.input) > 2 and dq.input[2] else np.zeros((), np.uint8)
+    zy = inits[q.input[2]] if len(q.input) > 2 and q.input[2] else np.zeros((), np.uint8)
+    sx, sy = Fraction(float(inits[dq.input[1]])), Fraction(float(inits[q.input[1]]))
+    info = np.iinfo(zy.dtype)
+    codes = np.arange(256, dtype=np.uint8).view(zx.dtype).astype(np.int64)
+    want = [min(max(round(max(Fraction(0), (int(c) - int(zx)) * sx) / sy) + int(zy), info.min), info.max) for c in codes]
+    bad = [k for k, (a, b) in enumerate(zip(want, g["params"]["table"])) if a != b]
+    return [f"{g['node']}: table entries {bad[:8]} differ from the exact Relu chain"] if bad else []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -477,7 +498,8 @@ def test_real_model_groups_equal_the_exact_evaluation(name):
 
 
 def test_broken_twins_are_reported():
-    """One output code off by one, then one scale doubled in the manifest: both reported."""
+    """One output code off by one, one scale doubled and one weight zero point off by one in the
+    manifest: each reported by the evaluation, the manifest's by the provenance check too."""
     name = "cnn_residual_u8s8_pc_asym_pow2"
     c = synthetic(name)
     man, model, tensors = c["manifest"], c["model"], c["runs"][0]
@@ -498,3 +520,10 @@ def test_broken_twins_are_reported():
     assert any(conv["node"] in f for f in failures), "a doubled input scale went unnoticed"
     problems = provenance(broken, model, c["report"])[1]
     assert any(conv["node"] in p and " x:" in p for p in problems), problems
+    # One element of a per-channel list: a weight zero point one step off.
+    broken = copy.deepcopy(man)
+    g = next(g for g in broken["groups"] if g["output"] == conv["output"])
+    g["params"]["int"]["weight_zero_points"][0] += 1
+    _, _, failures = check_run(broken, model, tensors, "one zero point", bias)
+    assert any(conv["node"] in f and "element" in f for f in failures), "a weight zero point off by one went unnoticed"
+    assert any(conv["node"] in p and "zero points" in p for p in provenance(broken, model, c["report"])[1])
