@@ -527,3 +527,18 @@ def test_broken_twins_are_reported():
     _, _, failures = check_run(broken, model, tensors, "one zero point", bias)
     assert any(conv["node"] in f and "element" in f for f in failures), "a weight zero point off by one went unnoticed"
     assert any(conv["node"] in p and "zero points" in p for p in provenance(broken, model, c["report"])[1])
+
+
+def test_a_wrong_relu_table_is_reported():
+    """One entry of a DQ → Relu → Q table off by one: the exact derivation and the applied-table
+    check both report it."""
+    c = synthetic("dwsep_net_s8s8_pc_pow2")
+    man, model, tensors = c["manifest"], c["model"], c["runs"][0]
+    assert not provenance(man, model, c["report"])[1]
+    broken = copy.deepcopy(man)
+    lut = next(g for g in broken["groups"] if g["kind"] == "lut")
+    code = int(tensors[lut["inputs"][0]].reshape(-1).view(np.uint8)[0])
+    lut["params"]["table"][code] += 1 if lut["params"]["table"][code] < 127 else -1
+    assert any(lut["node"] in p and "table entries" in p for p in provenance(broken, model, c["report"])[1])
+    _, _, failures = check_run(broken, model, tensors, "one table entry", provenance(man, model, c["report"])[2])
+    assert any(lut["node"] in f and "element" in f for f in failures), failures
