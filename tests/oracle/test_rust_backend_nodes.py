@@ -62,10 +62,8 @@ UNSUPPORTED = {
     "test_quantizelinear_uint2": ("UINT2", "2-bit codes"),
     "test_quantizelinear_blocked_asymmetric": ("block_size", "blocked quantization"),
     "test_quantizelinear_blocked_symmetric": ("block_size", "blocked quantization"),
-    "test_qlinearmatmul_2D_uint8_float16": ("FLOAT16", "f16 scales"),
-    "test_qlinearmatmul_3D_uint8_float16": ("FLOAT16", "f16 scales"),
-    "test_qlinearmatmul_2D_int8_float16": ("FLOAT16", "f16 scales"),
-    "test_qlinearmatmul_3D_int8_float16": ("FLOAT16", "f16 scales"),
+    "test_qlinearmatmul_3D_uint8_float16": ("QLinearMatMul", "3-D (batched) weights"),
+    "test_qlinearmatmul_3D_int8_float16": ("QLinearMatMul", "3-D (batched) weights"),
     "test_qlinearmatmul_3D_uint8_float32": ("QLinearMatMul", "3-D (batched) weights: constant 2-D weights only"),
     "test_qlinearmatmul_3D_int8_float32": ("QLinearMatMul", "3-D (batched) weights"),
     "test_dynamicquantizelinear": ("DynamicQuantizeLinear", "run-time scale and zero point (three outputs)"),
@@ -165,3 +163,20 @@ def test_backend_node_case(name):
         assert g.dtype == want.dtype and g.shape == want.shape, f"{name}: {vi.name}: {g.dtype}{list(g.shape)} vs expected {want.dtype}{list(want.shape)}"
         assert g.tobytes() == want.tobytes(), f"{name}: {vi.name}: {int(np.sum(g != want))} of {g.size} elements differ\ngot {g}\nwant {want}"
     print(f"{name}: {len(expected)} output(s) bit-identical ({sum(np.asarray(w).size for w in expected)} elements)")
+
+
+def test_an_f16_dequantize_scale_is_refused(tmp_path):
+    """f16 scales are read only where they are parameters of a requantization (QLinearMatMul,
+    QLinearConv): a DequantizeLinear with an f16 scale writes f16, which the backend refuses."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="dq_f16")
+    inits = [numpy_helper.from_array(np.array(0.5, dtype=np.float16), "s"), numpy_helper.from_array(np.array(3, dtype=np.uint8), "z")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4])], inits)
+    src = tmp_path / "dq_f16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), src)
+    crate = tmp_path / "crate"
+    r = subprocess.run([str(QDQC_BIN), "compile", str(src), "--target", "rust", "-o", str(crate)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "dq_f16" in r.stderr and "FLOAT16" in r.stderr, r.stderr
+    assert not crate.exists()
