@@ -62,10 +62,6 @@ UNSUPPORTED = {
     "test_quantizelinear_uint2": ("UINT2", "2-bit codes"),
     "test_quantizelinear_blocked_asymmetric": ("block_size", "blocked quantization"),
     "test_quantizelinear_blocked_symmetric": ("block_size", "blocked quantization"),
-    "test_qlinearmatmul_3D_uint8_float16": ("QLinearMatMul", "3-D (batched) weights"),
-    "test_qlinearmatmul_3D_int8_float16": ("QLinearMatMul", "3-D (batched) weights"),
-    "test_qlinearmatmul_3D_uint8_float32": ("QLinearMatMul", "3-D (batched) weights: constant 2-D weights only"),
-    "test_qlinearmatmul_3D_int8_float32": ("QLinearMatMul", "3-D (batched) weights"),
     "test_dynamicquantizelinear": ("DynamicQuantizeLinear", "run-time scale and zero point (three outputs)"),
     "test_dynamicquantizelinear_max_adjusted": ("DynamicQuantizeLinear", "run-time scale and zero point"),
     "test_dynamicquantizelinear_min_adjusted": ("DynamicQuantizeLinear", "run-time scale and zero point"),
@@ -179,4 +175,23 @@ def test_an_f16_dequantize_scale_is_refused(tmp_path):
     crate = tmp_path / "crate"
     r = subprocess.run([str(QDQC_BIN), "compile", str(src), "--target", "rust", "-o", str(crate)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "dq_f16" in r.stderr and "FLOAT16" in r.stderr, r.stderr
+    assert not crate.exists()
+
+
+def test_batched_weights_of_another_batch_are_refused(tmp_path):
+    """QLinearMatMul with 3-D weights runs one GEMM per batch (codegen/src/rust/batched.rs): an input
+    whose batch differs (ONNX would broadcast) is refused, naming the node."""
+    from onnx import TensorProto, helper
+
+    q = lambda name, v, t: numpy_helper.from_array(np.array(v, dtype=t), name)  # noqa: E731
+    inits = [q("sa", 0.5, np.float32), q("za", 0, np.uint8), q("w", np.ones((2, 4, 3)), np.uint8), q("sw", 0.25, np.float32),
+             q("zw", 0, np.uint8), q("sy", 1.0, np.float32), q("zy", 0, np.uint8)]
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "w", "sw", "zw", "sy", "zy"], ["y"], name="mm_broadcast")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 2, 3])], inits)
+    src = tmp_path / "mm_broadcast.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), src)
+    crate = tmp_path / "crate"
+    r = subprocess.run([str(QDQC_BIN), "compile", str(src), "--target", "rust", "-o", str(crate)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "mm_broadcast" in r.stderr and "no broadcasting" in r.stderr, r.stderr
     assert not crate.exists()

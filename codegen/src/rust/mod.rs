@@ -18,7 +18,7 @@
 //!
 //! | ops (`ops.rs`) | kernel |
 //! |---|---|
-//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
+//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights; 3-D weights of the input's batch: one GEMM per batch, `batched.rs`); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
@@ -55,6 +55,7 @@
 //! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
 //! same offsets.
 
+mod batched;
 mod blob;
 mod emit;
 mod fold;
@@ -151,6 +152,15 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         if op_type == "Cast" && is_table_index(lowered, n, &attrs) {
             indices.insert(&n.outputs[0], &n.inputs[0]);
+            continue;
+        }
+        if batched::applies(&op_type, &n.inputs, &values) {
+            let parts = batched::lower(&mut values, &label, &n.inputs, &n.outputs, &attrs, &elems).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
+            for (op, dims) in parts {
+                values.infer(&op.output, dims);
+                elems.insert(op.output.clone(), op.elem);
+                ops.push(op);
+            }
             continue;
         }
         let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
