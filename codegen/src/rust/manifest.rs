@@ -46,7 +46,7 @@ fn integer(int: &Integer) -> Value {
     })
 }
 
-/// The parameters of one op's kind, or `None` for an op that does not write codes from codes.
+/// The parameters of one op's kind, or `None` for a kind this file does not describe yet.
 fn params(kind: &Kind) -> Option<(&'static str, Value)> {
     Some(match kind {
         Kind::Quantize { axis, scales, zps } => ("quantize", json!({ "axis": axis, "scales": scales, "zero_points": zps })),
@@ -90,9 +90,8 @@ pub fn groups_json(ops: &[Op], values: &Values, inputs: &[(String, Elem)], sourc
     let mut groups = Vec::new();
     let mut consts = BTreeMap::new();
     for op in ops.iter().filter(|op| op.elem != Elem::F32) {
-        let Some((kind, p)) = params(&op.kind) else {
-            return Err(format!("node '{}': an op writing codes with no entry in groups.json", op.node));
-        };
+        // A kind with no entry yet is listed as `unlisted`: the evaluator fails on it, the compile does not.
+        let (kind, p) = params(&op.kind).unwrap_or(("unlisted", json!({})));
         for name in constants(op, values) {
             let c = values.constant(name)?;
             let mut entry = json!({ "dtype": c.dtype.as_str_name(), "dims": c.dims, "source": values.origin(name) });
