@@ -169,7 +169,7 @@ fn generation_is_deterministic_and_snapshotted() {
     let (a, b) = (dir.join("a"), dir.join("b"));
     generate(&model(name), &a);
     generate(&model(name), &b);
-    for file in ["Cargo.toml", "src/lib.rs", "src/runtime.rs", "src/main.rs", "src/weights.bin"] {
+    for file in ["Cargo.toml", "src/lib.rs", "src/runtime.rs", "src/main.rs", "src/weights.bin", "groups.json"] {
         assert_eq!(std::fs::read(a.join(file)).unwrap(), std::fs::read(b.join(file)).unwrap(), "{file} differs between two generations");
     }
     // A killed run's staging folder (a dead pid) is removed by the next run.

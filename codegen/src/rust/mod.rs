@@ -8,6 +8,7 @@
 //! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
 //! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates`, `--bench N` (median seconds of N `run_with` calls on one workspace; `bench/rust_target.py`) |
 //! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`) |
+//! | `groups.json` | every op writing codes with its parameters, for an independent exact evaluation (`manifest.rs`) |
 //!
 //! Every created node gets its Rust-kernel meaning: convolutions and GEMMs accumulate exactly in
 //! i32 and requantize correctly rounded (`requant_certified`, equal to `requant_exact` on every
@@ -17,7 +18,7 @@
 //!
 //! | ops (`ops.rs`) | kernel |
 //! |---|---|
-//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
+//! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights; 3-D weights of the input's batch: one GEMM per batch, `batched.rs`); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
@@ -64,9 +65,11 @@
 //! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
 //! same offsets.
 
+mod batched;
 mod blob;
 mod emit;
 mod fold;
+mod manifest;
 mod ops;
 mod shapes;
 mod slots;
@@ -132,7 +135,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
                 let attrs = p
                     .attribute
                     .iter()
-                    .map(|a| Attribute::from_proto(a).ok_or_else(|| format!("node '{}': attribute {} of an unsupported kind", p.name(), a.name())))
+                    .map(|a| {
+                        let label = if p.name().is_empty() { p.output.first().map_or("", String::as_str) } else { p.name() };
+                        Attribute::from_proto(a).ok_or_else(|| format!("node '{label}' ({}): attribute {} of an unsupported kind", p.op_type(), a.name()))
+                    })
                     .collect::<Result<_, _>>()?;
                 (p.name().to_string(), p.op_type().to_string(), p.domain().to_string(), attrs)
             }
@@ -170,6 +176,15 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             conditions.insert(n.outputs[0].clone(), (n.inputs[0].clone(), n.inputs[1].clone()));
             continue;
         }
+        if batched::applies(&op_type, &n.inputs, &values) {
+            let parts = batched::lower(&mut values, &label, &n.inputs, &n.outputs, &attrs, &elems).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
+            for (op, dims) in parts {
+                values.infer(&op.output, dims);
+                elems.insert(op.output.clone(), op.elem);
+                ops.push(op);
+            }
+            continue;
+        }
         let node = ops::Node { name: &label, op_type: &op_type, inputs: &n.inputs, outputs: &n.outputs, attrs: &attrs, values: &values, elems: &elems };
         if op_type == "Split" {
             let parts = ops::split(&node).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
@@ -201,6 +216,8 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let keep: BTreeSet<String> = outputs.iter().cloned().collect();
     let plan = slots::plan(&ops, &keep);
     let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let input_elems: Vec<(String, values::Elem)> = inputs.iter().map(|(n, e, _)| (n.clone(), *e)).collect();
+    let groups = manifest::groups_json(&ops, &values, &input_elems, &source)?;
     let program = emit::Program { values: &values, ops: &ops, plan: &plan, inputs, outputs, source };
     let (lib, blob) = emit::lib_rs(&program)?;
     Ok(Crate {
@@ -210,6 +227,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             ("src/runtime.rs".into(), RUNTIME.as_bytes().to_vec()),
             ("src/main.rs".into(), HARNESS.as_bytes().to_vec()),
             ("src/weights.bin".into(), blob),
+            ("groups.json".into(), groups),
         ],
     })
 }

@@ -153,8 +153,17 @@ impl Node<'_, '_> {
         self.values.constant(name)
     }
 
+    /// A constant scale input's elements (f32 bits; an f16 scale widened exactly).
+    fn scales(&self, i: usize) -> Result<Vec<u32>, String> {
+        let name = self.input(i)?;
+        if !self.values.is_constant(name) {
+            return Err(format!("input {i} ('{name}') must be a constant for the Rust target"));
+        }
+        self.values.scale_bits(name)
+    }
+
     fn scale(&self, i: usize) -> Result<u32, String> {
-        match self.constant(i)?.f32_bits.as_slice() {
+        match self.scales(i)?.as_slice() {
             [s] => Ok(*s),
             _ => Err(format!("input {i}: a per-tensor f32 scale is needed")),
         }
@@ -266,10 +275,6 @@ fn bias_scales(n: &Node) -> Result<Vec<u32>, String> {
     if n.inputs.get(9).is_some_and(|s| !s.is_empty()) { Ok(n.constant(9)?.f32_bits) } else { Ok(Vec::new()) }
 }
 
-fn per_channel(c: &Constant) -> Vec<u32> {
-    c.f32_bits.clone()
-}
-
 /// The Rust-kernel op of one node, or why the backend does not support it.
 pub fn lower(n: &Node) -> Result<Op, String> {
     let output = n.outputs.first().filter(|o| !o.is_empty()).ok_or("no output")?.clone();
@@ -317,7 +322,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 weights: tensor(3)?,
                 weight_elem,
                 weight_zps: n.constant(5)?.ints,
-                weight_scales: per_channel(&n.constant(4)?),
+                weight_scales: n.scales(4)?,
                 x,
                 y,
                 bias: n.inputs.get(8).filter(|s| !s.is_empty()).cloned(),
@@ -353,7 +358,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 weights: tensor(3)?,
                 weight_elem,
                 weight_zps: n.constant(5)?.ints,
-                weight_scales: per_channel(&n.constant(4)?),
+                weight_scales: n.scales(4)?,
                 x,
                 y,
                 bias: if gemm { n.inputs.get(6).filter(|s| !s.is_empty()).cloned() } else { None },

@@ -115,6 +115,18 @@ impl<'m> Values<'m> {
         self.initializers.contains_key(name) || self.created.contains_key(name) || self.folded.contains_key(name)
     }
 
+    /// Where a constant comes from: an authored `initializer`, a constant a `created` node needs,
+    /// or a value `folded` at generation time (`groups.json` references only initializers).
+    pub fn origin(&self, name: &str) -> &'static str {
+        if self.folded.contains_key(name) {
+            "folded"
+        } else if self.created.contains_key(name) {
+            "created"
+        } else {
+            "initializer"
+        }
+    }
+
     /// Records a value computed at generation time.
     pub fn fold(&mut self, name: &str, c: Constant) {
         self.folded.insert(name.to_string(), c);
@@ -166,6 +178,20 @@ impl<'m> Values<'m> {
         read(dtype, dims_of(&t.dims)?, &payload, name)
     }
 
+    /// A quantization scale's elements as f32 bit patterns: f32, or f16 widened exactly (the
+    /// QLinear* ops take f16 scales; a scale only enters the exact requantization as a rational).
+    /// Only for scales: an f16 tensor elsewhere is f16 data, which the backend refuses.
+    pub fn scale_bits(&self, name: &str) -> Result<Vec<u32>, String> {
+        let f16 = match (self.initializers.get(name), self.created.get(name)) {
+            (Some(t), _) if qdqc_lang::tensor::data_type(t)? == DataType::Float16 => qdqc_lang::tensor::f16_bits(DataType::Float16, &self.model.payload(t)?),
+            (None, Some(c)) if c.dtype == DataType::Float16 => {
+                qdqc_lang::tensor::f16_bits(DataType::Float16, &qdqc_lang::tensor::Payload::Raw(c.bytes.clone().into()))
+            }
+            _ => return Ok(self.constant(name)?.f32_bits),
+        };
+        Ok(f16.ok_or_else(|| format!("scale '{name}': unreadable f16 elements"))?.into_iter().map(|h| f16_to_f32(h).to_bits()).collect())
+    }
+
     /// The elements of a tensor attribute (ConstantOfShape's `value`).
     pub fn attribute_tensor(&self, t: &TensorProto) -> Result<Constant, String> {
         let dtype = qdqc_lang::tensor::data_type(t)?;
@@ -205,6 +231,18 @@ impl<'m> Values<'m> {
             Some(type_proto::Value::TensorType(t)) => DataType::try_from(t.elem_type?).ok(),
             _ => None,
         }
+    }
+}
+
+/// The f16 with bit pattern `h`, exactly, as an f32 (every f16 is one).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = (i32::from((h >> 10) & 0x1f), f32::from(h & 0x3ff));
+    sign * match e {
+        0 => m * 2f32.powi(-24),
+        31 if m == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        _ => (1024.0 + m) * 2f32.powi(e - 25),
     }
 }
 

@@ -5,7 +5,7 @@
 //! reads the model's inputs from a numpy `.npz` archive (arrays named after the graph inputs,
 //! float32/uint8/int8/int32/int64, C order), runs the model once and writes its outputs, named after the graph
 //! outputs, to another `.npz`; with `--intermediates` also every quantized intermediate (u8/i8
-//! codes), named after its tensor. With `--bench N`, after that run, the model runs N more times on
+//! codes) and every graph input of code type, named after its tensor. With `--bench N`, after that run, the model runs N more times on
 //! the same inputs and workspace (`Model::run_with`, the steady state of a caller that keeps its
 //! workspace) and one line goes to stdout: `bench runs=N median_s=… min_s=…` (seconds per run,
 //! each run timed alone). Exit 2 on bad input, 1 when the model fails.
@@ -82,7 +82,10 @@ fn main() -> ExitCode {
             }
         }
     }
-    let named = generated::OUTPUTS.iter().map(|n| n.to_string()).zip(outputs).chain(seen);
+    // Graph inputs of code type count as intermediates: they are the first groups' inputs.
+    let code_inputs = generated::INPUTS.iter().zip(&inputs).filter(|(_, v)| intermediates && !matches!(v, Value::F32(_)));
+    let code_inputs: Vec<(String, Value)> = code_inputs.map(|((n, _, _), v)| (n.to_string(), v.clone())).collect();
+    let named = generated::OUTPUTS.iter().map(|n| n.to_string()).zip(outputs).chain(seen).chain(code_inputs);
     if let Err(e) = write(output, named) {
         eprintln!("harness: error: {output}: {e}");
         return ExitCode::from(1);
