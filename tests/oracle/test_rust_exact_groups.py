@@ -72,8 +72,9 @@ def settle(fresh: Path, crate: Path):
     """Moves the crate just generated in FRESH to CRATE, unless CRATE holds the same files byte for
     byte: then the old files (and their times) stay, and cargo reuses the harness it built from
     them, which is the same program. Reruns skip the crate builds."""
-    files = lambda root: sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "target" not in p.parts)  # noqa: E731
-    same = crate.is_dir() and files(crate) == files(fresh) and all(filecmp.cmp(crate / f, fresh / f, shallow=False) for f in files(fresh))
+    # Relative parts: the crate itself lives under the repository's target/.
+    files = lambda root: sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and "target" not in p.relative_to(root).parts)  # noqa: E731
+    same = crate.is_dir() and files(fresh) and files(crate) == files(fresh) and all(filecmp.cmp(crate / f, fresh / f, shallow=False) for f in files(fresh))
     if same:
         shutil.rmtree(fresh)
         return

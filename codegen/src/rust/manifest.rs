@@ -92,7 +92,8 @@ fn constants<'a>(op: &'a Op, values: &Values) -> Vec<&'a str> {
 pub fn groups_json(ops: &[Op], values: &Values, inputs: &[(String, Elem)], source: &str) -> Result<Vec<u8>, String> {
     let mut groups = Vec::new();
     let mut consts = BTreeMap::new();
-    for op in ops.iter().filter(|op| op.elem != Elem::F32) {
+    // Codes are u8/i8; f32 and integer index tensors (i32/i64) are no group's output.
+    for op in ops.iter().filter(|op| matches!(op.elem, Elem::U8 | Elem::I8)) {
         // A kind with no entry yet is listed as `unlisted`: the evaluator fails on it, the compile does not.
         let (kind, p) = params(&op.kind).unwrap_or(("unlisted", json!({})));
         for name in constants(op, values) {
