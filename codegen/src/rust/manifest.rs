@@ -107,7 +107,17 @@ pub fn groups_json(ops: &[Op], values: &Values, inputs: &[(String, Elem)], sourc
         groups.push(json!({ "node": op.node, "kind": kind, "inputs": op.inputs, "output": op.output, "elem": elem(op.elem), "params": p }));
     }
     let inputs: Vec<Value> = inputs.iter().map(|(n, e)| json!({ "name": n, "elem": elem(*e) })).collect();
-    let doc = json!({ "format": 1, "source": source, "inputs": inputs, "groups": groups, "constants": consts });
+    // Float copies of quantized constants the program holds (DequantizeLinear folded at
+    // generation time, read by a float op): the contract's "no float copy of a quantized weight"
+    // is this list being empty.
+    let mut float_copies = BTreeMap::new();
+    for op in ops {
+        for name in op.inputs.iter().filter(|n| values.is_dequantized(n)) {
+            let c = values.constant(name)?;
+            float_copies.insert(name.clone(), json!({ "elements": c.f32_bits.len(), "read_by": op.node }));
+        }
+    }
+    let doc = json!({ "format": 1, "source": source, "inputs": inputs, "groups": groups, "constants": consts, "float_copies": float_copies });
     let mut text = serde_json::to_string(&doc).map_err(|e| e.to_string())?;
     text.push('\n');
     Ok(text.into_bytes())

@@ -150,7 +150,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
         }
         if op_type == "DequantizeLinear" && n.inputs.first().is_some_and(|x| values.is_constant(x)) {
             let folded = fold_dequantize(&values, &n.inputs, &attrs).map_err(|e| format!("node '{label}' ({op_type}): {e}"))?;
-            values.fold(&n.outputs[0], folded);
+            values.fold_dequantized(&n.outputs[0], folded);
             continue;
         }
         // Dim names the model's shape inference lost, shown equal to a bound one.

@@ -85,6 +85,9 @@ pub struct Values<'m> {
     created: BTreeMap<&'m str, &'m LoweredConstant>,
     /// DequantizeLinear of constants and shape subgraphs, evaluated at generation time.
     folded: BTreeMap<String, Constant>,
+    /// The folded values that are a DequantizeLinear of constant codes: float copies of quantized
+    /// weights wherever an op reads them (`groups.json` lists those).
+    dequantized: std::collections::BTreeSet<String>,
     /// Fixed output shapes the generator computed (`shapes.rs`) where the model's are unknown.
     inferred: BTreeMap<String, Vec<usize>>,
     /// Dim names the graph inputs bind at run time; any other name is an unknown dim.
@@ -105,6 +108,7 @@ impl<'m> Values<'m> {
             initializers,
             created: created.iter().map(|c| (c.name.as_str(), c)).collect(),
             folded: BTreeMap::new(),
+            dequantized: Default::default(),
             inferred: BTreeMap::new(),
             bound: Default::default(),
             aliases: BTreeMap::new(),
@@ -130,6 +134,17 @@ impl<'m> Values<'m> {
     /// Records a value computed at generation time.
     pub fn fold(&mut self, name: &str, c: Constant) {
         self.folded.insert(name.to_string(), c);
+    }
+
+    /// Records the DequantizeLinear of constant codes, computed at generation time.
+    pub fn fold_dequantized(&mut self, name: &str, c: Constant) {
+        self.dequantized.insert(name.to_string());
+        self.fold(name, c);
+    }
+
+    /// Whether `name` is a float copy of constant codes.
+    pub fn is_dequantized(&self, name: &str) -> bool {
+        self.dequantized.contains(name)
     }
 
     /// Records a dim name a graph input binds.
