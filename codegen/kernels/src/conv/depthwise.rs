@@ -37,7 +37,7 @@ unsafe fn plane_avx2(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut [i3
 
 /// Output indices `o` along one axis whose input coordinate `o·stride + offset − pad` lies in
 /// `0..input`, as a range (empty when none does).
-fn inside(output: usize, input: usize, stride: usize, offset: usize, pad: usize) -> std::ops::Range<usize> {
+pub(super) fn inside(output: usize, input: usize, stride: usize, offset: usize, pad: usize) -> std::ops::Range<usize> {
     if input + pad <= offset {
         return 0..0;
     }

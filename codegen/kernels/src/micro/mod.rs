@@ -4,6 +4,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod conv_vnni;
 pub mod peak;
 pub mod portable;
 #[cfg(target_arch = "x86_64")]

@@ -136,6 +136,33 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
     fallbacks
 }
 
+/// One run of accumulators sharing one bias and one plan (a convolution channel's positions):
+/// the same IEEE operations as [`evaluate`] element by element, like [`rows`] (vectorized where
+/// the caller's instance allows); returns the fallback count, not yet added to [`fallback_hits`].
+#[inline(always)]
+pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let (b, r) = (f64::from(bias), plan.r);
+    let mut fallbacks = 0;
+    for (acc, codes) in acc.chunks(CH).zip(codes.chunks_mut(CH)) {
+        let mut near = [false; CH];
+        let mut any = false;
+        for ((&a, y), near) in acc.iter().zip(codes.iter_mut()).zip(&mut near) {
+            let (v, n) = approximate(f64::from(a) + b, r, out);
+            *y = C::from_code(v);
+            *near = n;
+            any |= n;
+        }
+        if any {
+            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
+                fallbacks += 1;
+            }
+        }
+    }
+    fallbacks
+}
+
 /// 2^40: saturation threshold of the f64 value.
 const LIMIT: f64 = (1u64 << 40) as f64;
 /// 1.5·2^52: adding and subtracting it rounds to an integer, ties to even.
