@@ -24,8 +24,21 @@ pub(crate) const PANEL: usize = 16;
 pub(crate) const MR: usize = 8;
 /// Panels per tile: 8 × 3 accumulators, 3 activation vectors and one broadcast fit 32 zmm.
 pub(crate) const NP: usize = 3;
-/// Output positions per packed block (one tile wide).
+/// Output positions per tile.
 const BLOCK: usize = NP * PANEL;
+/// Bytes of packed activations per block: the block stays in L1 while every channel runs over it.
+const BLOCK_BYTES: usize = 24 << 10;
+/// Tiles per block at most (small K: fewer, longer gathers).
+const MAX_TILES: usize = 8;
+
+/// One im2col row (a K index): its input plane and, per axis, the tap's offset `t·dilation` and
+/// the output indices whose input coordinate lies inside the input.
+#[derive(Clone, Debug)]
+struct Tap {
+    plane: usize,
+    offset: [usize; 3],
+    inside: [std::ops::Range<usize>; 3],
+}
 
 /// One group's weights, `[co][k4·4]` i8 (zero past K), with their row sums and zero points
 /// (uint8 weights shifted to int8 with their zero points, as in [`crate::PackedB`]).
@@ -71,6 +84,7 @@ pub(super) trait Sink {
 /// Buffers of a run, reused across calls.
 #[derive(Clone, Debug, Default)]
 pub struct Scratch {
+    taps: Vec<Tap>,
     panels: Vec<u8>,
     lines: Vec<u8>,
     sums: Vec<i32>,
@@ -156,110 +170,125 @@ fn group_generic<S: Sink>(
     let [od, oh, ow] = g.output;
     let out_sp = od * oh * ow;
     let (k, k4) = (w.k, w.k4());
-    let ldw = k4 * KR;
-    s.panels.resize(NP * k4 * PANEL * KR, 0);
-    s.lines.resize(KR * BLOCK, 0);
-    s.sums.resize(BLOCK, 0);
+    let (ldw, pstride) = (k4 * KR, k4 * PANEL * KR);
+    let tiles = (BLOCK_BYTES / (NP * pstride)).clamp(1, MAX_TILES).min(out_sp.div_ceil(BLOCK));
+    let block = tiles * BLOCK;
+    s.panels.resize(tiles * NP * pstride, 0);
+    s.lines.resize(KR * block, 0);
+    s.sums.resize(block, 0);
+    taps(g, k, g.input.iter().product(), s);
     let zxi = i32::from(zx);
     // Per channel: K·zx·zw − zx·Σ_k w (wrapping, like every sum here).
     let kzx = (k as i32).wrapping_mul(zxi);
     let mut acc = [[0i32; BLOCK]; MR];
-    let mut p0 = 0;
-    while p0 < out_sp {
-        let len = BLOCK.min(out_sp - p0);
-        let np = len.div_ceil(PANEL);
-        pack(g, x, k, zx, p0, len, s);
-        let mut c0 = 0;
-        while c0 < w.rows() {
-            let mr = MR.min(w.rows() - c0);
-            tile(&Tile { w: &w.w[c0 * ldw..][..mr * ldw], x: &s.panels[..np * k4 * PANEL * KR], k4, mr, np }, &mut acc);
-            for (r, row) in acc.iter_mut().enumerate().take(mr) {
-                let co = c0 + r;
-                let zw = w.zero_points[co];
-                let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
-                let row = &mut row[..len];
-                for (v, &xs) in row.iter_mut().zip(&s.sums) {
-                    *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+    let mut b0 = 0;
+    while b0 < out_sp {
+        let blen = block.min(out_sp - b0);
+        pack(g, x, k4, zx, b0, blen, block, s);
+        let mut t0 = 0;
+        while t0 < blen {
+            let len = BLOCK.min(blen - t0);
+            let np = len.div_ceil(PANEL);
+            let panels = &s.panels[t0 / PANEL * pstride..][..np * pstride];
+            let sums = &s.sums[t0..][..len];
+            let mut c0 = 0;
+            while c0 < w.rows() {
+                let mr = MR.min(w.rows() - c0);
+                tile(&Tile { w: &w.w[c0 * ldw..][..mr * ldw], x: panels, k4, mr, np }, &mut acc);
+                for (r, row) in acc.iter_mut().enumerate().take(mr) {
+                    let co = c0 + r;
+                    let zw = w.zero_points[co];
+                    let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
+                    let row = &mut row[..len];
+                    for (v, &xs) in row.iter_mut().zip(sums) {
+                        *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                    }
+                    sink.row(co_base + co, b0 + t0, row);
                 }
-                sink.row(co_base + co, p0, row);
+                c0 += mr;
             }
-            c0 += mr;
+            t0 += len;
         }
-        p0 += len;
+        b0 += blen;
     }
 }
 
-/// Packs positions `p0..p0 + len` of the im2col matrix (`k` rows, ONNX's weight order) into
-/// `s.panels` (`[panel][k4][16][4]`) and their column sums `Σ_k x[k][pos]` into `s.sums`.
+/// The table of the K rows of the im2col matrix (ONNX's weight order: channel, then kernel
+/// offsets), input planes of `in_sp` codes.
+fn taps(g: &Geometry, k: usize, in_sp: usize, s: &mut Scratch) {
+    let [kd, kh, kw] = g.kernel;
+    let per_channel = kd * kh * kw;
+    let axis = |a: usize, t: usize| (t * g.dilations[a], inside(g.output[a], g.input[a], g.strides[a], t * g.dilations[a], g.pads[a]));
+    s.taps.clear();
+    s.taps.extend((0..k).map(|kk| {
+        let t = kk % per_channel;
+        let (tz, ty, tx) = (t / (kh * kw), t / kw % kh, t % kw);
+        let ((oz, iz), (oy, iy), (ox, ix)) = (axis(0, tz), axis(1, ty), axis(2, tx));
+        Tap { plane: kk / per_channel * in_sp, offset: [oz, oy, ox], inside: [iz, iy, ix] }
+    }));
+}
+
+/// Packs positions `p0..p0 + len` of the im2col matrix into `s.panels` (`[panel][k4][16][4]`,
+/// panels of a block of `block` positions) and their column sums `Σ_k x[k][pos]` into `s.sums`
+/// (positions past `len` hold leftovers of earlier blocks: finite sums never stored).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack(g: &Geometry, x: &[u8], k: usize, zx: u8, p0: usize, len: usize, s: &mut Scratch) {
-    let k4 = k.div_ceil(KR);
+fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block: usize, s: &mut Scratch) {
     let pstride = k4 * PANEL * KR;
-    let taps = g.kernel.iter().product::<usize>();
-    let [kd, kh, kw] = g.kernel;
-    let in_sp: usize = g.input.iter().product();
+    let panels = len.div_ceil(PANEL);
     s.sums.fill(0);
     for q in 0..k4 {
         for j in 0..KR {
-            let dst = &mut s.lines[j * BLOCK..][..len];
-            let kk = q * KR + j;
-            if kk >= k {
+            let dst = &mut s.lines[j * block..][..len];
+            match s.taps.get(q * KR + j) {
+                Some(tap) => gather(g, &x[tap.plane..], tap, zx, p0, dst),
                 // Past K: zero activations against zero weights (and nothing in the sums).
-                dst.fill(0);
-                continue;
+                None => dst.fill(0),
             }
-            let (c, t) = (kk / taps, kk % taps);
-            let tap = [t / (kh * kw), t / kw % kh, t % kw];
-            debug_assert!(tap[0] < kd);
-            gather(g, &x[c * in_sp..][..in_sp], tap, zx, p0, dst);
         }
-        let lines = &s.lines;
-        let (l0, rest) = lines.split_at(BLOCK);
-        let (l1, rest) = rest.split_at(BLOCK);
-        let (l2, l3) = rest.split_at(BLOCK);
-        for (p, panel) in s.panels.chunks_exact_mut(pstride).enumerate().take(len.div_ceil(PANEL)) {
-            let dst = &mut panel[q * PANEL * KR..][..PANEL * KR];
+        let (l0, rest) = s.lines.split_at(block);
+        let (l1, rest) = rest.split_at(block);
+        let (l2, l3) = rest.split_at(block);
+        for (p, panel) in s.panels.chunks_exact_mut(pstride).enumerate().take(panels) {
             let lo = p * PANEL;
-            let n = PANEL.min(len - lo);
-            let sums = &mut s.sums[lo..][..n];
-            for (i, (d, sum)) in dst.chunks_exact_mut(KR).zip(sums).enumerate() {
-                let v = [l0[lo + i], l1[lo + i], l2[lo + i], l3[lo + i]];
-                d.copy_from_slice(&v);
-                *sum += v.iter().map(|&b| i32::from(b)).sum::<i32>();
+            let dst: &mut [u8; PANEL * KR] = (&mut panel[q * PANEL * KR..][..PANEL * KR]).try_into().expect("one packed row");
+            let sums: &mut [i32; PANEL] = (&mut s.sums[lo..][..PANEL]).try_into().expect("one panel");
+            let row = |l: &[u8]| -> [u8; PANEL] { l[lo..][..PANEL].try_into().expect("one panel") };
+            let (a, b, c, d) = (row(l0), row(l1), row(l2), row(l3));
+            for i in 0..PANEL {
+                dst[KR * i..][..KR].copy_from_slice(&[a[i], b[i], c[i], d[i]]);
+                sums[i] += i32::from(a[i]) + i32::from(b[i]) + i32::from(c[i]) + i32::from(d[i]);
             }
         }
     }
 }
 
-/// Row `(kz, ky, kx)` of one input channel's im2col matrix at positions `p0..p0 + dst.len()`.
+/// Row `tap` of one input channel's im2col matrix at positions `p0..p0 + dst.len()`.
 #[inline(always)]
-fn gather(g: &Geometry, plane: &[u8], [tz, ty, tx]: [usize; 3], zx: u8, p0: usize, dst: &mut [u8]) {
-    let [id, ih, iw] = g.input;
-    let [od, oh, ow] = g.output;
+fn gather(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst: &mut [u8]) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.output;
     let [sd, sh, sw] = g.strides;
-    let [dd, dh, dw] = g.dilations;
     let [pd, ph, pw] = g.pads;
-    let zs = inside(od, id, sd, tz * dd, pd);
-    let ys = inside(oh, ih, sh, ty * dh, ph);
-    let xs = inside(ow, iw, sw, tx * dw, pw);
+    let [zs, ys, xs] = &tap.inside;
+    let [tz, ty, tx] = tap.offset;
     let end = p0 + dst.len();
     let mut pos = p0;
+    let (mut line, mut x0) = (pos / ow, pos % ow);
     while pos < end {
-        // The output line (z, y) holding `pos`, and the part of it inside the block.
-        let (line, x0) = (pos / ow, pos % ow);
+        // The output line `line` = (z, y), columns x0..x1 of it inside the block.
         let x1 = ow.min(x0 + end - pos);
         let d = &mut dst[pos - p0..][..x1 - x0];
         let (z, y) = (line / oh, line % oh);
         if zs.contains(&z) && ys.contains(&y) && !xs.is_empty() {
-            let (iz, iy) = (z * sd + tz * dd - pd, y * sh + ty * dh - ph);
+            let (iz, iy) = (z * sd + tz - pd, y * sh + ty - ph);
             let src = &plane[(iz * ih + iy) * iw..][..iw];
             // Output columns x0..x1 against the inside range xs.
             let (a, b) = (xs.start.clamp(x0, x1), xs.end.clamp(x0, x1));
             d[..a - x0].fill(zx);
             d[b - x0..].fill(zx);
             if a < b {
-                let first = a * sw + tx * dw - pw;
+                let first = a * sw + tx - pw;
                 let d = &mut d[a - x0..b - x0];
                 if sw == 1 {
                     d.copy_from_slice(&src[first..][..b - a]);
@@ -273,5 +302,6 @@ fn gather(g: &Geometry, plane: &[u8], [tz, ty, tx]: [usize; 3], zx: u8, p0: usiz
             d.fill(zx);
         }
         pos += x1 - x0;
+        (line, x0) = (line + 1, 0);
     }
 }
