@@ -81,6 +81,10 @@ fn suite(isa: Isa) {
     case::<i8>(isa, &mut rng, params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1]), 1, &[10, 11], true, ties, 0);
     case::<u8>(isa, &mut rng, params(3, 4, 1, &[5], &[3], &[4]), 2, &[40], true, plain, 128);
     case::<i8>(isa, &mut rng, params(2, 4, 2, &[2, 3, 3], &[1, 2, 1], &[1, 1, 2]), 1, &[4, 6, 7], false, plain, 5);
+    // "Same" padding with stride 1 (the shifted-plane gather): 3-D slices, 1-D, a 5x5 kernel.
+    case::<u8>(isa, &mut rng, params(2, 4, 1, &[3, 3, 3], &[1, 1, 1], &[1, 1, 1]), 1, &[3, 5, 6], true, ties, 9);
+    case::<u8>(isa, &mut rng, params(4, 12, 1, &[3], &[1], &[1]), 2, &[50], true, plain, 0);
+    case::<i8>(isa, &mut rng, params(3, 5, 1, &[5, 5], &[1, 1], &[2, 2]), 1, &[9, 31], false, plain, 0);
 }
 
 #[test]

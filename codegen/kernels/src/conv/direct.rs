@@ -273,6 +273,9 @@ fn gather(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst: &mut [u
     let [zs, ys, xs] = &tap.inside;
     let [tz, ty, tx] = tap.offset;
     let end = p0 + dst.len();
+    if sw == 1 && sh == 1 && ow == iw && oh == ih {
+        return gather_shifted(g, plane, tap, zx, p0, dst);
+    }
     let mut pos = p0;
     let (mut line, mut x0) = (pos / ow, pos % ow);
     while pos < end {
@@ -303,5 +306,54 @@ fn gather(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst: &mut [u
         }
         pos += x1 - x0;
         (line, x0) = (line + 1, 0);
+    }
+}
+
+/// [`gather`] where the output lines are the input's lines shifted (stride 1 along the two inner
+/// axes, as many and as wide lines as the input: "same" padding): the tap reads the plane at one
+/// offset per depth slice, so a run of lines is one copy; then the lines and columns outside the
+/// input are set to `zx`.
+#[inline(always)]
+fn gather_shifted(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst: &mut [u8]) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.output;
+    let [sd, _, _] = g.strides;
+    let [pd, ph, pw] = g.pads;
+    let [zs, ys, xs] = &tap.inside;
+    let [tz, ty, tx] = tap.offset;
+    let (end, slab) = (p0 + dst.len(), oh * ow);
+    let in_sp = plane.len().min(g.input.iter().product());
+    let mut pos = p0;
+    while pos < end {
+        let z = pos / slab;
+        let slab_end = end.min((z + 1) * slab);
+        if !zs.contains(&z) || ys.is_empty() || xs.is_empty() {
+            dst[pos - p0..slab_end - p0].fill(zx);
+            pos = slab_end;
+            continue;
+        }
+        let iz = z * sd + tz - pd;
+        // Input index − output position, for every inside tap of this slice.
+        let shift = ((iz * ih) as isize - (z * oh) as isize + ty as isize - ph as isize) * iw as isize + tx as isize - pw as isize;
+        let (va, vb) = ((z * slab + ys.start * ow).clamp(pos, slab_end), (z * slab + ys.end * ow).clamp(pos, slab_end));
+        // Positions whose index falls inside the plane (the others are outside columns, patched below).
+        let lo = (va as isize).max(-shift).min(vb as isize) as usize;
+        let hi = ((in_sp as isize - shift).min(vb as isize)).max(lo as isize) as usize;
+        dst[pos - p0..lo - p0].fill(zx);
+        dst[hi - p0..slab_end - p0].fill(zx);
+        if lo < hi {
+            dst[lo - p0..hi - p0].copy_from_slice(&plane[(lo as isize + shift) as usize..][..hi - lo]);
+        }
+        if xs.start > 0 || xs.end < ow {
+            let mut line = va - va % ow;
+            while line < vb {
+                for cols in [line..line + xs.start, line + xs.end..line + ow] {
+                    let (a, b) = (cols.start.clamp(va, vb), cols.end.clamp(va, vb));
+                    dst[a - p0..b - p0].fill(zx);
+                }
+                line += ow;
+            }
+        }
+        pos = slab_end;
     }
 }
