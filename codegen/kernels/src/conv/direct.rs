@@ -89,6 +89,7 @@ pub struct Scratch {
     lines: Vec<u8>,
     sums: Vec<i32>,
     pub(super) plane: Vec<i32>,
+    pub(super) padded: Vec<u8>,
 }
 
 /// One group of one image: `x` its input planes, rows written to `sink` as channels

@@ -223,7 +223,6 @@ impl PackedConv {
         let output = p.output(input).expect("checked by the caller");
         let geometry = Geometry::new(p, input, &output);
         let in_sp: usize = input.iter().product();
-        let out_sp: usize = output.iter().product();
         let (cig, cog, k) = (p.in_channels / p.groups, p.out_channels / p.groups, p.depth());
         let x = &x[b * p.in_channels * in_sp..][..p.in_channels * in_sp];
         match &self.lowering {
@@ -233,13 +232,13 @@ impl PackedConv {
                 }
             }
             Lowering::Depthwise(taps) => {
-                let mut plane = std::mem::take(&mut s.plane);
-                plane.resize(out_sp, 0);
+                let (mut plane, mut padded) = (std::mem::take(&mut s.plane), std::mem::take(&mut s.padded));
+                let ow = output.last().copied().unwrap_or(1);
                 for co in 0..p.out_channels {
-                    depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, &taps[co * k..][..k], &mut plane);
-                    emit(kernels, sink, co, &plane);
+                    let pitch = depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, &taps[co * k..][..k], &mut plane, &mut padded);
+                    emit(kernels, sink, co, &plane, pitch, ow);
                 }
-                s.plane = plane;
+                (s.plane, s.padded) = (plane, padded);
             }
         }
     }
@@ -283,30 +282,42 @@ impl<C: CodeOut> Sink for Codes<'_, C> {
     }
 }
 
-/// A whole plane into `sink`, in an instance of the kernel path (vectorized requantization).
-fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &[i32]) {
+/// A plane of lines `ow` wide at `pitch` into `sink`, in an instance of the kernel path
+/// (vectorized requantization).
+fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
         // function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni => unsafe { emit_avx512(sink, co, v) },
+        Isa::Avx512Vnni => unsafe { emit_avx512(sink, co, v, pitch, ow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { emit_avx2(sink, co, v) },
-        _ => sink.row(co, 0, v),
+        Isa::Avx2 => unsafe { emit_avx2(sink, co, v, pitch, ow) },
+        _ => emit_generic(sink, co, v, pitch, ow),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn emit_avx512<S: Sink>(sink: &mut S, co: usize, v: &[i32]) {
-    sink.row(co, 0, v)
+unsafe fn emit_avx512<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    emit_generic(sink, co, v, pitch, ow)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn emit_avx2<S: Sink>(sink: &mut S, co: usize, v: &[i32]) {
-    sink.row(co, 0, v)
+unsafe fn emit_avx2<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    emit_generic(sink, co, v, pitch, ow)
+}
+
+#[inline(always)]
+fn emit_generic<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    if pitch == ow {
+        sink.row(co, 0, v);
+    } else {
+        for (l, line) in v.chunks_exact(pitch).enumerate() {
+            sink.row(co, l * ow, &line[..ow]);
+        }
+    }
 }
 
 /// Spatial axes normalised to three (leading axes of extent 1), so one loop nest serves 1-D to 3-D.
