@@ -345,14 +345,12 @@ fn gather_shifted(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst:
         if lo < hi {
             dst[lo - p0..hi - p0].copy_from_slice(&plane[(lo as isize + shift) as usize..][..hi - lo]);
         }
-        if xs.start > 0 || xs.end < ow {
-            let mut line = va - va % ow;
-            while line < vb {
-                for cols in [line..line + xs.start, line + xs.end..line + ow] {
-                    let (a, b) = (cols.start.clamp(va, vb), cols.end.clamp(va, vb));
-                    dst[a - p0..b - p0].fill(zx);
-                }
-                line += ow;
+        // Column by column (a few per tap: the pads), strided stores rather than a short fill per line.
+        for col in (0..xs.start).chain(xs.end..ow) {
+            let first = va - va % ow + col;
+            let first = if first < va { first + ow } else { first };
+            for pos in (first..vb).step_by(ow) {
+                dst[pos - p0] = zx;
             }
         }
         pos = slab_end;

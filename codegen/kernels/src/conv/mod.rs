@@ -218,6 +218,7 @@ impl PackedConv {
     }
 
     /// Image `b` into `sink`, channel by channel (sizes checked by the caller).
+    #[allow(clippy::too_many_arguments)] // the convolution's operands, spelled out
     fn image<S: Sink>(&self, kernels: Kernels, x: &[u8], b: usize, input: &[usize], zx: u8, s: &mut Scratch, sink: &mut S) {
         let p = &self.params;
         let output = p.output(input).expect("checked by the caller");

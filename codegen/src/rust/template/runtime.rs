@@ -266,17 +266,13 @@ pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
 }
 
 /// QGemm / QLinearMatMul with constant weights: `[m][k]` codes times the packed `[k][n]`
-/// weights, requantized per column.
+/// weights, requantized per column (fused per finished block where the kernel path does it).
 #[allow(clippy::too_many_arguments)]
 pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, x: &[X], m: usize, zx: i32, y: &mut [Y], s: &mut Scratch, node: &str) -> Result<(), Error> {
     let e = kernel(node);
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    qdqc_kernels::gemm_u8(k, X::as_u8(x, &mut s.codes), m, zx, b, &mut s.acc).map_err(|x| e(x.to_string()))?;
-    if y.is_empty() {
-        return Ok(());
-    }
-    requant::requantize(k, &rq.columns, &s.acc, b.n(), Some(&rq.bias), y).map_err(|x| e(x.to_string()))?;
+    qdqc_kernels::gemm_u8_requant(k, X::as_u8(x, &mut s.codes), m, zx, b, &rq.columns, Some(&rq.bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
