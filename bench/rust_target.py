@@ -150,9 +150,10 @@ def compile_crate(qdqc: Path, model: Path, contract: str, out: Path) -> str | No
 
 
 # Generated code above this size (the published CNNs: the generator writes their ops as flat code,
-# one call per op in one `run_with`) is built with the glue at opt-level 1 and the kernel crate at 3:
-# LLVM at opt-level 3 spends tens of minutes on a function of that size, and the glue only calls
-# kernels. Marked in the table (`build s` then reads e.g. `41.0/o1`).
+# one call per op in one `run_with`) is built at opt-level 1 (the kernel crate at 3): LLVM spends
+# tens of minutes on a function of that size at opt-level 3. Not 0: the kernels' generic functions
+# (Binary::apply, quantize_linear, run_requant, …) are instantiated, hence optimized, in the
+# generated crate. Marked in the table (`build s` then reads e.g. `41.0/o1`).
 FLAT_GLUE_BYTES = 200_000
 
 
