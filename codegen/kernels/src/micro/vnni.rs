@@ -41,8 +41,14 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
             let src = &a[(t * MR + r) * k..][..k];
             // |Σ| ≤ 2^24·255 < 2^32: wrapping keeps it exact modulo 2^32 like every sum here.
             *sum = src.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
-            for (q, group) in src.chunks(KR).enumerate() {
-                dst[(q * rows + r) * KR..][..group.len()].copy_from_slice(group);
+            // Whole groups as 4-byte moves (a constant length: no memcpy call per group), then the tail.
+            let full = src.chunks_exact(KR);
+            let (tail, q_tail) = (full.remainder(), k / KR);
+            for (q, group) in full.enumerate() {
+                dst[(q * rows + r) * KR..][..KR].copy_from_slice(group);
+            }
+            if !tail.is_empty() {
+                dst[(q_tail * rows + r) * KR..][..tail.len()].copy_from_slice(tail);
             }
         }
     }
