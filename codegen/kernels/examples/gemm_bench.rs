@@ -4,7 +4,7 @@
 //!
 //! Default shapes: M ∈ {1, 64, 256} × K = N ∈ {1024, 4096}. Per shape and path: the GEMM to i32
 //! (`gemm`, what ORT's MatMulInteger computes) and the GEMM plus the certified requantization
-//! to u8 (`gemm+rq`, what QLinearMatMul computes). B is packed once, outside the timing.
+//! to u8 (`gemm+rq`, what QLinearMatMul computes; fused per block where the path does it). B is packed once, outside the timing.
 //! Before each path's timing, its instruction peak (the tile's multiply-accumulates on registers
 //! only, `instruction_peak`; SIMD paths) is measured, so each shape has a peak from the same
 //! minutes of this shared host. `--peak`: the GEMM on an L1-resident problem (96 × 256 × 64:
@@ -13,7 +13,7 @@
 //! `bench/kernels_gemm.py` runs this next to ONNX Runtime and prints the ratios.
 
 use qdqc_kernels::requant::{Certified, Code, Form, Output, Plan, Ratio, requantize};
-use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8};
+use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, gemm_u8_requant};
 use std::time::Instant;
 
 struct Rng(u64);
@@ -95,10 +95,13 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
             });
             eprintln!("{}: requantize alone {:.2} ns/element", kern.isa(), rq * 1e9 / (m * n) as f64);
         }
+        // The fused form (requantization per finished block on the VNNI path), as the generated code runs it.
         let gemm_rq = median_secs(reps, || {
-            gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm");
-            requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");
+            gemm_u8_requant(kern, &a, m, za, &packed, &plan, None, &mut c, &mut y).expect("gemm+rq");
         });
+        let mut separate = vec![0u8; m * n];
+        requantize(kern, &plan, &c, n, None, &mut separate).expect("requantize");
+        assert!(separate == y, "{}: fused requantization differs at {m}x{k}x{n}", kern.isa());
 
         match &reference {
             None => reference = Some(c),

@@ -9,6 +9,7 @@
 use crate::isa::{Isa, Kernels};
 use crate::micro;
 use crate::pack::{KR, PackedB};
+use crate::requant::{CodeOut, Form, Plan, count_fallbacks, requant_block, requant_columns, requantize};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -19,6 +20,8 @@ pub enum GemmError {
     A { expected: usize, got: usize },
     /// `c.len() != m·n`.
     C { expected: usize, got: usize },
+    /// The requantization's plan, bias or output do not fit the product.
+    Requant(String),
 }
 
 impl fmt::Display for GemmError {
@@ -30,6 +33,7 @@ impl fmt::Display for GemmError {
             GemmError::C { expected, got } => {
                 write!(f, "accumulators: {got} slots, expected {expected}")
             }
+            GemmError::Requant(e) => write!(f, "requantization: {e}"),
         }
     }
 }
@@ -59,6 +63,57 @@ pub fn accumulator_bound(b: &PackedB, za: u8) -> i64 {
 
 /// `c = (a − za)·(b − zb)` with `a` row-major `m × k`, `c` row-major `m × n`.
 pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) -> Result<(), GemmError> {
+    gemm_with(kernels, a, m, za, b, c, &mut |_, _, _, _, _| {})
+}
+
+/// The GEMM requantized: `out[m][n] = sat(rne((c[m][n] + bias[n])·sx·sw[n]/sy) + zy)` by `plan`
+/// (what [`gemm_u8`] then [`requantize`] give, the same codes). With the certified form (the one
+/// the generated code uses) each finished block of `c` is requantized right after the kernel
+/// wrote it, while it is in L1 (the VNNI path); `c` is the caller's `m × n` scratch. Returns the
+/// number of exact fallbacks (also counted in [`crate::requant::fallback_hits`]).
+#[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
+pub fn gemm_u8_requant<C: CodeOut>(
+    kernels: Kernels,
+    a: &[u8],
+    m: usize,
+    za: u8,
+    b: &PackedB,
+    plan: &Plan,
+    bias: Option<&[i32]>,
+    c: &mut [i32],
+    out: &mut [C],
+) -> Result<u64, GemmError> {
+    let n = b.n();
+    let forms = match &plan.form {
+        Form::Certified(f) if kernels.isa() == Isa::Avx512Vnni => f,
+        _ => {
+            gemm_u8(kernels, a, m, za, b, c)?;
+            return requantize(kernels, plan, c, n, bias, out).map(|s| s.fallbacks).map_err(|e| GemmError::Requant(e.to_string()));
+        }
+    };
+    if C::CODE != plan.output.code() || out.len() != m * n || (forms.len() != 1 && forms.len() != n) || bias.is_some_and(|b| b.len() != n) {
+        return Err(GemmError::Requant(format!(
+            "{:?} plan of {} forms into {} {:?} codes, bias of {:?}, for {m} × {n}",
+            plan.output.code(),
+            forms.len(),
+            out.len(),
+            C::CODE,
+            bias.map(|b| b.len())
+        )));
+    }
+    let bias: Vec<i32> = bias.map_or_else(|| vec![0; n], <[i32]>::to_vec);
+    let cs = requant_columns(&bias, forms);
+    let mut fallbacks = 0;
+    gemm_with(kernels, a, m, za, b, c, &mut |c, r0, mr, c0, cols| {
+        fallbacks += requant_block(kernels, c, n, r0..r0 + mr, c0, cols, &cs, &bias, forms, plan.output, out);
+    })?;
+    count_fallbacks(fallbacks);
+    Ok(fallbacks)
+}
+
+/// The product, then `epilogue(c, r0, mr, c0, cols)` on finished blocks (per tile on the VNNI
+/// path, once on the whole of `c` on the others).
+fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut micro::Epilogue) -> Result<(), GemmError> {
     let (k, n) = (b.k(), b.n());
     if a.len() != m * k {
         return Err(GemmError::A { expected: m * k, got: a.len() });
@@ -69,25 +124,31 @@ pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mu
     if m == 0 || n == 0 {
         return Ok(());
     }
-    raw(kernels, a, m, b, c);
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
-        // function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni => unsafe { correct_zero_points_avx512(a, m, za, b, c) },
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
+        Isa::Avx512Vnni => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { correct_zero_points_avx2(a, m, za, b, c) },
-        _ => correct_zero_points(a, m, za, b, c),
+        Isa::Avx2 => {
+            raw(kernels, a, m, b, c);
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2; the
+            // function only lets the compiler use AVX2 instructions for safe code.
+            unsafe { correct_zero_points_avx2(a, m, za, b, c) };
+            epilogue(c, 0, m, 0, n);
+        }
+        _ => {
+            raw(kernels, a, m, b, c);
+            correct_zero_points(a, m, za, b, c);
+            epilogue(c, 0, m, 0, n);
+        }
     }
     Ok(())
 }
 
-/// The raw sums `Σ_k a[m][k]·b[k][n]` on the chosen path.
+/// The raw sums `Σ_k a[m][k]·b[k][n]` on the portable and AVX2 paths.
 fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
     let (k, lda) = (b.k(), b.k4() * KR);
     match kernels.isa() {
-        Isa::Portable => micro::portable::raw(&padded(a, m, k, lda), lda, m, b, c),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
             let mut wide = vec![0i16; m * lda];
@@ -99,21 +160,8 @@ fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
             unsafe { micro::avx2::raw(&wide, lda, m, b, c) }
         }
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => {
-            let lda = spread(lda, m);
-            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
-            unsafe { micro::vnni::raw(&padded(a, m, k, lda), lda, m, b, c) }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("Kernels only holds paths this host has"),
+        _ => micro::portable::raw(&padded(a, m, k, lda), lda, m, b, c),
     }
-}
-
-/// A row stride for A that is not a multiple of 1 KiB when a tile's rows would otherwise share
-/// L1 sets with each other and with the weight block (4 KiB aliasing): one cache line more.
-fn spread(lda: usize, m: usize) -> usize {
-    if m > 1 && lda.is_multiple_of(1024) { lda + 64 } else { lda }
 }
 
 /// Rows of `lda ≥ k` bytes, zero past K (borrowed when no padding is needed).
@@ -126,12 +174,6 @@ fn padded(a: &[u8], m: usize, k: usize, lda: usize) -> Cow<'_, [u8]> {
         dst[..k].copy_from_slice(src);
     }
     Cow::Owned(p)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn correct_zero_points_avx512(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
-    correct_zero_points(a, m, za, b, c)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -26,7 +26,7 @@ mod micro;
 mod pack;
 pub mod requant;
 
-pub use gemm::{GemmError, accumulator_bound, gemm_u8};
+pub use gemm::{GemmError, accumulator_bound, gemm_u8, gemm_u8_requant};
 pub use isa::{ISA_ENV, Isa, IsaError, Kernels};
 pub use micro::peak::instruction_peak;
 pub use pack::{KR, Layout, NR, PackError, PackedB};

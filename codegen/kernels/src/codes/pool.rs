@@ -135,15 +135,48 @@ fn windows(p: &PoolParams, shape: &[usize], out_len: usize, mut f: impl FnMut(us
     Ok(())
 }
 
-/// MaxPool on codes (input and output share their quantization parameters).
+/// MaxPool on codes (input and output share their quantization parameters). Separable, as max
+/// is: per output line of the two outer axes, the elementwise max of the window's input lines
+/// (vectorized), then per output along the innermost axis the max of that line's taps. Windows
+/// hold only input taps (pads never win); an empty window gives the type's lowest code.
 pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T]) -> Result<(), CodesError> {
     p.check(shape)?;
     check_len("pool input", x.len(), shape)?;
+    let out_shape = pool_output_shape(p, shape)?;
+    check_len("pool output", out.len(), &out_shape)?;
+    let d = p.kernel.len();
+    // Trivial axes first, so that the innermost axis is the input's last (contiguous) one.
+    let mut ax = axes(p, shape, &out_shape);
+    ax.rotate_right(3 - d);
+    let mut dims = vec![1; 3 - d];
+    dims.extend_from_slice(&shape[2..]);
+    let (s1, w) = (dims[1] * dims[2], dims[2]);
     let plane = numel(&shape[2..]);
-    windows(p, shape, out.len(), |c, o, taps, _| {
-        let base = &x[c * plane..];
-        out[o] = taps.map(|t| base[t]).fold(T::saturate(i64::from(T::MIN)), |m, v| if v > m { v } else { m });
-    })
+    let lowest = T::saturate(i64::from(T::MIN));
+    let mut line = vec![lowest; w];
+    let mut o = 0;
+    for c in 0..shape[0] * shape[1] {
+        let base = &x[c * plane..][..plane];
+        for t0 in &ax[0].taps {
+            for t1 in &ax[1].taps {
+                line.fill(lowest);
+                for &i in t0 {
+                    for &j in t1 {
+                        for (l, &v) in line.iter_mut().zip(&base[i * s1 + j * w..][..w]) {
+                            if v > *l {
+                                *l = v;
+                            }
+                        }
+                    }
+                }
+                for t2 in &ax[2].taps {
+                    out[o] = t2.iter().map(|&k| line[k]).fold(lowest, |m, v| if v > m { v } else { m });
+                    o += 1;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The mean's requantization: `rne(sx·sum/(count·sy))` with `sum = Σ(x − zx)`.

@@ -24,7 +24,11 @@ pub fn quantize<Y: QCode>(x: f32, scale: f32, zero_point: i32) -> Y {
     // MAXPS / MINPS: the second operand whenever the comparison is false (NaN included).
     let f = if f > lo { f } else { lo };
     let f = if f < hi { f } else { hi };
-    Y::saturate(i64::from(f.round_ties_even() as i32 + zero_point))
+    // Round half to even by adding and subtracting 1.5·2^23 (default rounding mode): exact for
+    // |f| < 2^22, and f lies within the clamped code range (|f| ≤ 383); no libm call, so the
+    // loop vectorizes.
+    const MAGIC: f32 = 12_582_912.0;
+    Y::saturate(i64::from(((f + MAGIC) - MAGIC) as i32 + zero_point))
 }
 
 /// One value, ORT's DequantizeLinear.

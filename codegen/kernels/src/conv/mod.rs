@@ -1,17 +1,23 @@
 //! Convolution on codes, NCHW, 1-D/2-D/3-D: groups (depthwise included), strides, pads (filled
 //! with the input zero point, so padded taps contribute `(za − za)·w = 0` as in DQ→Conv),
-//! dilations. im2col per image and group into rows of `Cin/groups · Π kernel` codes, then
-//! [`gemm_u8`] against the group's weights packed once (`[Cout/groups][Cin/groups · Π kernel]`,
-//! ONNX's weight layout, read as [`Layout::NK`]); depthwise (one input channel per group) runs
-//! directly (`depthwise`). Output: i32 accumulators, NCHW, the same integers either way.
+//! dilations. Each image and group runs as one GEMM with the output channels as rows and the
+//! output positions as columns (`direct`: activations packed per block of positions straight from
+//! the input planes, weights `[Cout/groups][Cin/groups · Π kernel]` — ONNX's layout — packed
+//! once), so the result rows are NCHW planes; depthwise (one input channel per group) runs tap by
+//! tap (`depthwise`). Output: i32 accumulators ([`PackedConv::run`]) or, fused into the same
+//! pass, the correctly rounded requantization ([`PackedConv::run_requant`]) — the same integers
+//! and codes on every path.
 
 mod depthwise;
+pub(crate) mod direct;
 
-use crate::gemm::{GemmError, gemm_u8};
-use crate::isa::Kernels;
-use crate::pack::{Layout, PackError, PackedB};
+use crate::gemm::GemmError;
+use crate::isa::{Isa, Kernels};
+use crate::pack::PackError;
+use crate::requant::{Certified, CodeOut, Output, count_fallbacks, row_uniform};
+pub use direct::Scratch;
+use direct::{Sink, Weights};
 use std::fmt;
-use std::ops::Range;
 
 /// The attributes of one convolution (ONNX `Conv` with explicit pads).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,8 +109,8 @@ pub struct PackedConv {
 /// How the convolution runs.
 #[derive(Clone, Debug)]
 enum Lowering {
-    /// im2col and one GEMM per group, weights packed per group.
-    Gemm(Vec<PackedB>),
+    /// One direct GEMM per group, weights packed per group.
+    Gemm(Vec<Weights>),
     /// One input channel per group: direct, with the taps `w − zw` per output channel (`[Cout][Π kernel]`).
     Depthwise(Vec<i32>),
 }
@@ -112,41 +118,33 @@ enum Lowering {
 impl PackedConv {
     /// int8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output channel.
     pub fn from_i8(params: ConvParams, weights: &[i8], zero_points: &[i8]) -> Result<PackedConv, ConvError> {
-        let tap = |i: usize, z: usize| i32::from(weights[i]) - i32::from(zero_points[z]);
-        PackedConv::pack(params, weights.len(), zero_points.len(), tap, |w, k, n, z| PackedB::from_i8(&weights[w], k, n, Layout::NK, &zero_points[z]))
+        PackedConv::pack(params, weights.len(), zero_points.len(), |i| weights[i], |z| i32::from(zero_points[z]))
     }
 
-    /// uint8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output channel.
+    /// uint8 weights `[Cout][Cin/groups][kernel…]`, zero points one per tensor or one per output
+    /// channel: stored shifted to int8 (`w − 128`, zero points likewise), the same products.
     pub fn from_u8(params: ConvParams, weights: &[u8], zero_points: &[u8]) -> Result<PackedConv, ConvError> {
-        let tap = |i: usize, z: usize| i32::from(weights[i]) - i32::from(zero_points[z]);
-        PackedConv::pack(params, weights.len(), zero_points.len(), tap, |w, k, n, z| PackedB::from_u8(&weights[w], k, n, Layout::NK, &zero_points[z]))
+        PackedConv::pack(params, weights.len(), zero_points.len(), |i| (i32::from(weights[i]) - 128) as i8, |z| i32::from(zero_points[z]) - 128)
     }
 
-    /// `tap(i, z)`: weight `i` minus zero point `z`; `pack(weights, k, n, zero points)`: one group's GEMM operand.
-    fn pack(
-        params: ConvParams,
-        len: usize,
-        zps: usize,
-        tap: impl Fn(usize, usize) -> i32,
-        pack: impl Fn(Range<usize>, usize, usize, Range<usize>) -> Result<PackedB, PackError>,
-    ) -> Result<PackedConv, ConvError> {
+    /// `weight(i)`: weight `i` in the int8 domain; `zero_point(z)`: zero point `z` likewise.
+    fn pack(params: ConvParams, len: usize, zps: usize, weight: impl Fn(usize) -> i8, zero_point: impl Fn(usize) -> i32) -> Result<PackedConv, ConvError> {
         params.check()?;
         let (k, cog) = (params.depth(), params.out_channels / params.groups);
+        if k > 1 << 24 {
+            return Err(ConvError::Pack(PackError::Depth(k)));
+        }
         if len != params.out_channels * k {
             return Err(ConvError::Pack(PackError::Length { expected: params.out_channels * k, got: len }));
         }
         if zps != 1 && zps != params.out_channels {
             return Err(ConvError::Pack(PackError::ZeroPoints { columns: params.out_channels, got: zps }));
         }
-        let zp = |co: usize| if zps == 1 { 0 } else { co };
+        let zp = |co: usize| zero_point(if zps == 1 { 0 } else { co });
         let lowering = if params.in_channels == params.groups {
-            Lowering::Depthwise((0..len).map(|i| tap(i, zp(i / k))).collect())
+            Lowering::Depthwise((0..len).map(|i| i32::from(weight(i)) - zp(i / k)).collect())
         } else {
-            let groups = (0..params.groups)
-                .map(|g| pack(g * cog * k..(g + 1) * cog * k, k, cog, if zps == 1 { 0..1 } else { g * cog..(g + 1) * cog }))
-                .collect::<Result<_, _>>()
-                .map_err(ConvError::Pack)?;
-            Lowering::Gemm(groups)
+            Lowering::Gemm((0..params.groups).map(|g| Weights::new(cog, k, |i| weight(g * cog * k + i), |co| zp(g * cog + co))).collect())
         };
         Ok(PackedConv { params, lowering })
     }
@@ -158,46 +156,168 @@ impl PackedConv {
     /// Accumulators `Σ (x − zx)(w − zw)` of input `x` (`[batch][Cin][input…]` codes), NCHW into `out`
     /// (`[batch][Cout][output…]`, sized from [`ConvParams::output`]).
     pub fn run(&self, kernels: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, out: &mut [i32]) -> Result<(), ConvError> {
+        let plane = self.check_run(x, batch, input, out.len())?;
+        let mut s = Scratch::default();
+        for (b, out) in out.chunks_exact_mut((self.params.out_channels * plane).max(1)).enumerate().take(batch) {
+            self.image(kernels, x, b, input, zx, &mut s, &mut Accs { out, plane });
+        }
+        Ok(())
+    }
+
+    /// The convolution requantized: `out` (`[batch][Cout][output…]` codes) gets, per output
+    /// channel `co`, `sat(rne((acc + bias[co])·sx·sw[co]/sy) + zy)` of its accumulators, the
+    /// certified form of `rq` (exact fallback where the f64 value lies near a rounding boundary),
+    /// applied per tile while the sums are in cache: the codes `run` then
+    /// [`crate::requant::requantize`] give. Returns the number of fallbacks (also counted in
+    /// [`crate::requant::fallback_hits`]).
+    #[allow(clippy::too_many_arguments)] // the convolution's operands, spelled out
+    pub fn run_requant<C: CodeOut>(
+        &self,
+        kernels: Kernels,
+        x: &[u8],
+        batch: usize,
+        input: &[usize],
+        zx: u8,
+        rq: &ConvRequant,
+        out: &mut [C],
+        s: &mut Scratch,
+    ) -> Result<u64, ConvError> {
+        let cout = self.params.out_channels;
+        if (rq.forms.len() != 1 && rq.forms.len() != cout) || rq.bias.len() != cout || rq.output.code() != C::CODE {
+            return Err(ConvError::Params(format!(
+                "conv requantization: {} forms and {} biases for {cout} channels, {:?} output into {:?} codes",
+                rq.forms.len(),
+                rq.bias.len(),
+                rq.output.code(),
+                C::CODE
+            )));
+        }
+        let plane = self.check_run(x, batch, input, out.len())?;
+        let mut fallbacks = 0;
+        for (b, out) in out.chunks_exact_mut((cout * plane).max(1)).enumerate().take(batch) {
+            let mut sink = Codes { out, plane, rq, fallbacks: 0 };
+            self.image(kernels, x, b, input, zx, s, &mut sink);
+            fallbacks += sink.fallbacks;
+        }
+        count_fallbacks(fallbacks);
+        Ok(fallbacks)
+    }
+
+    /// Checks the operands' sizes; returns the output plane's size.
+    fn check_run(&self, x: &[u8], batch: usize, input: &[usize], out: usize) -> Result<usize, ConvError> {
         let p = &self.params;
         let output = p.output(input)?;
         let (in_sp, out_sp): (usize, usize) = (input.iter().product(), output.iter().product());
         if x.len() != batch * p.in_channels * in_sp {
             return Err(ConvError::Input(format!("conv input: {} codes, expected {}", x.len(), batch * p.in_channels * in_sp)));
         }
-        if out.len() != batch * p.out_channels * out_sp {
-            return Err(ConvError::Input(format!("conv output: {} slots, expected {}", out.len(), batch * p.out_channels * out_sp)));
+        if out != batch * p.out_channels * out_sp {
+            return Err(ConvError::Input(format!("conv output: {out} slots, expected {}", batch * p.out_channels * out_sp)));
         }
+        Ok(out_sp)
+    }
+
+    /// Image `b` into `sink`, channel by channel (sizes checked by the caller).
+    #[allow(clippy::too_many_arguments)] // the convolution's operands, spelled out
+    fn image<S: Sink>(&self, kernels: Kernels, x: &[u8], b: usize, input: &[usize], zx: u8, s: &mut Scratch, sink: &mut S) {
+        let p = &self.params;
+        let output = p.output(input).expect("checked by the caller");
         let geometry = Geometry::new(p, input, &output);
+        let in_sp: usize = input.iter().product();
         let (cig, cog, k) = (p.in_channels / p.groups, p.out_channels / p.groups, p.depth());
-        let groups = match &self.lowering {
-            Lowering::Gemm(groups) => groups,
-            Lowering::Depthwise(taps) => {
-                for b in 0..batch {
-                    for co in 0..p.out_channels {
-                        let xg = &x[(b * p.in_channels + co / cog) * in_sp..][..in_sp];
-                        let dst = &mut out[(b * p.out_channels + co) * out_sp..][..out_sp];
-                        depthwise::plane(kernels, &geometry, xg, zx, &taps[co * k..][..k], dst);
-                    }
+        let x = &x[b * p.in_channels * in_sp..][..p.in_channels * in_sp];
+        match &self.lowering {
+            Lowering::Gemm(groups) => {
+                for (g, w) in groups.iter().enumerate() {
+                    direct::group(kernels, &geometry, w, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
                 }
-                return Ok(());
             }
-        };
-        let mut cols = vec![0u8; out_sp * k];
-        let mut acc = vec![0i32; out_sp * cog];
-        for b in 0..batch {
-            for (g, packed) in groups.iter().enumerate() {
-                let xg = &x[(b * p.in_channels + g * cig) * in_sp..][..cig * in_sp];
-                geometry.im2col(xg, cig, zx, &mut cols);
-                gemm_u8(kernels, &cols, out_sp, zx, packed, &mut acc).map_err(ConvError::Gemm)?;
-                let og = &mut out[(b * p.out_channels + g * cog) * out_sp..][..cog * out_sp];
-                for (pos, row) in acc.chunks_exact(cog).enumerate() {
-                    for (co, &v) in row.iter().enumerate() {
-                        og[co * out_sp + pos] = v;
-                    }
+            Lowering::Depthwise(taps) => {
+                let (mut plane, mut padded) = (std::mem::take(&mut s.plane), std::mem::take(&mut s.padded));
+                let ow = output.last().copied().unwrap_or(1);
+                for co in 0..p.out_channels {
+                    let pitch = depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, &taps[co * k..][..k], &mut plane, &mut padded);
+                    emit(kernels, sink, co, &plane, pitch, ow);
                 }
+                (s.plane, s.padded) = (plane, padded);
             }
         }
-        Ok(())
+    }
+}
+
+/// The requantization [`PackedConv::run_requant`] applies: one certified form per output channel
+/// (or one for all), one bias code per channel (at scale `sx·sw`), the output's zero point and type.
+#[derive(Clone, Debug)]
+pub struct ConvRequant {
+    pub forms: Vec<Certified>,
+    pub bias: Vec<i32>,
+    pub output: Output,
+}
+
+/// i32 accumulators, NCHW.
+struct Accs<'a> {
+    out: &'a mut [i32],
+    plane: usize,
+}
+
+impl Sink for Accs<'_> {
+    #[inline(always)]
+    fn row(&mut self, co: usize, p0: usize, v: &[i32]) {
+        self.out[co * self.plane + p0..][..v.len()].copy_from_slice(v);
+    }
+}
+
+/// Codes, NCHW, requantized per channel.
+struct Codes<'a, C> {
+    out: &'a mut [C],
+    plane: usize,
+    rq: &'a ConvRequant,
+    fallbacks: u64,
+}
+
+impl<C: CodeOut> Sink for Codes<'_, C> {
+    #[inline(always)]
+    fn row(&mut self, co: usize, p0: usize, v: &[i32]) {
+        let form = &self.rq.forms[if self.rq.forms.len() == 1 { 0 } else { co }];
+        self.fallbacks += row_uniform(v, self.rq.bias[co], form, self.rq.output, &mut self.out[co * self.plane + p0..][..v.len()]);
+    }
+}
+
+/// A plane of lines `ow` wide at `pitch` into `sink`, in an instance of the kernel path
+/// (vectorized requantization).
+fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { emit_avx512(sink, co, v, pitch, ow) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { emit_avx2(sink, co, v, pitch, ow) },
+        _ => emit_generic(sink, co, v, pitch, ow),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn emit_avx512<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    emit_generic(sink, co, v, pitch, ow)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn emit_avx2<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    emit_generic(sink, co, v, pitch, ow)
+}
+
+#[inline(always)]
+fn emit_generic<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+    if pitch == ow {
+        sink.row(co, 0, v);
+    } else {
+        for (l, line) in v.chunks_exact(pitch).enumerate() {
+            sink.row(co, l * ow, &line[..ow]);
+        }
     }
 }
 
@@ -225,53 +345,6 @@ impl Geometry {
             strides: lift(&p.strides, 1),
             dilations: lift(&p.dilations, 1),
             pads: lift(&p.pads_begin, 0),
-        }
-    }
-
-    /// Rows of `cols`: output positions (row-major); columns: `(channel, kernel offset)` in
-    /// ONNX's weight order. Taps outside the input read `zx`.
-    fn im2col(&self, x: &[u8], channels: usize, zx: u8, cols: &mut [u8]) {
-        let [id, ih, iw] = self.input;
-        let [od, oh, ow] = self.output;
-        let [kd, kh, kw] = self.kernel;
-        let k = channels * kd * kh * kw;
-        // Input coordinate of output o, kernel tap t on axis a, if inside the input.
-        let at = |a: usize, o: usize, t: usize| -> Option<usize> {
-            (o * self.strides[a] + t * self.dilations[a]).checked_sub(self.pads[a]).filter(|&i| i < self.input[a])
-        };
-        // The input column of each (output column, horizontal tap), computed once per call.
-        let xs: Vec<Option<usize>> = (0..ow).flat_map(|xo| (0..kw).map(move |tx| at(2, xo, tx))).collect();
-        // Where an output column's taps are kw consecutive input columns (stride-1 interior):
-        // the first, so that its lines are plain copies.
-        let runs: Vec<Option<usize>> = xs.chunks_exact(kw).map(|t| t[0].filter(|&i0| t.iter().enumerate().all(|(j, &t)| t == Some(i0 + j)))).collect();
-        let mut row = 0;
-        for z in 0..od {
-            for y in 0..oh {
-                for (taps, &run) in xs.chunks_exact(kw).zip(&runs) {
-                    let dst = &mut cols[row * k..][..k];
-                    // One line of kw taps per (channel, tz, ty), in ONNX's weight order.
-                    let lines = (0..channels).flat_map(|c| (0..kd).flat_map(move |tz| (0..kh).map(move |ty| (c, tz, ty))));
-                    for (d, (c, tz, ty)) in dst.chunks_exact_mut(kw).zip(lines) {
-                        match (at(0, z, tz), at(1, y, ty)) {
-                            (Some(iz), Some(iy)) => {
-                                let line = &x[c * id * ih * iw + (iz * ih + iy) * iw..][..iw];
-                                match run {
-                                    // A 1-wide line (pointwise convolutions) is one byte: no memcpy call.
-                                    Some(i0) if kw == 1 => d[0] = line[i0],
-                                    Some(i0) => d.copy_from_slice(&line[i0..][..kw]),
-                                    None => {
-                                        for (d, t) in d.iter_mut().zip(taps) {
-                                            *d = t.map_or(zx, |ix| line[ix]);
-                                        }
-                                    }
-                                }
-                            }
-                            _ => d.fill(zx),
-                        }
-                    }
-                    row += 1;
-                }
-            }
         }
     }
 }

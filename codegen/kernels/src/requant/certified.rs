@@ -113,31 +113,160 @@ unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], 
 
 #[inline(always)]
 fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    const CH: usize = 64;
     let n = bias.len();
-    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
-    let r: Vec<f64> = (0..n).map(|col| plan(col).r).collect();
-    let rho: Vec<f64> = (0..n).map(|col| plan(col).rho).collect();
-    let b: Vec<f64> = bias.iter().map(|&b| f64::from(b)).collect();
+    let cs = columns(bias, plans);
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
-        let chunks = acc_row.chunks(CH).zip(code_row.chunks_mut(CH)).zip(b.chunks(CH).zip(r.chunks(CH)).zip(rho.chunks(CH)));
-        for (c0, ((acc, codes), ((b, r), rho))) in chunks.enumerate() {
-            let mut near = [false; CH];
-            // One OR per element (a vector OR), so the scan below runs only for a chunk with a hit.
-            let mut any = false;
-            for (((((&a, y), &b), &r), &rho), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(rho).zip(&mut near) {
-                let (v, n) = approximate(f64::from(a) + b, r, rho, out);
-                *y = C::from_code(v);
-                *near = n;
-                any |= n;
+        fallbacks += row_columns(acc_row, cs.slice(0, n), bias, plans, 0, out, code_row);
+    }
+    fallbacks
+}
+
+/// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan.
+pub(crate) struct Columns {
+    b: Vec<f64>,
+    r: Vec<f64>,
+    rho: Vec<f64>,
+}
+
+/// One range of columns of [`Columns`].
+#[derive(Clone, Copy)]
+pub(crate) struct ColumnSlice<'a> {
+    b: &'a [f64],
+    r: &'a [f64],
+    rho: &'a [f64],
+}
+
+impl Columns {
+    fn slice(&self, c0: usize, cols: usize) -> ColumnSlice<'_> {
+        ColumnSlice { b: &self.b[c0..][..cols], r: &self.r[c0..][..cols], rho: &self.rho[c0..][..cols] }
+    }
+}
+
+/// The per-column operands of `plans` (length 1 or `bias.len()`).
+pub(crate) fn columns(bias: &[i32], plans: &[Certified]) -> Columns {
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    Columns {
+        b: bias.iter().map(|&b| f64::from(b)).collect(),
+        r: (0..bias.len()).map(|col| plan(col).r).collect(),
+        rho: (0..bias.len()).map(|col| plan(col).rho).collect(),
+    }
+}
+
+/// Columns `c0..c0 + acc.len()` of one row: `cs` and `codes` those columns' operands (from
+/// [`columns`]), `bias` and `plans` the whole row's (for the exact fallback). Returns the
+/// fallback count, not yet added to [`fallback_hits`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // one row's operands, spelled out
+pub(crate) fn row_columns<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[i32], plans: &[Certified], c0: usize, out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let mut fallbacks = 0;
+    let chunks = acc.chunks(CH).zip(codes.chunks_mut(CH)).zip(cs.b.chunks(CH).zip(cs.r.chunks(CH)).zip(cs.rho.chunks(CH)));
+    for (i0, ((acc, codes), ((b, r), rho))) in chunks.enumerate() {
+        let mut near = [false; CH];
+        // One OR per element (a vector OR), so the scan below runs only for a chunk with a hit.
+        let mut any = false;
+        for (((((&a, y), &b), &r), &rho), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(rho).zip(&mut near) {
+            let (v, n) = approximate(f64::from(a) + b, r, rho, out);
+            *y = C::from_code(v);
+            *near = n;
+            any |= n;
+        }
+        if any {
+            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                let col = c0 + i0 * CH + i;
+                codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
+                fallbacks += 1;
             }
-            if any {
-                for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
-                    let col = c0 * CH + i;
-                    codes[i] = C::from_code(requant_exact(acc[i], bias[col], &plan(col).ratio, out));
-                    fallbacks += 1;
-                }
+        }
+    }
+    fallbacks
+}
+
+/// A block of a row-major `· × n` accumulator matrix `acc`: rows `rows`, columns `c0..c0 + cols`,
+/// into the same places of `codes`, per-column operands as in [`row_columns`]; on the kernel
+/// path's instance (vectorized). Returns the fallback count, not yet added to [`fallback_hits`].
+#[allow(clippy::too_many_arguments)] // one block's operands, spelled out
+pub(crate) fn block<C: CodeOut>(
+    kernels: Kernels,
+    acc: &[i32],
+    n: usize,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    cols: usize,
+    cs: &Columns,
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
+        // function only lets the compiler use AVX-512F instructions for safe code.
+        Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, c0, cols, cs, bias, plans, out, codes) },
+        _ => block_generic(acc, n, rows, c0, cols, cs, bias, plans, out, codes),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_avx512<C: CodeOut>(
+    acc: &[i32],
+    n: usize,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    cols: usize,
+    cs: &Columns,
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    block_generic(acc, n, rows, c0, cols, cs, bias, plans, out, codes)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block_generic<C: CodeOut>(
+    acc: &[i32],
+    n: usize,
+    rows: std::ops::Range<usize>,
+    c0: usize,
+    cols: usize,
+    cs: &Columns,
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    let cs = cs.slice(c0, cols);
+    rows.map(|row| row_columns(&acc[row * n + c0..][..cols], cs, bias, plans, c0, out, &mut codes[row * n + c0..][..cols])).sum()
+}
+
+/// One run of accumulators sharing one bias and one plan (a convolution channel's positions):
+/// the same IEEE operations as [`evaluate`] element by element, like [`rows`] (vectorized where
+/// the caller's instance allows); returns the fallback count, not yet added to [`fallback_hits`].
+#[inline(always)]
+pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let (b, r, rho) = (f64::from(bias), plan.r, plan.rho);
+    let mut fallbacks = 0;
+    for (acc, codes) in acc.chunks(CH).zip(codes.chunks_mut(CH)) {
+        let mut near = [false; CH];
+        let mut any = false;
+        for ((&a, y), near) in acc.iter().zip(codes.iter_mut()).zip(&mut near) {
+            let (v, n) = approximate(f64::from(a) + b, r, rho, out);
+            *y = C::from_code(v);
+            *near = n;
+            any |= n;
+        }
+        if any {
+            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
+                fallbacks += 1;
             }
         }
     }

@@ -3,7 +3,7 @@
 //! kernel crate `qdqc_kernels`.
 
 use qdqc_kernels::codes::{self, QCode, Quant};
-use qdqc_kernels::conv::PackedConv;
+use qdqc_kernels::conv::{ConvRequant, PackedConv};
 use qdqc_kernels::requant::{self, Certified, Form, Output, Plan};
 use qdqc_kernels::{Kernels, PackedB};
 use std::fmt;
@@ -233,19 +233,19 @@ impl CodeOut for u8 {}
 impl CodeOut for i8 {}
 
 /// The requantization of a QLinearConv / QGemm / QLinearMatMul: one certified form per output
-/// channel (or one for all), the bias codes and the output's zero point. It runs as the kernel
-/// crate's `requantize` over whole blocks (the vectorized certified rows: the same bits as
-/// `requant_certified` element by element, fallbacks counted the same way). A bias whose scale
-/// is not `sx·sw` (`bias_scales`) is its exact value, an offset of its channel's form
-/// (`Ratio::with_bias`, the function the proof ran).
+/// channel (or one for all), the bias codes and the output's zero point. Convolutions apply it
+/// fused into the kernel's tiles (`PackedConv::run_requant`), GEMMs as the kernel crate's
+/// `requantize` over the block: the same bits as `requant_certified` element by element,
+/// fallbacks counted the same way. A bias whose scale is not `sx·sw` (`bias_scales`) is its
+/// exact value, an offset of its channel's form (`Ratio::with_bias`, the function the proof ran).
 pub struct Requant {
     pub forms: Vec<Certified>,
     pub bias: Vec<i32>,
     pub output: Output,
     /// Per column (GEMMs: `[m][n]` blocks).
     columns: Plan,
-    /// One per channel (convolutions: a channel's plane is one block with one form).
-    channels: Vec<Plan>,
+    /// Per output channel (convolutions).
+    channels: ConvRequant,
 }
 
 impl Requant {
@@ -269,9 +269,9 @@ impl Requant {
                 .collect::<Result<Vec<_>, Error>>()?
         };
         let output = Output::new(zy, code).map_err(|x| e(x.to_string()))?;
-        let plan = |forms: Vec<Certified>| Plan { output, form: Form::Certified(forms) };
-        let per_channel = (0..channels).map(|c| plan(vec![forms[if forms.len() == 1 { 0 } else { c }]])).collect();
-        Ok(Requant { columns: plan(forms.clone()), channels: per_channel, forms, bias, output })
+        let columns = Plan { output, form: Form::Certified(forms.clone()) };
+        let channels = ConvRequant { forms: forms.clone(), bias: bias.clone(), output };
+        Ok(Requant { columns, channels, forms, bias, output })
     }
 }
 
@@ -280,11 +280,12 @@ impl Requant {
 pub struct Scratch {
     pub acc: Vec<i32>,
     pub codes: Vec<u8>,
-    /// One channel's bias repeated over its plane (the requantization's per-column bias).
-    pub bias: Vec<i32>,
+    /// The convolutions' packed activations and tile buffers.
+    pub conv: qdqc_kernels::conv::Scratch,
 }
 
-/// QLinearConv: convolution on codes, then correctly rounded requantization per output channel.
+/// QLinearConv: convolution on codes with the correctly rounded requantization per output
+/// channel fused into its tiles.
 #[allow(clippy::too_many_arguments)]
 pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
     k: Kernels,
@@ -298,35 +299,19 @@ pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
     node: &str,
 ) -> Result<(), Error> {
     let e = kernel(node);
-    s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    conv.run(k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &mut s.acc).map_err(|x| e(x.to_string()))?;
-    let channels = conv.params().out_channels;
-    let plane = y.len() / (shape[0] * channels).max(1);
-    if plane == 0 {
-        return Ok(());
-    }
-    for (i, (y, acc)) in y.chunks_exact_mut(plane).zip(s.acc.chunks_exact(plane)).enumerate() {
-        let c = i % channels;
-        s.bias.clear();
-        s.bias.resize(plane, rq.bias[c]);
-        requant::requantize(k, &rq.channels[c], acc, plane, Some(&s.bias), y).map_err(|x| e(x.to_string()))?;
-    }
+    conv.run_requant(k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &rq.channels, y, &mut s.conv).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
 /// QGemm / QLinearMatMul with constant weights: `[m][k]` codes times the packed `[k][n]`
-/// weights, requantized per column.
+/// weights, requantized per column (fused per finished block where the kernel path does it).
 #[allow(clippy::too_many_arguments)]
 pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, x: &[X], m: usize, zx: i32, y: &mut [Y], s: &mut Scratch, node: &str) -> Result<(), Error> {
     let e = kernel(node);
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    qdqc_kernels::gemm_u8(k, X::as_u8(x, &mut s.codes), m, zx, b, &mut s.acc).map_err(|x| e(x.to_string()))?;
-    if y.is_empty() {
-        return Ok(());
-    }
-    requant::requantize(k, &rq.columns, &s.acc, b.n(), Some(&rq.bias), y).map_err(|x| e(x.to_string()))?;
+    qdqc_kernels::gemm_u8_requant(k, X::as_u8(x, &mut s.codes), m, zx, b, &rq.columns, Some(&rq.bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 

@@ -1,0 +1,76 @@
+//! `gemm_u8_requant` (the requantization fused per finished block on the VNNI path) against its
+//! definition on every path: `gemm_u8`, then `requant_exact` element by element; per-tensor and
+//! per-column scales, with and without bias, scales that put values on ties (exact fallbacks),
+//! shapes around the 6 × 64 tiles, the K blocks and the one-row (GEMV) tiles.
+
+mod common;
+
+use common::{Rng, kernels};
+use qdqc_kernels::requant::{Certified, CodeOut, Form, Output, Plan, Ratio, requant_exact};
+use qdqc_kernels::{Isa, Layout, PackedB, gemm_u8, gemm_u8_requant};
+
+#[allow(clippy::too_many_arguments)] // the case's operands, spelled out
+fn case<C: CodeOut + PartialEq + std::fmt::Debug>(
+    isa: Isa,
+    rng: &mut Rng,
+    m: usize,
+    k: usize,
+    n: usize,
+    per_column: bool,
+    with_bias: bool,
+    scales: (f32, f32, f32),
+    zy: i32,
+) {
+    let Some(kern) = kernels(isa) else { return };
+    let a = rng.u8s(m * k);
+    let b = rng.i8s(k * n);
+    let zb = if per_column { rng.i8s(n) } else { vec![rng.next() as i8] };
+    let za = rng.next() as u8;
+    let packed = PackedB::from_i8(&b, k, n, Layout::KN, &zb).unwrap();
+    let mut acc = vec![0i32; m * n];
+    gemm_u8(kern, &a, m, za, &packed, &mut acc).unwrap();
+    let (sx, sw, sy) = scales;
+    let ratios: Vec<Ratio> = (0..if per_column { n } else { 1 }).map(|c| Ratio::new(sx, sw * (1.0 + (c % 5) as f32 / 4.0), sy).unwrap()).collect();
+    let bias: Vec<i32> = (0..n).map(|_| (rng.next() % 20001) as i32 - 10000).collect();
+    let output = Output::new(zy, C::CODE).unwrap();
+    let plan = Plan { output, form: Form::Certified(ratios.iter().map(|&r| Certified::new(r)).collect()) };
+    let mut c = vec![0i32; m * n];
+    let mut got = vec![C::from_code(0); m * n];
+    gemm_u8_requant(kern, &a, m, za, &packed, &plan, with_bias.then_some(&bias[..]), &mut c, &mut got).unwrap();
+    let want: Vec<C> = acc
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let col = i % n;
+            let b = if with_bias { bias[col] } else { 0 };
+            C::from_code(requant_exact(v, b, &ratios[if per_column { col } else { 0 }], output))
+        })
+        .collect();
+    assert_eq!(got, want, "{isa}: m={m} k={k} n={n}");
+}
+
+fn suite(isa: Isa) {
+    let mut rng = Rng::new(21);
+    let ties = (0.5, 0.0625, 0.5);
+    let plain = (0.0213, 0.00391, 0.0517);
+    for &(m, k, n) in &[(1, 1, 1), (1, 40, 100), (1, 700, 130), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 500, 130), (64, 96, 48), (20, 1000, 200)] {
+        case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128);
+        case::<i8>(isa, &mut rng, m, k, n, false, true, ties, -2);
+        case::<u8>(isa, &mut rng, m, k, n, true, false, ties, 0);
+    }
+}
+
+#[test]
+fn portable() {
+    suite(Isa::Portable)
+}
+
+#[test]
+fn avx2() {
+    suite(Isa::Avx2)
+}
+
+#[test]
+fn avx512vnni() {
+    suite(Isa::Avx512Vnni)
+}
