@@ -102,10 +102,10 @@ pub fn gemm_u8_requant<C: CodeOut>(
         )));
     }
     let bias: Vec<i32> = bias.map_or_else(|| vec![0; n], <[i32]>::to_vec);
-    let cs = requant_columns(&bias, forms);
+    let cs = requant_columns(&bias, forms, plan.output);
     let mut fallbacks = 0;
     gemm_with(kernels, a, m, za, b, c, &mut |c, r0, mr, c0, cols| {
-        fallbacks += requant_block(kernels, c, n, r0..r0 + mr, c0, cols, &cs, &bias, forms, plan.output, out);
+        fallbacks += requant_block(kernels, c, n, r0..r0 + mr, (c0, cols), &cs, out);
     })?;
     count_fallbacks(fallbacks);
     Ok(fallbacks)

@@ -5,26 +5,9 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, as_fraction, rne};
 use qdqc_kernels::codes::binary::{Binary, BinaryOp, binary_exact};
 use qdqc_kernels::codes::{QCode, Quant};
-
-/// `s = num / 2^pow` with integers (an f32 is exact in f64; doubling until integral).
-fn as_fraction(s: f32) -> (i128, u32) {
-    let (mut v, mut pow) = (f64::from(s), 0);
-    while v.fract() != 0.0 {
-        v *= 2.0;
-        pow += 1;
-    }
-    (v as i128, pow)
-}
-
-/// Round half to even of `num / den`, `den > 0`, by floor division.
-fn rne(num: i128, den: i128) -> i128 {
-    let q = num.div_euclid(den);
-    let r = num - q * den;
-    if 2 * r < den || (2 * r == den && q % 2 == 0) { q } else { q + 1 }
-}
 
 /// The exact value `num/den` for centred inputs `a`, `b` (scales within 2^-16..2^8 keep i128 exact).
 fn exact_value(op: BinaryOp, a: i128, b: i128, (sa, sb, sy): (f32, f32, f32)) -> (i128, i128) {

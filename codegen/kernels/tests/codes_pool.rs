@@ -6,24 +6,9 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, as_fraction, rne};
 use qdqc_kernels::codes::pool::{PoolParams, average_pool, global_average_pool, max_pool, mean_exact, pool_output_shape};
 use qdqc_kernels::codes::{QCode, Quant, numel};
-
-fn as_fraction(s: f32) -> (i128, u32) {
-    let (mut v, mut pow) = (f64::from(s), 0);
-    while v.fract() != 0.0 {
-        v *= 2.0;
-        pow += 1;
-    }
-    (v as i128, pow)
-}
-
-fn rne(num: i128, den: i128) -> i128 {
-    let q = num.div_euclid(den);
-    let r = num - q * den;
-    if 2 * r < den || (2 * r == den && q % 2 == 0) { q } else { q + 1 }
-}
 
 /// `sat(rne(sx·sum/(count·sy)) + zy)`, exactly; a zero count is the mean 0.
 fn mean_code<Y: QCode>(sum: i128, count: i128, sx: f32, sy: f32, zy: i32) -> i32 {

@@ -5,21 +5,11 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, as_fraction, log_uniform, short};
 use qdqc_kernels::requant::{
     Certified, Code, Fixed, Form, Output, Plan, Ratio, Rounding, fallback_hits, first_disagreement, requant_certified, requant_exact, requantize,
 };
 use qdqc_kernels::{Isa, Kernels};
-
-/// `s = num / 2^pow` with integers (an f32 is exact in f64; doubling until integral).
-fn as_fraction(s: f32) -> (i128, u32) {
-    let (mut v, mut pow) = (f64::from(s), 0);
-    while v.fract() != 0.0 {
-        v *= 2.0;
-        pow += 1;
-    }
-    (v as i128, pow)
-}
 
 /// Independent check that `q` is `rne(t·sx·sw/sy)`: `2·|N − q·D| ≤ D`, and even on equality.
 /// Scales must keep N and D inside i128 (the sampled ranges do).
@@ -42,18 +32,6 @@ fn window(sx: f32, sw: f32, sy: f32, out: Output) -> std::ops::RangeInclusive<i3
     let lo = (f64::from(out.code().min() - out.zero_point() - 2) / r).floor() - 64.0;
     let hi = (f64::from(out.code().max() - out.zero_point() + 2) / r).ceil() + 64.0;
     (lo.max(f64::from(i32::MIN)) as i32)..=(hi.min(f64::from(i32::MAX)) as i32)
-}
-
-fn log_uniform(rng: &mut Rng, lo: f32, hi: f32) -> f32 {
-    let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-    (f64::from(lo) * (f64::from(hi) / f64::from(lo)).powf(u)) as f32
-}
-
-/// A scale with a `bits`-bit mantissa near `around` (many exact ties between such scales).
-fn short(rng: &mut Rng, bits: u32, around: f32) -> f32 {
-    let m = (1 << (bits - 1)) + rng.below(1 << (bits - 1)) as i32;
-    let e = around.log2().floor() as i32 - bits as i32 + 1;
-    m as f32 * 2f32.powi(e)
 }
 
 /// Checks the certified (batch, on every kernel path the host has) and exact forms on every

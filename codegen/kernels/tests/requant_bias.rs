@@ -6,19 +6,9 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, as_fraction, log_uniform, short};
 use qdqc_kernels::requant::{Certified, Code, Form, Output, Plan, Ratio, requant_exact, requantize};
 use qdqc_kernels::{Isa, Kernels};
-
-/// `s = num / 2^pow` with integers (an f32 is exact in f64; doubling until integral).
-fn as_fraction(s: f32) -> (i128, u32) {
-    let (mut v, mut pow) = (f64::from(s), 0);
-    while v.fract() != 0.0 {
-        v *= 2.0;
-        pow += 1;
-    }
-    (v as i128, pow)
-}
 
 /// Independent check that `q = rne((acc·sx·sw + b·sb)/sy)`: with every scale `n/2^p` and
 /// `P = max(px + pw, pb)`, the value is `N/D` for `N = (acc·nx·nw·2^(P−px−pw) + b·nb·2^(P−pb))·2^py`
@@ -30,18 +20,6 @@ fn is_rne(acc: i64, b: i64, (sx, sw, sb, sy): (f32, f32, f32, f32), q: i128) -> 
     let den = ny << p;
     let twice = 2 * (num - q * den).abs();
     twice < den || (twice == den && q % 2 == 0)
-}
-
-fn log_uniform(rng: &mut Rng, lo: f32, hi: f32) -> f32 {
-    let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-    (f64::from(lo) * (f64::from(hi) / f64::from(lo)).powf(u)) as f32
-}
-
-/// A scale with a `bits`-bit mantissa near `around`.
-fn short(rng: &mut Rng, bits: u32, around: f32) -> f32 {
-    let m = (1 << (bits - 1)) + rng.below(1 << (bits - 1)) as i32;
-    let e = around.log2().floor() as i32 - bits as i32 + 1;
-    m as f32 * 2f32.powi(e)
 }
 
 /// Every accumulator whose value lies within the unsaturated range (plus a margin): the

@@ -114,7 +114,7 @@ unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], 
 #[inline(always)]
 fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
     let n = bias.len();
-    let cs = columns(bias, plans);
+    let cs = columns(bias, plans, out);
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
         fallbacks += row_columns(acc_row, cs.slice(0, n), bias, plans, 0, out, code_row);
@@ -122,11 +122,15 @@ fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out:
     fallbacks
 }
 
-/// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan.
-pub(crate) struct Columns {
+/// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan; with the bias
+/// codes, plans and output the exact fallback reads (the operands every block of one product shares).
+pub(crate) struct Columns<'a> {
     b: Vec<f64>,
     r: Vec<f64>,
     rho: Vec<f64>,
+    bias: &'a [i32],
+    plans: &'a [Certified],
+    out: Output,
 }
 
 /// One range of columns of [`Columns`].
@@ -137,19 +141,22 @@ pub(crate) struct ColumnSlice<'a> {
     rho: &'a [f64],
 }
 
-impl Columns {
+impl Columns<'_> {
     fn slice(&self, c0: usize, cols: usize) -> ColumnSlice<'_> {
         ColumnSlice { b: &self.b[c0..][..cols], r: &self.r[c0..][..cols], rho: &self.rho[c0..][..cols] }
     }
 }
 
-/// The per-column operands of `plans` (length 1 or `bias.len()`).
-pub(crate) fn columns(bias: &[i32], plans: &[Certified]) -> Columns {
+/// The per-column operands of `plans` (length 1 or `bias.len()`) writing `out`.
+pub(crate) fn columns<'a>(bias: &'a [i32], plans: &'a [Certified], out: Output) -> Columns<'a> {
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     Columns {
         b: bias.iter().map(|&b| f64::from(b)).collect(),
         r: (0..bias.len()).map(|col| plan(col).r).collect(),
         rho: (0..bias.len()).map(|col| plan(col).rho).collect(),
+        bias,
+        plans,
+        out,
     }
 }
 
@@ -185,65 +192,36 @@ pub(crate) fn row_columns<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[
 }
 
 /// A block of a row-major `· × n` accumulator matrix `acc`: rows `rows`, columns `c0..c0 + cols`,
-/// into the same places of `codes`, per-column operands as in [`row_columns`]; on the kernel
+/// into the same places of `codes`, per-column operands `cs` as in [`row_columns`]; on the kernel
 /// path's instance (vectorized). Returns the fallback count, not yet added to [`fallback_hits`].
-#[allow(clippy::too_many_arguments)] // one block's operands, spelled out
 pub(crate) fn block<C: CodeOut>(
     kernels: Kernels,
     acc: &[i32],
     n: usize,
     rows: std::ops::Range<usize>,
-    c0: usize,
-    cols: usize,
-    cs: &Columns,
-    bias: &[i32],
-    plans: &[Certified],
-    out: Output,
+    (c0, cols): (usize, usize),
+    cs: &Columns<'_>,
     codes: &mut [C],
 ) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
         // function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, c0, cols, cs, bias, plans, out, codes) },
-        _ => block_generic(acc, n, rows, c0, cols, cs, bias, plans, out, codes),
+        Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
+        _ => block_generic(acc, n, rows, (c0, cols), cs, codes),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn block_avx512<C: CodeOut>(
-    acc: &[i32],
-    n: usize,
-    rows: std::ops::Range<usize>,
-    c0: usize,
-    cols: usize,
-    cs: &Columns,
-    bias: &[i32],
-    plans: &[Certified],
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    block_generic(acc, n, rows, c0, cols, cs, bias, plans, out, codes)
+unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, columns: (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    block_generic(acc, n, rows, columns, cs, codes)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn block_generic<C: CodeOut>(
-    acc: &[i32],
-    n: usize,
-    rows: std::ops::Range<usize>,
-    c0: usize,
-    cols: usize,
-    cs: &Columns,
-    bias: &[i32],
-    plans: &[Certified],
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    let cs = cs.slice(c0, cols);
-    rows.map(|row| row_columns(&acc[row * n + c0..][..cols], cs, bias, plans, c0, out, &mut codes[row * n + c0..][..cols])).sum()
+fn block_generic<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(c0, cols);
+    rows.map(|row| row_columns(&acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])).sum()
 }
 
 /// One run of accumulators sharing one bias and one plan (a convolution channel's positions):

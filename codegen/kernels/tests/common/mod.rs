@@ -1,4 +1,4 @@
-//! Helpers shared by the test files: a seeded generator and the per-path kernel lookup.
+//! Helpers shared by the test files: a seeded generator, the per-path kernel lookup and scale samplers.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use qdqc_kernels::{Isa, Kernels};
@@ -74,4 +74,34 @@ pub fn gemm_reference(a: &[u8], m: usize, k: usize, za: i64, b: &[i64], n: usize
         }
     }
     c
+}
+
+/// `s = num / 2^pow` with integers (an f32 is exact in f64; doubling until integral).
+pub fn as_fraction(s: f32) -> (i128, u32) {
+    let (mut v, mut pow) = (f64::from(s), 0);
+    while v.fract() != 0.0 {
+        v *= 2.0;
+        pow += 1;
+    }
+    (v as i128, pow)
+}
+
+/// Round half to even of `num / den`, `den > 0`, by floor division.
+pub fn rne(num: i128, den: i128) -> i128 {
+    let q = num.div_euclid(den);
+    let r = num - q * den;
+    if 2 * r < den || (2 * r == den && q % 2 == 0) { q } else { q + 1 }
+}
+
+/// A scale drawn log-uniformly from `[lo, hi]`.
+pub fn log_uniform(rng: &mut Rng, lo: f32, hi: f32) -> f32 {
+    let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+    (f64::from(lo) * (f64::from(hi) / f64::from(lo)).powf(u)) as f32
+}
+
+/// A scale with a `bits`-bit mantissa near `around` (many exact ties between such scales).
+pub fn short(rng: &mut Rng, bits: u32, around: f32) -> f32 {
+    let m = (1 << (bits - 1)) + rng.below(1 << (bits - 1)) as i32;
+    let e = around.log2().floor() as i32 - bits as i32 + 1;
+    m as f32 * 2f32.powi(e)
 }
