@@ -9,6 +9,7 @@
 
 mod audit;
 mod compile;
+mod dot;
 mod inspect;
 #[cfg(feature = "npz")]
 mod npz;
@@ -39,6 +40,17 @@ pub use weights::{FloatTable, ModelSize};
 #[cfg(feature = "npz")]
 pub fn read_inputs(path: &std::path::Path) -> Result<Activations> {
     Ok(Activations { source: path.display().to_string(), arrays: std::sync::Arc::new(npz::read(path)?), outcome: Default::default() })
+}
+
+/// Graphviz of the model at `path` with `inspect`'s groups boxed (`qdqc inspect --dot`).
+pub fn inspect_dot(path: &std::path::Path, inspection: &Inspection) -> Result<String> {
+    dot::inspection(path, inspection)
+}
+
+/// Graphviz of the model at `path` with the audit's groups boxed and coloured by verdict,
+/// refused ones labelled with their counterexample or reason (`qdqc audit --dot`).
+pub fn audit_dot(path: &std::path::Path, audit: &Audit) -> Result<String> {
+    dot::audit(path, audit)
 }
 
 /// The human-readable audit table.

@@ -81,6 +81,9 @@ enum Command {
         /// each group's `real`).
         #[arg(long, value_enum)]
         contract: Option<ContractArg>,
+        /// Also write the graph as Graphviz, groups boxed and coloured by verdict (`dot -Tsvg`).
+        #[arg(long, value_name = "FILE.dot")]
+        dot: Option<PathBuf>,
     },
     /// Compare the quantization boundaries (DQ-fed consumer inputs) of two models.
     Placement {
@@ -94,6 +97,9 @@ enum Command {
         input: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Also write the graph as Graphviz, QDQ groups boxed (`dot -Tsvg`).
+        #[arg(long, value_name = "FILE.dot")]
+        dot: Option<PathBuf>,
     },
     /// Print the ISA profile whose kernels ONNX Runtime runs on this machine (`--ort-isa host`).
     Host,
@@ -257,8 +263,9 @@ fn run(command: Command) -> Result<(), Error> {
                 result.session_profile.describe()
             );
         }
-        Command::Audit { input, json, ort_isa, contract } => {
+        Command::Audit { input, json, ort_isa, contract, dot } => {
             warn_if_not_host(&ort_isa);
+            check_writable(&input, dot.as_deref())?;
             let contracts = match contract {
                 Some(c) => vec![c.into()],
                 None => vec![Contract::Exact, Contract::Real],
@@ -266,6 +273,9 @@ fn run(command: Command) -> Result<(), Error> {
             let audit = qdqc::audit(&input, &ort_isa, &contracts)?;
             for w in &audit.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
+            }
+            if let Some(path) = &dot {
+                qdqc::write_atomically(path, qdqc::audit_dot(&input, &audit)?.as_bytes())?;
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&audit).expect("audit serializes"));
@@ -281,8 +291,12 @@ fn run(command: Command) -> Result<(), Error> {
                 print!("{}", p.text());
             }
         }
-        Command::Inspect { input, json } => {
+        Command::Inspect { input, json, dot } => {
+            check_writable(&input, dot.as_deref())?;
             let inspection = qdqc::inspect(&input)?;
+            if let Some(path) = &dot {
+                qdqc::write_atomically(path, qdqc::inspect_dot(&input, &inspection)?.as_bytes())?;
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&inspection).expect("inspection serializes"));
             } else {
@@ -305,4 +319,11 @@ fn warn_if_not_host(target: &OrtTarget) {
         Ok(_) => {}
         Err(e) => eprintln!("qdqc: warning: {e}"),
     }
+}
+
+/// Before any work: `--dot` must not name the input model, and its folder must take a new file.
+fn check_writable(input: &std::path::Path, dot: Option<&std::path::Path>) -> Result<(), Error> {
+    let Some(dot) = dot else { return Ok(()) };
+    qdqc_lang::outputs::check_distinct(&[("the input model", input.to_path_buf())], &[("--dot", dot.to_path_buf())])?;
+    qdqc_lang::outputs::Outputs::check_writable(dot)
 }

@@ -8,6 +8,16 @@ cd "$(dirname "$0")/.."
 PY=$(bash tests/oracle/setup.sh | tail -n1)
 export QDQC_PYTHON="$PY"
 
+# tests/dot.rs renders the audit's picture with Graphviz's `dot` (Debian's graphviz package).
+if ! command -v dot >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get install -y -q graphviz >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q graphviz >/dev/null; }
+    else
+        echo "the tests need Graphviz's dot: install the graphviz package (apt-get install graphviz)" >&2
+        exit 1
+    fi
+fi
+
 cargo build --locked --bins
 # The Rust target's kernel suite runs every ISA path the host has; a path it lacks must be named
 # (codegen/kernels/README.md), as isa.rs detects them (Linux spells the flag avx512_vnni).
@@ -25,4 +35,4 @@ cargo test --locked --workspace
 # then every test file runs whole on one worker (its module fixtures compile once), files spread
 # over the cores: qdqc and the ORT sessions the oracle starts are single-threaded.
 "$PY" -c 'import sys; sys.path.insert(0, "tests/oracle"); import oracle_util as u; u.ensure_corpus(); u.ensure_real_corpus()'
-"$PY" -m pytest -p no:cacheprovider tests/oracle -q -n auto --dist loadfile
+"$PY" -m pytest -p no:cacheprovider tests/oracle -q -n auto --dist loadfile --durations=15
