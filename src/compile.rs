@@ -8,7 +8,7 @@ use qdqc_exact::{Certificate, Contract, Counterexample};
 use qdqc_lang::outputs::Outputs;
 use qdqc_lang::save::SaveOptions;
 use qdqc_lang::{Model, Result};
-use qdqc_lower::{Limits, Options};
+use qdqc_lower::{Limits, Observer, Options};
 use qdqc_rewrites::rules::{Allow, Lossy};
 use qdqc_rewrites::{Decision, Profile, RuleOptions, Target};
 use serde::Serialize;
@@ -38,6 +38,8 @@ pub struct CompileOptions {
     /// `--timings`: the report gets wall-clock times (and is then no longer byte-identical
     /// across runs).
     pub timings: bool,
+    /// Told of each stage and region as the compile goes (the CLI's bar on a terminal).
+    pub progress: Observer,
 }
 
 impl Default for CompileOptions {
@@ -51,6 +53,7 @@ impl Default for CompileOptions {
             fold_weights: false,
             allow: Allow::default(),
             timings: false,
+            progress: Observer::default(),
         }
     }
 }
@@ -272,6 +275,7 @@ pub fn compile_with_report(input: &Path, output: &Path, report_path: Option<&Pat
     }
     let mut outputs = Outputs::default();
     let Compiled { model: compiled, source, mut report, .. } = compile_model(&model, options)?;
+    options.progress.start("writing", 0);
     let saved = qdqc_lang::save::save(compiled, &source, output, &SaveOptions::default(), &mut outputs)?;
     report.output = output.display().to_string();
     report.model_bytes = saved.model_bytes;
@@ -323,7 +327,7 @@ pub fn compile_model<'m>(model: &'m Model, options: &CompileOptions) -> Result<C
         allow: options.allow.clone(),
         memo: Default::default(),
     });
-    let lower_options = Options { rules: rules.clone(), limits: options.limits.clone() };
+    let lower_options = Options { rules: rules.clone(), limits: options.limits.clone(), progress: options.progress.clone() };
     // Re-signing int8 activations is the target's call (ORT: x86 integer kernels, docs/int8-activations.md).
     let qdqc_lower::resign::Choice { model, lowering, resigned, costs } = qdqc_lower::resign::lower_cheaper_sign(model, &lower_options, options.resign)?;
     let resign_costs = costs.map(|c| ResignCosts { int8: c.int8, uint8: c.uint8, chosen: if c.uint8 <= c.int8 { "uint8" } else { "int8" } });

@@ -28,6 +28,7 @@ pub use qdqc_exact::Contract;
 pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
+pub use qdqc_lower::{Observer, Progress};
 pub use qdqc_ort::nbits::AccuracyLevel;
 pub use qdqc_ort::{Isa, OrtTarget};
 pub use qdqc_rewrites::rules::{Activations, Allow};

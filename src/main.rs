@@ -1,11 +1,12 @@
 //! The `qdqc` command line. Exit codes: 0 success, 1 compilation failed, 2 bad input or usage.
 
 use clap::{Parser, Subcommand};
-use qdqc::{AccuracyLevel, Allow, CompileOptions, Contract, Error, ErrorKind, Isa, OrtTarget, RustTarget, Target};
+use qdqc::{AccuracyLevel, Allow, CompileOptions, CompileReport, Contract, Error, ErrorKind, Isa, OrtTarget, RustTarget, Target};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod oom;
+mod watch;
 
 #[global_allocator]
 static ALLOCATOR: oom::ExitOnOom = oom::ExitOnOom;
@@ -15,6 +16,9 @@ static ALLOCATOR: oom::ExitOnOom = oom::ExitOnOom;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// No progress bar and no summary on a terminal (neither is printed when stderr is not one).
+    #[arg(long, short, global = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -159,7 +163,7 @@ fn main() -> ExitCode {
     }) {
         eprintln!("qdqc: warning: no signal handler ({e}): an interrupted compile may leave .qdqc-*.tmp files, which the next run removes");
     }
-    match run(cli.command) {
+    match run(cli.command, watch::wanted(cli.quiet)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qdqc: error: {e}");
@@ -171,7 +175,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> Result<(), Error> {
+fn run(command: Command, watched: bool) -> Result<(), Error> {
     match command {
         Command::Compile {
             input,
@@ -209,6 +213,7 @@ fn run(command: Command) -> Result<(), Error> {
                     ort.into()
                 }
             };
+            let bar = watched.then(|| std::sync::Arc::new(watch::Bar::new()));
             let options = CompileOptions {
                 fuse: !no_fuse,
                 contract: contract.into(),
@@ -217,10 +222,24 @@ fn run(command: Command) -> Result<(), Error> {
                 fold_weights,
                 allow: lossy,
                 timings,
+                progress: qdqc::Observer(bar.clone().map(|b| b as std::sync::Arc<dyn qdqc::Progress>)),
                 ..CompileOptions::default()
             };
+            let started = std::time::Instant::now();
+            // The bar is cleared before anything else is printed, the summary printed last.
+            let done = |result: Result<CompileReport, Error>| {
+                if let Some(b) = &bar {
+                    b.finish();
+                }
+                result
+            };
+            let summary = |r: &CompileReport| {
+                if watched {
+                    eprint!("{}", watch::summary(r, started.elapsed().as_secs_f64()));
+                }
+            };
             if let Target::Rust(_) = options.target {
-                let result = qdqc::compile_rust(&input, &output, report.as_deref(), &options)?;
+                let result = done(qdqc::compile_rust(&input, &output, report.as_deref(), &options))?;
                 if explain {
                     print!("{}", result.explain());
                 }
@@ -231,9 +250,10 @@ fn run(command: Command) -> Result<(), Error> {
                     result.decisions.iter().filter(|d| !d.fired).count(),
                     result.contract
                 );
+                summary(&result);
                 return Ok(());
             }
-            let result = qdqc::compile_with_report(&input, &output, report.as_deref(), &options)?;
+            let result = done(qdqc::compile_with_report(&input, &output, report.as_deref(), &options))?;
             for w in &result.warnings {
                 eprintln!("qdqc: warning: {}: {w}", input.display());
             }
@@ -262,6 +282,7 @@ fn run(command: Command) -> Result<(), Error> {
                 },
                 result.session_profile.describe()
             );
+            summary(&result);
         }
         Command::Audit { input, json, ort_isa, contract, dot } => {
             warn_if_not_host(&ort_isa);

@@ -37,8 +37,10 @@ pub fn compile_rust(input: &Path, out_dir: &Path, report_path: Option<&Path>, op
     }
     let Compiled { source, lowered, mut report, .. } = compile_model(&model, options)?;
     let kernels = kernels_path(out_dir)?;
+    options.progress.start("generating the crate", 0);
     let generated = qdqc_codegen::rust::generate(&source, &lowered, &kernels).map_err(|p| Error::bad_input(input, p))?;
     report.output = out_dir.display().to_string();
+    options.progress.start("writing", 0);
     let mut outputs = Outputs::default();
     if let Some(path) = report_path {
         outputs.stage(path, serde_json::to_string_pretty(&report).expect("report serializes").as_bytes())?;

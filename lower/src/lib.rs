@@ -17,6 +17,7 @@ use qdqc_lang::scope::Scope;
 use qdqc_lang::{Error, Model, Result, ir};
 use qdqc_rewrites::{Decision, Log, RuleOptions};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Per-region runner limits. Set before `run` (egg issue #154: limits set after `run` are ignored).
@@ -42,6 +43,42 @@ pub struct Options {
     /// extract only.
     pub rules: Option<RuleOptions>,
     pub limits: Limits,
+    /// Told of each region as it is done (the CLI's progress bar); nothing by default.
+    pub progress: Observer,
+}
+
+/// What a long compile reports as it goes, for a caller that shows it (the CLI draws a bar on a
+/// terminal). Called in order from the thread that compiles; it must not fail or block.
+pub trait Progress: Send + Sync {
+    /// A stage starts: `total` units of work (authored nodes for a proving pass), 0 when not counted.
+    fn start(&self, stage: &str, total: u64);
+    /// `done` more units of the current stage are finished; `proofs`: rule decisions so far in it.
+    fn advance(&self, done: u64, proofs: u64);
+}
+
+/// An optional [`Progress`], shared by the passes of one compile.
+#[derive(Clone, Default)]
+pub struct Observer(pub Option<Arc<dyn Progress>>);
+
+impl Observer {
+    /// Starts a stage, if anyone watches.
+    pub fn start(&self, stage: &str, total: u64) {
+        if let Some(p) = &self.0 {
+            p.start(stage, total);
+        }
+    }
+
+    fn advance(&self, done: u64, proofs: u64) {
+        if let Some(p) = &self.0 {
+            p.advance(done, proofs);
+        }
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Observer(watched)" } else { "Observer(none)" })
+    }
 }
 
 /// Counters over all regions of all graphs.
@@ -64,16 +101,35 @@ pub struct Lowering {
 }
 
 pub fn lower(model: &Model, options: &Options) -> Result<Lowering> {
+    lower_as(model, options, "proving")
+}
+
+/// [`lower`], its progress reported as `stage`.
+pub fn lower_as(model: &Model, options: &Options, stage: &str) -> Result<Lowering> {
     let log = Log::default();
     let rules = options.rules.as_ref().map(|o| qdqc_rewrites::catalog(o, &log)).unwrap_or_default();
     let mut stats = Stats::default();
-    let graph = lower_graph(model, &model.graph, &Scope::main(model), &[], options, &rules, &mut stats)?;
+    options.progress.start(stage, node_count(model.main_graph()));
+    let pass = Pass { rules: &rules, observer: &options.progress, log: &log };
+    let graph = lower_graph(model, &model.graph, &Scope::main(model), &[], options, &pass, &mut stats)?;
     Ok(Lowering { graph, stats, decisions: log.take() })
 }
 
 /// Names of the catalog's rules, in the order they run.
 pub fn rule_names(options: &RuleOptions) -> Vec<String> {
     qdqc_rewrites::catalog(options, &Log::default()).iter().map(|r| r.name.to_string()).collect()
+}
+
+/// Authored nodes of a graph and its subgraphs: the units of a proving pass.
+fn node_count(g: &qdqc_lang::onnx::GraphProto) -> u64 {
+    g.node.iter().map(|n| 1 + ir::node_graphs(n).map(node_count).sum::<u64>()).sum()
+}
+
+/// One lowering pass: the catalog it runs, and what each region reports to.
+struct Pass<'a> {
+    rules: &'a [qdqc_rewrites::Rewrite],
+    observer: &'a Observer,
+    log: &'a Log,
 }
 
 /// An authored node kept as written.
@@ -88,7 +144,7 @@ fn lower_graph(
     scopes: &Scope,
     outer: &[&lowered::LoweredConstant],
     options: &Options,
-    rules: &[qdqc_rewrites::Rewrite],
+    pass: &Pass,
     stats: &mut Stats,
 ) -> Result<LoweredGraph> {
     let proto = scopes.current();
@@ -97,12 +153,13 @@ fn lower_graph(
     let mut nodes = Vec::with_capacity(proto.node.len());
     let mut constants = Vec::new();
     for region in region::regions(graph, proto) {
-        let Some(cost) = options.rules.as_ref().filter(|_| !rules.is_empty()).map(|r| r.target.cost()) else {
+        let Some(cost) = options.rules.as_ref().filter(|_| !pass.rules.is_empty()).map(|r| r.target.cost()) else {
             // `--no-fuse`: with no rule to run, extraction gives back every authored node as it
             // was lifted (tags keep them apart), so the e-graph is skipped.
             stats.regions += 1;
             stats.largest_region = stats.largest_region.max(region.nodes.len());
             nodes.extend(region.nodes.iter().map(|&pos| authored(&proto.node[pos], pos)));
+            pass.observer.advance(region.nodes.len() as u64, 0);
             continue;
         };
         let lifted = lift::lift(model, graph, scopes, &region);
@@ -113,7 +170,7 @@ fn lower_graph(
             // Regions are small; no rule may be silently banned by the backoff scheduler.
             .with_scheduler(egg::SimpleScheduler)
             .with_egraph(lifted.egraph)
-            .run(rules);
+            .run(pass.rules);
         let reason = runner.stop_reason.as_ref().map(|r| format!("{r:?}")).unwrap_or_default();
         *stats.stop_reasons.entry(reason.split('(').next().unwrap_or("").to_string()).or_default() += 1;
         stats.regions += 1;
@@ -125,6 +182,7 @@ fn lower_graph(
         extract::check_acyclic(&extraction, &runner.egraph).map_err(&fail)?;
         nodes.extend(emit::emit(&runner.egraph, &extraction).map_err(&fail)?);
         constants.extend(emit::constants(&runner.egraph, &extraction));
+        pass.observer.advance(region.nodes.len() as u64, pass.log.len() as u64);
     }
     let nodes = order::stable_topological(nodes, graph).map_err(&fail)?;
     // Created constants are named after what they are computed from, so one name is one value:
@@ -145,7 +203,7 @@ fn lower_graph(
     let mut subgraphs = Vec::new();
     for sub in &graph.subgraphs {
         let sub_proto = sub.proto(proto).ok_or_else(|| fail(format!("subgraph {} vanished", sub.attr)))?;
-        let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), &visible, options, rules, stats)?;
+        let lowered = lower_graph(model, &sub.graph, &scopes.enter(sub_proto), &visible, options, pass, stats)?;
         subgraphs.push(LoweredSubgraph { node: sub.node, attr: sub.attr.clone(), attr_pos: sub.attr_pos, index: sub.index, graph: lowered });
     }
     Ok(LoweredGraph { nodes, constants, subgraphs })

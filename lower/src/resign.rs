@@ -71,7 +71,7 @@ pub fn lower_cheaper_sign<'m>(model: &'m Model, options: &Options, allowed: bool
     if resigned.is_empty() {
         return Ok(authored(lowering));
     }
-    let resigned_lowering = crate::lower(&resigned_model, options)?;
+    let resigned_lowering = crate::lower_as(&resigned_model, options, "proving the re-signed form")?;
     let costs = SignCosts { int8: sign_cost(model, &lowering.graph, penalty), uint8: sign_cost(&resigned_model, &resigned_lowering.graph, penalty) };
     Ok(if costs.uint8 <= costs.int8 {
         Choice { model: Cow::Owned(resigned_model), lowering: resigned_lowering, resigned, costs: Some(costs) }

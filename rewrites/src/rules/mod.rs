@@ -129,6 +129,16 @@ impl Log {
         std::mem::take(&mut self.0.lock().expect("no panics while logging"))
     }
 
+    /// Decisions made so far (a progress display's count of proofs).
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("no panics while logging").len()
+    }
+
+    /// Whether no decision was made yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn push(&self, d: Decision) {
         self.0.lock().expect("no panics while logging").push(d);
     }
