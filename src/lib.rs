@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 mod audit;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod compile;
 mod dot;
 mod inspect;

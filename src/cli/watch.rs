@@ -2,8 +2,8 @@
 //! nodes proven, decisions so far) and a one-screen summary at the end. Only when stderr is a
 //! terminal and `--quiet` is not given: piped or redirected, the CLI prints what it always did.
 
+use crate::{CompileReport, Progress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use qdqc::{CompileReport, Progress};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::io::IsTerminal;
