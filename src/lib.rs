@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+mod allow;
 mod audit;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -21,6 +22,7 @@ mod rust_target;
 mod verdicts;
 mod weights;
 
+pub use allow::{allow, allow_one};
 pub use audit::{Audit, audit};
 pub use compile::{CompileOptions, CompileReport, Compiled, GroupDecision, Timings, compile, compile_model, compile_with_report};
 pub use inspect::{Inspection, inspect};

@@ -56,7 +56,7 @@ fn compile(
     let options = CompileOptions {
         contract: self::contract(contract)?,
         target: ort_target(ort_isa)?.into(),
-        allow: qdqc::cli::allow(&allow).map_err(PyValueError::new_err)?,
+        allow: qdqc::allow(&allow).map_err(PyValueError::new_err)?,
         ..CompileOptions::default()
     };
     let result = py.detach(|| qdqc::compile_with_report(&input, &output, report.as_deref(), &options));

@@ -4,7 +4,7 @@
 
 mod watch;
 
-use crate::{AccuracyLevel, Allow, CompileOptions, CompileReport, Contract, Error, ErrorKind, Isa, OrtTarget, RustTarget, Target};
+use crate::{Allow, CompileOptions, CompileReport, Contract, Error, ErrorKind, Isa, OrtTarget, RustTarget, Target};
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -86,7 +86,7 @@ enum Command {
         /// on (ORT_ENABLE_ALL; QDQ handling stays off, so fused and refused quantized groups are
         /// as proven); float ops are lossy and their deviation is not measured by qdqc.
         #[arg(long, value_name = "NAME[=VALUE]", value_parser = parse_allow)]
-        allow: Vec<AllowArg>,
+        allow: Vec<String>,
         /// Activations (numpy.savez, float32, keyed by tensor name) on which lossy instances
         /// also measure their deviation.
         #[arg(long, value_name = "FILE.npz")]
@@ -156,40 +156,9 @@ fn parse_target(s: &str) -> Result<OrtTarget, String> {
     OrtTarget::parse(s)
 }
 
-/// One `--allow NAME[=VALUE]`.
-#[derive(Clone)]
-enum AllowArg {
-    MatMulNBits(AccuracyLevel),
-    OrtFloatFusions,
-}
-
-/// The lossy rewrites `--allow NAME[=VALUE]` names permit (the Python package's `allow=`).
-pub fn allow(names: &[String]) -> Result<Allow, String> {
-    Ok(lossy(names.iter().map(|n| parse_allow(n)).collect::<Result<Vec<_>, _>>()?))
-}
-
-fn lossy(args: Vec<AllowArg>) -> Allow {
-    let mut lossy = Allow::default();
-    for a in args {
-        match a {
-            AllowArg::MatMulNBits(level) => lossy.matmulnbits = Some(level),
-            AllowArg::OrtFloatFusions => lossy.ort_float_fusions = true,
-        }
-    }
-    lossy
-}
-
-fn parse_allow(s: &str) -> Result<AllowArg, String> {
-    let (name, value) = s.split_once('=').map_or((s, None), |(n, v)| (n, Some(v)));
-    match name {
-        "matmulnbits" => {
-            let level = value.unwrap_or("acc1");
-            AccuracyLevel::parse(level).map(AllowArg::MatMulNBits).ok_or_else(|| format!("unknown matmulnbits accuracy level '{level}' (acc0, acc1 or acc4)"))
-        }
-        "ort-float-fusions" if value.is_none() => Ok(AllowArg::OrtFloatFusions),
-        "ort-float-fusions" => Err("ort-float-fusions takes no value".into()),
-        _ => Err(format!("unknown lossy rewrite '{name}' (known: matmulnbits, ort-float-fusions)")),
-    }
+/// Checks one `--allow NAME[=VALUE]` as it is parsed (the names are read again by [`crate::allow`]).
+fn parse_allow(s: &str) -> Result<String, String> {
+    crate::allow_one(&mut Allow::default(), s).map(|()| s.to_string())
 }
 
 fn run(command: Command, watched: bool) -> Result<(), Error> {
@@ -209,7 +178,7 @@ fn run(command: Command, watched: bool) -> Result<(), Error> {
             inputs,
             timings,
         } => {
-            let mut lossy = lossy(allow);
+            let mut lossy = crate::allow(&allow).map_err(|e| Error::bad_input(&input, e))?;
             if let Some(path) = inputs {
                 lossy.inputs = crate::read_inputs(&path)?;
             }
