@@ -1232,3 +1232,22 @@ rule_test!(rust_a8w8_matmul_per_row_of_power_of_two_scales_under_exact:
     with_axis(matmul([1.0 / 128.0, 1.0 / 64.0, 1.0 / 8.0]), "x", &[1.0 / 128.0, 1.0 / 64.0, 1.0 / 256.0], &[128, 97, 161], vec![3], 0, None), rust(Contract::Exact)
     => "a8w8-matmul" fired,
     |r: &Run| assert!(r.decision().verdicts.iter().all(|(_, v)| format!("{v:?}").contains("3 distinct row parameter(s)")), "{:?}", r.decision().verdicts));
+
+/// `m` without its Q: the op's f32 output `r` is the graph output.
+fn without_q(mut m: ModelProto) -> ModelProto {
+    let graph = m.graph.as_mut().unwrap();
+    graph.node.retain(|n| n.op_type.as_deref() != Some("QuantizeLinear"));
+    graph.initializer.retain(|t| !matches!(t.name.as_deref(), Some("s_out" | "z_out")));
+    graph.output = vec![value("r", F32, &[3, 2])];
+    m
+}
+
+// The float-output group: the correctly rounded f32 of the exact value under `real`; under
+// `exact` only with P2, which 24-bit scales do not give.
+rule_test!(rust_a8w8_matmul_float_under_real: without_q(matmul_per_row([0.0123, 0.0456, 0.0517])), rust(Contract::Real) => "a8w8-matmul-float" fired,
+    |r: &Run| assert!(r.decision().verdicts.iter().all(|(_, v)| format!("{v:?}").contains("rne_f32")), "{:?}", r.decision().verdicts));
+rule_test!(rust_a8w8_matmul_float_without_p2_under_exact: without_q(matmul_per_row([0.0123, 0.0456, 0.0517])), rust(Contract::Exact)
+    => "a8w8-matmul-float" refused "unknown",
+    |r: &Run| assert!(r.reasons().iter().all(|m| m.contains("P2 fails")), "{:?}", r.reasons()));
+rule_test!(rust_a8w8_matmul_float_refuses_scales_along_k: without_q(matmul_per_k_scales()), rust(Contract::Real) => "a8w8-matmul-float" refused "unknown",
+    |r: &Run| assert!(r.reasons().iter().all(|m| m.contains("a scale along K")), "{:?}", r.reasons()));

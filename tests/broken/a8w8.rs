@@ -5,7 +5,7 @@
 use crate::Broken;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::p1::{Domain, exhaustive};
-use qdqc_exact::reference::{CodeType, dequantize_real, quantize_real};
+use qdqc_exact::reference::{CodeType, dequantize, dequantize_real, quantize_real};
 use qdqc_exact::{QParam, Verdict};
 use qdqc_kernels::a8w8::A8W8;
 use qdqc_kernels::requant::{Code, Output};
@@ -25,6 +25,13 @@ pub fn rules() -> Vec<Broken> {
             claim: "the A8W8 GEMM can run with activation zero point 0 and leave the per-row zero point out (no −zx[m]·Σ_k(w − zw) correction)",
             broken: || row_zero_point(false),
             twin: Some(|| row_zero_point(true)),
+        },
+        Broken {
+            name: "rust_a8w8_float_output_rounded_per_product",
+            claim: "the float-output A8W8 group (one rounding of the exact value, `rne_f32`) meets `exact` for any scales: the float path rounds every product and partial sum to f32",
+            broken: || float_output(0.0123, 0.0043),
+            // Power-of-two scales and short codes: every product and sum is exact (P2).
+            twin: Some(|| float_output(1.0 / 64.0, 1.0 / 256.0)),
         },
     ]
 }
@@ -63,4 +70,24 @@ fn row_zero_point(corrected: bool) -> Verdict {
     let zx = if corrected { 97 } else { 0 };
     // Without the correction the accumulator is Σ x·(w − zw); the ratio is the row's.
     exhaustive(&domains, "K = 2 row, every activation pair", |a| unfused(a, [0.013; 2], 97), |a| kernel(a, 0.013, zx), |_| None)
+}
+
+/// The float-output row `DQ(x)·DQ(w)` (K = 2, zero points 97 and 7): the float path of ONNX's
+/// MatMul (`fl(fl(x0·w0) + fl(x1·w1))` of the f32 DQs) against the kernel's `run_f32`, as f32 bits.
+fn float_output(sx: f32, sw: f32) -> Verdict {
+    let w: Vec<i8> = W.iter().map(|&v| v as i8).collect();
+    let b = PackedB::from_i8(&w, 2, 1, Layout::KN, &[ZW as i8]).unwrap();
+    let plan = A8W8::float(&b, &[sx], &[97], &[sw]).unwrap();
+    let kernel = |a: &[i64]| {
+        let x: Vec<u8> = a.iter().map(|&v| v as u8).collect();
+        let (mut acc, mut y) = ([0i32], [0f32]);
+        plan.run_f32(Kernels::new(Isa::Portable).unwrap(), &x, 1, &b, &mut acc, &mut y).unwrap();
+        i64::from(y[0].to_bits())
+    };
+    let float_path = |a: &[i64]| {
+        let p = |k: usize| dequantize(a[k], sx, 97) * dequantize(W[k], sw, ZW);
+        i64::from((p(0) + p(1)).to_bits())
+    };
+    let domains = [Domain::new("x0", (0, 255), 97), Domain::new("x1", (0, 255), 97)];
+    crate::as_f32(exhaustive(&domains, "K = 2 row, every activation pair, f32 bits", float_path, kernel, |_| None))
 }

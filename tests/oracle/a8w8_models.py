@@ -9,6 +9,8 @@ are the graph input, the weights constant, the output codes the graph output.
   z_x[m], int8 weights with z_w[n], uint8 output with z_y), 8×16×6;
 * `per_token_gemm` — a rank-3 [2, 4, 16] activation per token (axis 1) into Gemm-free MatMul, and
   `gemm_bias` — Gemm with transB and an int32 bias at its own scale, per-row × per-column;
+* float output (no Q): `float_out` — per-row × per-column with zero points, `float_out_per_tensor`
+  — one activation scale, 8×16×6;
 * refused: `per_k` — s_x along K (DQ axis 1 of the [M, K] activation), `blocked_k` — weights
   blocked along K (block size 4), `weight_k` — s_w per K row (DQ axis 0 of the [K, N] weight).
 
@@ -111,15 +113,32 @@ def build(name: str) -> onnx.ModelProto:
         inits = [init(sx, "s_x"), init(zx, "z_x"), init(w, "w_q"), init(sw, "s_w"), init(zw, "z_w"), init(bias, "b_q"), init(sb, "s_b"),
                  init(sy, "s_y"), init(np.array(120, np.uint8), "z_y")]
         return _graph(name, TensorProto.UINT8, [m, k], nodes, inits, TensorProto.UINT8, [m, n])
+    if name in ("float_out", "float_out_per_tensor"):
+        per_row = name == "float_out"
+        sx = _scales(rng, m, 0.01, 0.03) if per_row else _scales(rng, 1, 0.01, 0.03).reshape(())
+        zx = rng.integers(-20, 21, size=m, dtype=np.int8) if per_row else np.array(5, np.int8)
+        sw, zw = _scales(rng, n, 0.002, 0.006), rng.integers(-10, 11, size=n, dtype=np.int8)
+        w = rng.integers(-127, 128, size=(k, n), dtype=np.int8)
+        nodes = [helper.make_node("DequantizeLinear", ["x_q", "s_x", "z_x"], ["x"], name="dq_x", **({"axis": 0} if per_row else {})),
+                 helper.make_node("DequantizeLinear", ["w_q", "s_w", "z_w"], ["w"], name="dq_w", axis=1),
+                 helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")]
+        inits = [init(sx, "s_x"), init(zx, "z_x"), init(w, "w_q"), init(sw, "s_w"), init(zw, "z_w")]
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x_q", TensorProto.INT8, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits)
+        fm = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], producer_name="qdqc-a8w8-seed")
+        fm.ir_version = 10
+        onnx.checker.check_model(fm, full_check=True)
+        return fm
     raise ValueError(f"unknown model {name}")
 
 
 FUSED = ["per_tensor", "per_axis", "per_axis_large", "asymmetric", "per_token", "gemm_bias"]
 REFUSED = ["per_k", "weight_k", "blocked_k"]
+FLOAT = ["float_out", "float_out_per_tensor"]
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    for name in FUSED + REFUSED:
+    for name in FUSED + REFUSED + FLOAT:
         onnx.save(build(name), out / f"{name}.onnx")
         print(out / f"{name}.onnx")

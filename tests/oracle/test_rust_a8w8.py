@@ -31,7 +31,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from a8w8_models import FUSED, build
+from a8w8_models import FLOAT, FUSED, build
 from oracle_util import QDQC_BIN, REPO, ort_session
 
 BUILD_DIR = REPO / "target" / "rust-real-build"
@@ -194,3 +194,44 @@ def test_scale_along_k_is_refused_with_a_checked_counterexample(name):
         y = ort_session(m).run(["y_q"], {"x_q": x})[0]
         print(f"{name}: refuted at column {col}, x[{k1}] = {row[k1]}, x[{k2}] = {row[k2]}: C = 0 for both rows, exact outputs "
               f"{ce['unfused']} vs {ce['fused']}; ORT's float path gives {y[0, col]} vs {y[1, col]}")
+
+
+def f32_rne(v: Fraction) -> np.float32:
+    """The f32 nearest v, ties to even (finite v): float(v) is the correctly rounded double, within
+    one f32 step of the answer, so the answer is it or a neighbour."""
+    y = np.float32(float(v))
+    candidates = [np.nextafter(y, np.float32(-np.inf)), y, np.nextafter(y, np.float32(np.inf))]
+    return min(candidates, key=lambda c: (abs(Fraction(float(c)) - v), int(np.array(c, np.float32).view(np.uint32)) & 1))
+
+
+@pytest.mark.parametrize("name", FLOAT)
+def test_float_output_is_the_correctly_rounded_exact_value(name):
+    """DQ·DQ → MatMul with no Q under `real`: `a8w8-matmul-float` fires, and every f32 output is the
+    correctly rounded f32 of Σ_k (x − zx)(w − zw)·sx·sw (one rounding instead of K; ORT's float
+    path, which rounds every product and partial sum, is compared for the record)."""
+    m, d, crate, report = compile_rust(name)
+    dec = decision(report, "a8w8-matmul-float")
+    assert dec["fired"], dec
+    assert "A8W8::float" in (crate / "src" / "lib.rs").read_text()
+    build_crate(crate)
+    p = params(m)
+    w = p["w_q"].astype(np.int64)
+    k, n = w.shape
+    rows = m.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    sx, zx = per_axis(p["s_x"], rows, np.asarray(p["s_x"]).size), per_axis(p["z_x"], rows, np.asarray(p["z_x"]).size)
+    sw, zw = per_axis(p["s_w"], n, n), np.array(per_axis(p["z_w"], n, n), dtype=np.int64)
+    ort_diff = 0
+    for seed in range(3):
+        x = np.random.default_rng(seed).integers(-128, 128, size=(rows, k), dtype=np.int8)
+        np.savez(d / "in.npz", x_q=x)
+        h = subprocess.run([str(BUILD_DIR / "debug" / name), str(d / "in.npz"), str(d / "out.npz")], capture_output=True, text=True)
+        assert h.returncode == 0, h.stderr
+        got = np.load(d / "out.npz")["y"]
+        c = (x.astype(np.int64) - np.array(zx, dtype=np.int64)[:, None]) @ (w - zw[None, :])
+        want = np.array([[f32_rne(int(c[i, j]) * Fraction(float(sx[i])) * Fraction(float(sw[j]))) for j in range(n)] for i in range(rows)], np.float32)
+        assert got.dtype == np.float32 and got.shape == want.shape
+        bad = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
+        assert bad == 0, f"{name} seed {seed}: {bad} of {want.size} outputs are not the correctly rounded exact value"
+        ort = ort_session(m).run(["y"], {"x_q": x})[0]
+        ort_diff += int(np.count_nonzero(ort.view(np.uint32) != want.view(np.uint32)))
+    print(f"{name}: 3 seeds × {want.size} f32 outputs are the correctly rounded exact value; ORT's float path differs on {ort_diff}")

@@ -34,7 +34,8 @@ pub struct A8W8 {
     bias: Vec<i32>,
     bias_scales: Vec<f32>,
     sy: f32,
-    output: Output,
+    /// `None`: the float-output group ([`A8W8::run_f32`]).
+    output: Option<Output>,
     /// Consecutive rows per row parameter (1, or the token count of a per-batch parameter).
     inner: usize,
 }
@@ -78,7 +79,7 @@ impl A8W8 {
             bias: if bias.is_empty() { vec![0; n] } else { bias.to_vec() },
             bias_scales: (0..if bias_scales.is_empty() { 0 } else { n }).map(|c| bias_scales[if bias_scales.len() == 1 { 0 } else { c }]).collect(),
             sy,
-            output,
+            output: Some(output),
             inner: 1,
         };
         for t in 0..plan.row_scales.len() {
@@ -86,6 +87,14 @@ impl A8W8 {
                 plan.ratio(t, c)?;
             }
         }
+        Ok(plan)
+    }
+
+    /// The float-output group `DQ(x)·DQ(w)` (no bias, no Q): [`A8W8::run_f32`] writes the
+    /// correctly rounded f32 of `C[m][n]·sx[m]·sw[n]`. Refused for a scale that is not a positive
+    /// finite f32.
+    pub fn float(b: &PackedB, row_scales: &[f32], row_zero_points: &[i32], col_scales: &[f32]) -> Result<A8W8, RequantError> {
+        let plan = A8W8 { output: None, ..A8W8::new(b, row_scales, row_zero_points, col_scales, &[], &[], 1.0, Output::new(0, crate::requant::Code::U8)?)? };
         Ok(plan)
     }
 
@@ -113,10 +122,11 @@ impl A8W8 {
     /// into the caller's `m × n` scratch `c`, then the epilogue per element.
     pub fn run<C: CodeOut>(&self, kernels: crate::Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32], out: &mut [C]) -> Result<(), GemmError> {
         let n = self.n();
-        if b.n() != n || C::CODE != self.output.code() || out.len() != m * n {
+        let output = self.output.ok_or_else(|| GemmError::Requant("a float-output plan run for codes".into()))?;
+        if b.n() != n || C::CODE != output.code() || out.len() != m * n {
             return Err(GemmError::Requant(format!(
                 "{n}-column plan of {:?} codes for {} columns, {} {:?} outputs, m = {m}",
-                self.output.code(),
+                output.code(),
                 b.n(),
                 out.len(),
                 C::CODE
@@ -130,9 +140,69 @@ impl A8W8 {
             for (col, ((&acc, y), &d)) in c_row.iter().zip(out_row.iter_mut()).zip(&self.col_sums).enumerate() {
                 let acc = acc.wrapping_sub(zx.wrapping_mul(d));
                 let (bias, ratio) = self.ratio(t, col).map_err(|e| GemmError::Requant(e.to_string()))?;
-                *y = C::from_code(requant_exact(acc, bias, &ratio, self.output));
+                *y = C::from_code(requant_exact(acc, bias, &ratio, output));
             }
         }
         Ok(())
     }
+}
+
+impl A8W8 {
+    /// `out[m][n] = ` the correctly rounded f32 (ties to even) of `C[m][n]·sx[m]·sw[n]`: the
+    /// float-output group under the `real` contract (one rounding instead of K).
+    pub fn run_f32(&self, kernels: crate::Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32], out: &mut [f32]) -> Result<(), GemmError> {
+        let n = self.n();
+        if self.output.is_some() || b.n() != n || out.len() != m * n {
+            return Err(GemmError::Requant(format!(
+                "{n}-column float plan (is one: {}) for {} columns, {} outputs, m = {m}",
+                self.output.is_none(),
+                b.n(),
+                out.len()
+            )));
+        }
+        gemm_u8(kernels, a, m, 0, b, c)?;
+        let period = self.row_scales.len();
+        let cols: Vec<(u64, i32)> = self.col_scales.iter().map(|&s| dyadic(s)).collect();
+        for (row, (c_row, out_row)) in c.chunks_exact(n).zip(out.chunks_exact_mut(n)).enumerate() {
+            let t = (row / self.inner) % period;
+            let (zx, (mx, ex)) = (self.row_zero_points[t], dyadic(self.row_scales[t]));
+            for ((&acc, y), (&d, &(mw, ew))) in c_row.iter().zip(out_row.iter_mut()).zip(self.col_sums.iter().zip(&cols)) {
+                let acc = acc.wrapping_sub(zx.wrapping_mul(d));
+                // |acc| < 2^31, mx·mw < 2^48: the product fits i128 exactly.
+                *y = rne_f32(i128::from(acc) * i128::from(mx * mw), ex + ew);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `s = m·2^e` with an integer `m < 2^24` for a positive finite f32 (checked by [`A8W8::new`]).
+fn dyadic(s: f32) -> (u64, i32) {
+    let bits = s.to_bits();
+    let (frac, biased) = (u64::from(bits & 0x7f_ffff), ((bits >> 23) & 0xff) as i32);
+    if biased == 0 { (frac, -149) } else { (frac | 1 << 23, biased - 150) }
+}
+
+/// The f32 nearest `v·2^e` (ties to even), subnormals and overflow to infinity included.
+pub fn rne_f32(v: i128, e: i32) -> f32 {
+    if v == 0 {
+        return 0.0;
+    }
+    let m = v.unsigned_abs();
+    let top = 127 - m.leading_zeros() as i32 + e; // v·2^e in [2^top, 2^(top+1))
+    // The unit of the last kept bit: 24 significant bits, never below the subnormal unit 2^-149.
+    let unit = (top - 23).max(-149);
+    let shift = unit - e;
+    let q = if shift <= 0 {
+        m << -shift
+    } else if shift >= 128 {
+        0
+    } else {
+        let (q, rest) = (m >> shift, m & ((1u128 << shift) - 1));
+        let half = 1u128 << (shift - 1);
+        if rest > half || (rest == half && q & 1 == 1) { q + 1 } else { q }
+    };
+    // q ≤ 2^24 and unit ≥ -149: q·2^unit is exact in f64, and an f32 unless it overflows.
+    let y = (q as f64 * 2f64.powi(unit)) as f32;
+    if v < 0 { -y } else { y }
 }

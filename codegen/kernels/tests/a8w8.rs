@@ -109,3 +109,52 @@ fn refuses_plans_that_do_not_fit() {
     assert!(A8W8::new(&packed, &[-0.1], &[0], &[0.1], &[], &[], 1.0, out).is_err(), "a negative scale");
     assert!(A8W8::new(&packed, &[0.1], &[0], &[0.1], &[1, 2, 3], &[f32::NAN], 1.0, out).is_err(), "a NaN bias scale");
 }
+
+/// `rne_f32(v, e)` against f64 arithmetic where that is exact (|v| < 2^53, so `v·2^e` is an f64
+/// and one conversion to f32 rounds it correctly), over normal, subnormal, tie and overflowing
+/// values; and the float-output group against it.
+#[test]
+fn float_output_is_the_correctly_rounded_exact_value() {
+    use qdqc_kernels::a8w8::rne_f32;
+    let reference = |v: i64, e: i32| ((v as f64) * 2f64.powi(e)) as f32;
+    let mut rng = Rng::new(7);
+    for _ in 0..200_000 {
+        let bits = 1 + rng.below(52) as u32;
+        let v = (rng.next() >> (64 - bits)) as i64 * if rng.next() & 1 == 0 { 1 } else { -1 };
+        let e = rng.below(330) as i32 - 200;
+        let (got, want) = (rne_f32(i128::from(v), e), reference(v, e));
+        assert_eq!(got.to_bits(), want.to_bits(), "v = {v}, e = {e}: {got:e} vs {want:e}");
+    }
+    // Ties: 2^24 + 1 and 2^24 + 3 halfway between f32s, to even; a subnormal tie; overflow.
+    assert_eq!(rne_f32((1 << 24) + 1, 0), 16_777_216.0);
+    assert_eq!(rne_f32((1 << 24) + 3, 0), 16_777_220.0);
+    assert_eq!(rne_f32(3, -150).to_bits(), 2);
+    assert_eq!(rne_f32(1, 128), f32::INFINITY);
+    assert_eq!(rne_f32(-(1i128 << 100), 40), f32::NEG_INFINITY);
+    // Beyond 53 bits: 2^70 + 2^46 + 1 is just above the tie between 2^70 and 2^70 + 2^47.
+    assert_eq!(rne_f32((1i128 << 70) + (1 << 46) + 1, 0), (1u128 << 70) as f32 + 2f32.powi(47));
+    assert_eq!(rne_f32((1i128 << 70) + (1 << 46), 0), (1u128 << 70) as f32);
+
+    let Some(kern) = kernels(Isa::Portable) else { return };
+    let (m, k, n) = (5, 40, 7);
+    let a = rng.u8s(m * k);
+    let w = rng.i8s(k * n);
+    let zw: Vec<i8> = (0..n).map(|_| rng.below(21) as i8 - 10).collect();
+    let zx: Vec<i32> = (0..m).map(|_| 100 + rng.below(56) as i32).collect();
+    let sx: Vec<f32> = (0..m).map(|_| log_uniform(&mut rng, 0.01, 0.03)).collect();
+    let sw: Vec<f32> = (0..n).map(|_| log_uniform(&mut rng, 0.002, 0.006)).collect();
+    let packed = PackedB::from_i8(&w, k, n, Layout::KN, &zw).unwrap();
+    let plan = A8W8::float(&packed, &sx, &zx, &sw).unwrap();
+    let (mut acc, mut y) = (vec![0i32; m * n], vec![0f32; m * n]);
+    plan.run_f32(kern, &a, m, &packed, &mut acc, &mut y).unwrap();
+    for row in 0..m {
+        for col in 0..n {
+            let c: i64 = (0..k).map(|p| (i64::from(a[row * k + p]) - i64::from(zx[row])) * (i64::from(w[p * n + col]) - i64::from(zw[col]))).sum();
+            let ((nx, px), (nw, pw)) = (as_fraction(sx[row]), as_fraction(sw[col]));
+            let want = rne_f32(i128::from(c) * nx * nw, -((px + pw) as i32));
+            assert_eq!(y[row * n + col].to_bits(), want.to_bits(), "row {row} column {col}");
+        }
+    }
+    let mut codes = vec![0u8; m * n];
+    assert!(plan.run(kern, &a, m, &packed, &mut acc, &mut codes).is_err(), "a float plan refuses to write codes");
+}

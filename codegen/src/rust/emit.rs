@@ -248,11 +248,24 @@ impl Emitter<'_, '_> {
             a.y.zero_point,
             a.inner
         );
+        let init = if a.float_output {
+            format!(
+                "{{ let b = {packed}; let plan = qdqc_kernels::a8w8::A8W8::float(&b, &{}, &blob.i32s({}, {}), &{}).map_err({err})?.with_inner({}); (b, plan) }}",
+                self.f32_init(&a.x_scales),
+                self.blob.add(&zx_bytes),
+                zx.len(),
+                self.f32_init(&a.weight_scales),
+                a.inner
+            )
+        } else {
+            init
+        };
         // One field: the plan is made from the packed weights' column sums.
         self.fields.push((field.clone(), "(PackedB, qdqc_kernels::a8w8::A8W8)".into(), init));
         let xt = x_elem.rust();
+        let run = if a.float_output { "run_f32" } else { "run" };
         Ok(format!(
-            "{{ let s = &mut ws.scratch; s.acc.resize(y.len(), 0); let a = <{xt} as AsU8>::as_u8({}, &mut s.codes); self.{field}.1.run(self.k, a, ({}) / {}, &self.{field}.0, &mut s.acc, &mut y).map_err({err})?; }}",
+            "{{ let s = &mut ws.scratch; s.acc.resize(y.len(), 0); let a = <{xt} as AsU8>::as_u8({}, &mut s.codes); self.{field}.1.{run}(self.k, a, ({}) / {}, &self.{field}.0, &mut s.acc, &mut y).map_err({err})?; }}",
             self.slice(x0)?,
             self.numel(x0)?,
             a.k

@@ -59,6 +59,8 @@ pub struct A8W8 {
     pub k: usize,
     pub n: usize,
     pub trans_b: bool,
+    /// No Q: f32 output, the correctly rounded exact value (`y` unused).
+    pub float_output: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -290,7 +292,8 @@ impl Node<'_, '_> {
 
 /// qdqc's A8W8MatMul (`rewrites/src/rules/a8w8.rs`): inputs x, sx, zx, w, sw, zw, sy, zy[, b, sb].
 fn a8w8(n: &Node) -> Result<A8W8, String> {
-    n.only(&["transB", "rows_inner"])?;
+    n.only(&["transB", "rows_inner", "float_output"])?;
+    let float_output = n.int("float_output", 0)? != 0;
     let x_scales = n.scales(1)?;
     let x_zps = n.constant(2)?.ints;
     let x_zps = if x_zps.len() == 1 { vec![x_zps[0]; x_scales.len()] } else { x_zps };
@@ -302,7 +305,8 @@ fn a8w8(n: &Node) -> Result<A8W8, String> {
     let trans_b = n.int("transB", 0)? != 0;
     let [r, c] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
     let (k, nn) = if trans_b { (c, r) } else { (r, c) };
-    let (y, _) = n.q(6, 7)?;
+    // The float output has no y parameters (and no bias).
+    let y = if float_output { Q { scale: 1f32.to_bits(), zero_point: 0 } } else { n.q(6, 7)?.0 };
     let bias = n.inputs.get(8).filter(|s| !s.is_empty()).cloned();
     let bias_scales = if bias.is_some() { n.scales(9)? } else { Vec::new() };
     let inner = usize::try_from(n.int("rows_inner", 1)?).ok().filter(|&i| i > 0).ok_or("rows_inner must be positive")?;
@@ -320,6 +324,7 @@ fn a8w8(n: &Node) -> Result<A8W8, String> {
         k,
         n: nn,
         trans_b,
+        float_output,
     })
 }
 
@@ -424,7 +429,11 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             };
             (Kind::Gemm { int, k, n: nn, trans_b }, vec![tensor(0)?], elem)
         }
-        "A8W8MatMul" => (Kind::A8W8(Box::new(a8w8(n)?)), vec![tensor(0)?], n.zero_point(7)?.1),
+        "A8W8MatMul" => {
+            let a = a8w8(n)?;
+            let elem = if a.float_output { Elem::F32 } else { n.zero_point(7)?.1 };
+            (Kind::A8W8(Box::new(a)), vec![tensor(0)?], elem)
+        }
         "QLinearAdd" | "QLinearMul" => {
             n.only(&[])?;
             let (a, _) = n.q(1, 2)?;

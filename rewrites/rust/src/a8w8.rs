@@ -14,6 +14,16 @@
 //! | `real`: `requant_exact` is the definition (by construction) | it is `sat(rne((C·sx[m]·sw[n] + b·sb)/sy) + zy)` exactly, the contract's rounding of the exact value |
 //! | `exact`: each distinct row parameter `(sx[t], zx[t])` as a per-tensor group through [`crate::gemm::prove`] (P2 then P3), within a budget of rows × weights | the float path of the row is the per-tensor group's; without P2 it is not one function of the inputs |
 //!
+//! The float-output group (`DQ(x)·DQ(w)` → MatMul, no Q; [`prove_float`]) runs the same GEMM and
+//! writes `rne_f32(C·sx[m]·sw[n])`, the correctly rounded f32 of the exact value (one rounding
+//! instead of K):
+//!
+//! | condition | why |
+//! |---|---|
+//! | the conditions above on codes, scales and the i32 bound (no bias, no output) | the same GEMM |
+//! | `real`: `rne_f32` is the definition (by construction) | the contract's float output is the correctly rounded exact value |
+//! | `exact`: P2 ([`p2::dot_product`]) for every distinct row parameter and every column | the float path is then exact, so it equals the correctly rounded value; without P2 it is not one function of the inputs |
+//!
 //! A scale that varies along K (an activation scale per K, a weight scale per K row, blocked
 //! scales along K) weights the products inside the sum: no epilogue of `C` applies it.
 //! [`refute_along_k`] shows it on the instance: one activation row whose `C[n]` is 0, as is the
@@ -21,6 +31,7 @@
 
 use crate::gemm;
 use qdqc_exact::num::Dyadic;
+use qdqc_exact::p2::{self, DotProduct};
 use qdqc_exact::reference::{CodeType, quantize_real};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict, by_construction};
 use qdqc_kernels::requant::Ratio;
@@ -163,6 +174,61 @@ fn exact(g: &RowGroup, header: &str, start: Instant) -> Verdict {
     }
     let detail = format!("{header}; exact: {} distinct row parameter(s), each P2 then P3 as a per-tensor group", distinct.len());
     Verdict::Exact { proof: Certificate { method: Method::P3RequantWindow, domain, micros: micros(start), detail } }
+}
+
+/// The float-output group (`g.y` and `g.bias` unused; a bias is refused): real by construction,
+/// exact where P2 holds for every distinct row parameter and column.
+pub fn prove_float(g: &RowGroup, contract: Contract) -> Verdict {
+    let start = Instant::now();
+    if g.bias.is_some() {
+        return Verdict::Unknown { reason: "refused: a float-output group with a bias is not modelled".into() };
+    }
+    let unit = RowGroup { y: QParam::new(1.0, 0, CodeType::U8), ..g.clone() };
+    let bound = match validate(&unit) {
+        Ok(b) => b,
+        Err(reason) => return Verdict::Unknown { reason: format!("refused: {reason}") },
+    };
+    let header = format!(
+        "A8W8 float output on the Rust kernels: {} row parameter(s) × {} column(s); i32 accumulation: every reachable |Σ(x − zx[m])(w − zw[n])| ≤ {bound}",
+        g.x_scales.len(),
+        g.weights.len()
+    );
+    if contract == Contract::Real {
+        return by_construction(
+            "qdqc_kernels::a8w8::rne_f32",
+            format!("{header}; rne_f32(C·sx[m]·sw[n]) is the correctly rounded f32 of the exact value"),
+            0,
+            start,
+        );
+    }
+    let mut distinct: Vec<(u32, i64)> = g.x_scales.iter().zip(&g.x_zero_points).map(|(s, &z)| (s.to_bits(), z)).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let weights = g.weights.len() as u64 * g.weights[0].len() as u64;
+    if distinct.len() as u64 * weights > EXACT_BUDGET {
+        return Verdict::Unknown {
+            reason: format!("refused: exact: {} distinct row parameters × {weights} weights is beyond the budget of {EXACT_BUDGET}", distinct.len()),
+        };
+    }
+    for &(bits, z) in &distinct {
+        for (c, w) in g.weights.iter().enumerate() {
+            let dot = DotProduct {
+                x_scale: f32::from_bits(bits),
+                x_zero_point: z,
+                x_codes: g.x_codes,
+                w_scale: pick(&g.w_scales, c),
+                w_zero_point: pick(&g.w_zero_points, c),
+                weights: w,
+                alpha: 1.0,
+                bias: None,
+            };
+            if let Err(why) = p2::dot_product(&dot) {
+                return Verdict::Unknown { reason: format!("refused: exact: P2 fails for row parameter sx = {:e}, column {c}: {why}", f32::from_bits(bits)) };
+            }
+        }
+    }
+    let detail = format!("{header}; exact: P2 for {} distinct row parameter(s) × {} column(s): the float path is exact", distinct.len(), g.weights.len());
+    Verdict::Exact { proof: Certificate { method: Method::P2Representable, domain: distinct.len() as u64 * weights, micros: micros(start), detail } }
 }
 
 /// One activation row of a group whose scales vary along K, with everything expanded per `k`:

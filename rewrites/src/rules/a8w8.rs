@@ -20,36 +20,48 @@
 //! | Gemm: `alpha = 1`, no transA, `beta = 1` with C | the ratio is `sx·sw/sy` |
 //! | output per tensor | one `sy`, `zy` |
 //!
+//! `a8w8-matmul-float`: `DQ(x)·DQ(w)` → MatMul with no Q (any activation layout above, the
+//! per-tensor one included; no bias), into the same op with `float_output = 1`, proven by
+//! [`qdqc_target_rust::a8w8::prove_float`] (`real`: the correctly rounded f32 of the exact value,
+//! by construction; `exact`: P2 per row parameter and column). A scale along K is refused there
+//! with its reason (no Q: the counterexample above is about output codes).
+//!
 //! Broken twins: `tests/broken` "rust_a8w8_per_k_scale_folded_per_row",
-//! "rust_a8w8_row_zero_point_ignored".
+//! "rust_a8w8_row_zero_point_ignored", "rust_a8w8_float_output_rounded_per_product".
 
 use super::group::{Group, channels, constant, constant_codes, explicit_zero_point, qparam, tag, var};
 use super::{Log, Rewrite, RuleOptions};
 use crate::target::Target;
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
-use qdqc_exact::Verdict;
 use qdqc_exact::num::Dyadic;
 use qdqc_exact::reference::CodeType;
+use qdqc_exact::{QParam, Verdict};
 use qdqc_lang::analysis::{Dim, QdqAnalysis, QdqEGraph};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
-use qdqc_lang::term::Term;
+use qdqc_lang::term::{Op, Term};
 use qdqc_ort::requant::Bias;
-use qdqc_target_rust::a8w8::{AlongK, RowGroup, prove, refute_along_k};
+use qdqc_target_rust::a8w8::{AlongK, RowGroup, prove, prove_float, refute_along_k};
 
 /// The fused op's type and domain.
 pub const OP: (&str, &str) = ("A8W8MatMul", "qdqc");
 
 /// (rule name, op matched, whether the pattern has a DQ'd bias).
-const RULES: [(&str, &str, bool); 3] = [("a8w8-matmul", "MatMul", false), ("a8w8-gemm", "Gemm", false), ("a8w8-gemm-bias", "Gemm", true)];
+/// The float-output rule: `DQ(x)·DQ(w)` → MatMul with no Q.
+const FLOAT: &str = "a8w8-matmul-float";
+
+const RULES: [(&str, &str, bool); 4] =
+    [("a8w8-matmul", "MatMul", false), ("a8w8-gemm", "Gemm", false), ("a8w8-gemm-bias", "Gemm", true), (FLOAT, "MatMul", false)];
 
 pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
     RULES
         .into_iter()
         .map(|(name, op, bias)| {
             let b = if bias { " (dq ?tb ?b ?sb ?zb)" } else { "" };
-            let pattern = format!("(q ?tq ({op} ?to (dq ?tx ?x ?sx ?zx) (dq ?tw ?w ?sw ?zw){b}) ?sy ?zy)");
-            let applier = Fusion { gemm: op == "Gemm", bias, name, options: options.clone(), log: log.clone() };
+            let float = name == FLOAT;
+            let inner = format!("({op} ?to (dq ?tx ?x ?sx ?zx) (dq ?tw ?w ?sw ?zw){b})");
+            let pattern = if float { inner } else { format!("(q ?tq {inner} ?sy ?zy)") };
+            let applier = Fusion { gemm: op == "Gemm", bias, float, name, options: options.clone(), log: log.clone() };
             Rewrite::new(name, pattern.parse::<egg::Pattern<Term>>().expect("valid pattern"), applier).expect("valid rule")
         })
         .collect()
@@ -58,6 +70,8 @@ pub fn rules(options: &RuleOptions, log: &Log) -> Vec<Rewrite> {
 struct Fusion {
     gemm: bool,
     bias: bool,
+    /// No Q after the op: the output is the correctly rounded f32 of the exact value.
+    float: bool,
     name: &'static str,
     options: RuleOptions,
     log: Log,
@@ -183,10 +197,17 @@ impl Fusion {
         let at = |kk: usize, nn: usize| if trans_b { nn * k + kk } else { kk * n + nn };
         let xl = layout(eg, s, "?tx", "?sx", "?zx", x_rank, "activation")?;
         let wl = layout(eg, s, "?tw", "?sw", "?zw", 2, "weight")?;
-        let y = qparam(eg, Some(output), var(s, "?sy"), var(s, "?zy")).map_err(|e| format!("output parameters: {e}"))?;
+        let y = if self.float {
+            QParam::new(1.0, 0, CodeType::U8)
+        } else {
+            qparam(eg, Some(output), var(s, "?sy"), var(s, "?zy")).map_err(|e| format!("output parameters: {e}"))?
+        };
         let bias = if self.bias { Some(column_bias(eg, s, n)?) } else { None };
         let x_codes = eg[x].data.codes.map_or(x_code.range(), |r| (r.lo, r.hi));
         let (x_k, w_k) = along_k(&xl, x_rank, &wl, k_axis);
+        if (x_k || w_k) && self.float {
+            return Err("a scale along K: it weights the products inside Σ_k, so no epilogue of the integer accumulator applies it".into());
+        }
         if x_k || w_k {
             // The first row, every parameter expanded per k (blocked: the block of k).
             let x_param = |kk: usize| {
@@ -232,7 +253,7 @@ impl Fusion {
         }
         let inner = activation_rows(eg, x, &xl)?;
         weight_columns(&wl, 1 - k_axis)?;
-        if xl.axis.is_none() {
+        if xl.axis.is_none() && !self.float {
             return Ok(Matched::PerTensor);
         }
         let group = RowGroup {
@@ -256,7 +277,13 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let mut tags = vec![var(s, "?tx"), var(s, "?tw")];
         tags.extend(self.bias.then(|| var(s, "?tb")));
         tags.push(var(s, "?to"));
-        let Some(group) = Group::new(eg, &tags, var(s, "?tq")) else { return vec![] };
+        // A MatMul read by a Q is the Q group's (the rules above): the float form would only add
+        // a costlier alternative there.
+        if self.float && read_by_q(eg, eclass) {
+            return vec![];
+        }
+        let anchor = if self.float { var(s, "?to") } else { var(s, "?tq") };
+        let Some(group) = Group::new(eg, &tags, anchor) else { return vec![] };
         if self.log.decided(self.name, &group.output) {
             return vec![];
         }
@@ -264,7 +291,8 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let profiles = self.options.target.profiles();
         let refuse = |verdict: Verdict| profiles.iter().map(|&p| (p, verdict.clone())).collect();
         let (g, inner, trans_b) = match self.read(eg, s, eclass) {
-            Ok(Matched::PerTensor) => return vec![],
+            Ok(Matched::PerTensor) if !self.float => return vec![],
+            Ok(Matched::PerTensor) => unreachable!("the float rule reads a per-tensor activation as one row parameter"),
             Ok(Matched::AlongK(g)) => {
                 group.log(&self.log, self.name, &fused_op, false, refuse(refute_along_k(&g)));
                 return vec![];
@@ -275,7 +303,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
                 return vec![];
             }
         };
-        let verdict = prove(&g, self.options.contract);
+        let verdict = if self.float { prove_float(&g, self.options.contract) } else { prove(&g, self.options.contract) };
         let fired = verdict.is_exact();
         group.log(&self.log, self.name, &fused_op, fired, refuse(verdict));
         if !fired {
@@ -284,16 +312,27 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let zp = |eg: &mut QdqEGraph, v: &str, code: CodeType, what: &str| {
             explicit_zero_point(eg, var(s, v), code, &format!("{}/qdqc_{what}_zero_point", group.output))
         };
-        let (zx, zw, zy) = (zp(eg, "?zx", g.x_code, "x"), zp(eg, "?zw", g.w_code, "w"), zp(eg, "?zy", g.y.code, "y"));
-        let mut inputs = vec![var(s, "?x"), var(s, "?sx"), zx, var(s, "?w"), var(s, "?sw"), zw, var(s, "?sy"), zy];
+        let (zx, zw) = (zp(eg, "?zx", g.x_code, "x"), zp(eg, "?zw", g.w_code, "w"));
+        let mut inputs = vec![var(s, "?x"), var(s, "?sx"), zx, var(s, "?w"), var(s, "?sw"), zw];
+        if !self.float {
+            let zy = zp(eg, "?zy", g.y.code, "y");
+            inputs.extend([var(s, "?sy"), zy]);
+        }
         if self.bias {
             inputs.extend([var(s, "?b"), var(s, "?sb")]);
         }
-        let attributes = vec![Attribute::int("transB", i64::from(trans_b)), Attribute::int("rows_inner", inner as i64)];
+        let mut attributes = vec![Attribute::int("transB", i64::from(trans_b)), Attribute::int("rows_inner", inner as i64)];
+        attributes.extend(self.float.then(|| Attribute::int("float_output", 1)));
         let fused = group.add_kernel(eg, OP.0, OP.1, attributes, inputs);
         eg.union(eclass, fused);
         vec![eclass, fused]
     }
+}
+
+/// Whether some `q` in the e-graph quantizes the value of `eclass`.
+fn read_by_q(eg: &QdqEGraph, eclass: Id) -> bool {
+    let eclass = eg.find(eclass);
+    eg[eclass].parents().any(|p| eg[p].nodes.iter().any(|n| n.op == Op::Quantize && n.args.get(1).is_some_and(|&a| eg.find(a) == eclass)))
 }
 
 /// Whether the options register this family: the Rust target only (ONNX Runtime has no kernel
