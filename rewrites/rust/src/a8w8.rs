@@ -10,7 +10,7 @@
 //! |---|---|
 //! | x, w, y 8-bit codes; zero points codes of their type; bias zero point 0 | what the kernel takes |
 //! | every `Ratio::new(sx[t], sw[n], sy)` (with `with_bias(b[n], sb[n])`) is made | the kernel makes them per element at run time; made here, they cannot fail there |
-//! | `max_t max(|lo − zx[t]|, |hi − zx[t]|)·Σ_k |w[k][n] − zw[n]|` within i32 for every column, from the actual weights and the reachable x codes | the GEMM and the correction wrap modulo 2^32 alike: C is exact wherever its true value fits i32 |
+//! | `max_t max(abs(lo − zx[t]), abs(hi − zx[t]))·Σ_k abs(w[k][n] − zw[n])` within i32 for every column, from the actual weights and the reachable x codes | the GEMM and the correction wrap modulo 2^32 alike: C is exact wherever its true value fits i32 |
 //! | `real`: `requant_exact` is the definition (by construction) | it is `sat(rne((C·sx[m]·sw[n] + b·sb)/sy) + zy)` exactly, the contract's rounding of the exact value |
 //! | `exact`: each distinct row parameter `(sx[t], zx[t])` as a per-tensor group through [`crate::gemm::prove`] (P2 then P3), within a budget of rows × weights | the float path of the row is the per-tensor group's; without P2 it is not one function of the inputs |
 //!
