@@ -1249,5 +1249,34 @@ rule_test!(rust_a8w8_matmul_float_under_real: without_q(matmul_per_row([0.0123, 
 rule_test!(rust_a8w8_matmul_float_without_p2_under_exact: without_q(matmul_per_row([0.0123, 0.0456, 0.0517])), rust(Contract::Exact)
     => "a8w8-matmul-float" refused "unknown",
     |r: &Run| assert!(r.reasons().iter().all(|m| m.contains("P2 fails")), "{:?}", r.reasons()));
-rule_test!(rust_a8w8_matmul_float_refuses_scales_along_k: without_q(matmul_per_k_scales()), rust(Contract::Real) => "a8w8-matmul-float" refused "unknown",
-    |r: &Run| assert!(r.reasons().iter().all(|m| m.contains("a scale along K")), "{:?}", r.reasons()));
+/// The float output's refutation along K, replayed: the named row's accumulator is 0, its exact
+/// value (weight scales of [`matmul_per_k_scales`]) is not, and `unfused`/`fused` are the f32 bits
+/// of that value and of 0.
+fn float_along_k(r: &Run) {
+    for (_, v) in &r.decision().verdicts {
+        let Verdict::Refuted { counterexample: c, .. } = v else { panic!("not refuted: {v:?}") };
+        let get = |name: &str| c.inputs.iter().find(|(n, _)| n == name).map(|&(_, v)| v).unwrap();
+        let (n, k1, k2) = (get("column") as usize, get("k1") as usize, get("k2") as usize);
+        let row: Vec<i64> = (0..4)
+            .map(|i| {
+                if i == k1 {
+                    get("x[k1]")
+                } else if i == k2 {
+                    get("x[k2]")
+                } else {
+                    128
+                }
+            })
+            .collect();
+        let acc: i64 = (0..4).map(|i| (row[i] - 128) * SMALL_COLUMNS[n][i]).sum();
+        let exact: f64 = (0..4).map(|i| (row[i] - 128) as f64 / 128.0 * SMALL_COLUMNS[n][i] as f64 * f64::from(PER_K_W[i])).sum();
+        assert_eq!(acc, 0, "{c}");
+        // Powers of two and short codes: the f64 sum is exact, and it is an f32.
+        assert_eq!(c.unfused, i64::from((exact as f32).to_bits()), "{c}");
+        assert_eq!(c.fused, 0, "{c}");
+        assert_ne!(exact, 0.0, "{c}");
+    }
+}
+
+rule_test!(rust_a8w8_matmul_float_refutes_scales_along_k: without_q(matmul_per_k_scales()), rust(Contract::Real) => "a8w8-matmul-float" refused "refuted",
+    float_along_k);

@@ -34,6 +34,7 @@ use qdqc_exact::num::Dyadic;
 use qdqc_exact::p2::{self, DotProduct};
 use qdqc_exact::reference::{CodeType, quantize_real};
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict, by_construction};
+use qdqc_kernels::a8w8::rne_f32;
 use qdqc_kernels::requant::Ratio;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
 use std::time::Instant;
@@ -248,7 +249,8 @@ pub struct AlongK {
     pub w_zero_points: Vec<Vec<i64>>,
     /// The exact bias value of each column (`b·sb`), if any.
     pub bias: Option<Vec<Dyadic>>,
-    pub y: QParam,
+    /// The output's parameters; `None`: the float output (compared as correctly rounded f32 bits).
+    pub y: Option<QParam>,
 }
 
 /// Pairs of k [`refute_along_k`] tries at most.
@@ -259,7 +261,8 @@ pub const PAIRS_TRIED: u64 = 1 << 16;
 /// `−t·w'1/g` (`w'` = weight − zero point, g their gcd), so that `C[n] = 0`, as for the row of
 /// zero points; an epilogue is a function of `C[n]`, so it gives both rows one code, but their
 /// exact outputs differ. The largest `t` the codes allow is tried, over the columns and pairs of
-/// k in order. Refuted with that row, or unknown (still refused) when no pair shows it.
+/// k in order. Refuted with that row, or unknown (still refused) when no pair shows it. A float
+/// output compares the correctly rounded f32 (its bits) instead of the output codes.
 pub fn refute_along_k(g: &AlongK) -> Verdict {
     let start = Instant::now();
     let reason = format!("{}: the scale weights the products inside Σ_k, so no epilogue of the integer accumulator applies it", g.what);
@@ -270,7 +273,11 @@ pub fn refute_along_k(g: &AlongK) -> Verdict {
             let s = Dyadic::from_f32(g.x_scales[k])?.checked_mul(Dyadic::from_f32(g.w_scales[n][k])?)?;
             v = v.checked_add(Dyadic::int(d * (g.weights[n][k] - g.w_zero_points[n][k])).checked_mul(s)?)?;
         }
-        Some((v, quantize_real(v, g.y.scale, g.y.zero_point, g.y.code)?))
+        let out = match g.y {
+            Some(y) => quantize_real(v, y.scale, y.zero_point, y.code)?,
+            None => i64::from(rne_f32(v.mant, v.exp).to_bits()),
+        };
+        Some((v, out))
     };
     let mut tried = 0u64;
     for n in 0..g.weights.len() {

@@ -23,8 +23,8 @@
 //! `a8w8-matmul-float`: `DQ(x)·DQ(w)` → MatMul with no Q (any activation layout above, the
 //! per-tensor one included; no bias), into the same op with `float_output = 1`, proven by
 //! [`qdqc_target_rust::a8w8::prove_float`] (`real`: the correctly rounded f32 of the exact value,
-//! by construction; `exact`: P2 per row parameter and column). A scale along K is refused there
-//! with its reason (no Q: the counterexample above is about output codes).
+//! by construction; `exact`: P2 per row parameter and column). A scale along K is refuted the same
+//! way, on the correctly rounded f32 outputs.
 //!
 //! Broken twins: `tests/broken` "rust_a8w8_per_k_scale_folded_per_row",
 //! "rust_a8w8_row_zero_point_ignored", "rust_a8w8_float_output_rounded_per_product".
@@ -205,9 +205,6 @@ impl Fusion {
         let bias = if self.bias { Some(column_bias(eg, s, n)?) } else { None };
         let x_codes = eg[x].data.codes.map_or(x_code.range(), |r| (r.lo, r.hi));
         let (x_k, w_k) = along_k(&xl, x_rank, &wl, k_axis);
-        if (x_k || w_k) && self.float {
-            return Err("a scale along K: it weights the products inside Σ_k, so no epilogue of the integer accumulator applies it".into());
-        }
         if x_k || w_k {
             // The first row, every parameter expanded per k (blocked: the block of k).
             let x_param = |kk: usize| {
@@ -247,7 +244,7 @@ impl Fusion {
                 w_scales: (0..n).map(|nn| (0..k).map(|kk| wl.scales[w_param(kk, nn)]).collect()).collect(),
                 w_zero_points: (0..n).map(|nn| (0..k).map(|kk| wl.zero_points[w_param(kk, nn)]).collect()).collect(),
                 bias: bias_values,
-                y,
+                y: (!self.float).then_some(y),
             };
             return Ok(Matched::AlongK(Box::new(g)));
         }
