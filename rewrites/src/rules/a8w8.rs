@@ -165,8 +165,10 @@ fn gemm_attributes(attributes: &[Attribute], bias: bool) -> Result<bool, String>
 
 /// What a matched group is.
 enum Matched {
-    /// Per-tensor activation, weights per tensor or per column: [`super::gemm`]'s group.
-    PerTensor,
+    /// Another rule's group, not decided here: a per-tensor activation with weights per tensor or
+    /// per column ([`super::gemm`]'s; the float rule takes it when the rank is known), or weights
+    /// that are not a constant (a MatMul of two activations, `matmul_dynamic`).
+    Other,
     Rows {
         group: Box<RowGroup>,
         inner: usize,
@@ -182,13 +184,17 @@ fn pick<T: Copy>(v: &[T], i: usize) -> T {
 impl Fusion {
     fn read(&self, eg: &QdqEGraph, s: &Subst, output: Id) -> Result<Matched, String> {
         let (x, w) = (var(s, "?x"), var(s, "?w"));
-        let x_rank = eg[x].data.shape.as_ref().map_or(0, Vec::len);
+        let Some((dims, codes)) = constant_codes(eg, w) else { return Ok(Matched::Other) };
+        let Some(x_rank) = eg[x].data.shape.as_ref().map(Vec::len) else {
+            // Without a rank only a per-tensor activation can be read: another rule's group.
+            let one = constant(eg, var(s, "?sx")).and_then(|(_, c)| c.f32_bits.as_ref()).is_some_and(|b| b.len() == 1);
+            return if one { Ok(Matched::Other) } else { Err("activation: unknown rank".into()) };
+        };
         if !(2..=3).contains(&x_rank) {
             return Err(format!("activation of rank {x_rank} (2 or 3 are modelled)"));
         }
         let x_code = eg[x].data.dtype.and_then(CodeType::from_dtype).ok_or("activation: not integer codes")?;
         let w_code = eg[w].data.dtype.and_then(CodeType::from_dtype).ok_or("weights: not integer codes")?;
-        let (dims, codes) = constant_codes(eg, w).ok_or("weights: not a constant integer tensor")?;
         let &[a, b] = dims else { return Err(format!("weights: shape {dims:?} is not [K, N]")) };
         let (a, b) = (a as usize, b as usize);
         let attributes = tag(eg, var(s, "?to")).map(|t| eg.analysis.env.tag(t).attributes.clone()).unwrap_or_default();
@@ -251,7 +257,7 @@ impl Fusion {
         let inner = activation_rows(eg, x, &xl)?;
         weight_columns(&wl, 1 - k_axis)?;
         if xl.axis.is_none() && !self.float {
-            return Ok(Matched::PerTensor);
+            return Ok(Matched::Other);
         }
         let group = RowGroup {
             x_code,
@@ -288,8 +294,7 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let profiles = self.options.target.profiles();
         let refuse = |verdict: Verdict| profiles.iter().map(|&p| (p, verdict.clone())).collect();
         let (g, inner, trans_b) = match self.read(eg, s, eclass) {
-            Ok(Matched::PerTensor) if !self.float => return vec![],
-            Ok(Matched::PerTensor) => unreachable!("the float rule reads a per-tensor activation as one row parameter"),
+            Ok(Matched::Other) => return vec![],
             Ok(Matched::AlongK(g)) => {
                 group.log(&self.log, self.name, &fused_op, false, refuse(refute_along_k(&g)));
                 return vec![];
