@@ -1082,3 +1082,201 @@ fn every_family_is_tested_both_ways() {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// A8W8 with per-row activation parameters (`a8w8.rs`, the Rust target only).
+
+/// Per-axis (or blocked) parameters for the DQ of `name` in a [`group`] model: scales, zero point
+/// codes (of the DQ's code type, as bytes), the DQ's `axis` and `block_size`.
+fn with_axis(mut m: ModelProto, name: &str, scales: &[f32], zps: &[u8], dims: Vec<i64>, axis: i64, block: Option<i64>) -> ModelProto {
+    let graph = m.graph.as_mut().unwrap();
+    let s = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some(&format!("s_{name}"))).unwrap();
+    (s.dims, s.raw_data) = (dims.clone(), Some(scales.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>().into()));
+    let z = graph.initializer.iter_mut().find(|t| t.name.as_deref() == Some(&format!("z_{name}"))).unwrap();
+    (z.dims, z.raw_data) = (dims, Some(zps.to_vec().into()));
+    let dq = graph.node.iter_mut().find(|n| n.output == [format!("dq_{name}")]).unwrap();
+    let int = |n: &str, i: i64| AttributeProto { name: Some(n.into()), r#type: Some(AttributeType::Int as i32), i: Some(i), ..Default::default() };
+    dq.attribute.push(int("axis", axis));
+    dq.attribute.extend(block.map(|b| int("block_size", b)));
+    m
+}
+
+/// [`matmul`] (u8 x[3, 4] × i8 W[4, 2]) with a scale and zero point per activation row.
+const A8W8_ROW_SCALES: [f32; 3] = [0.0123, 0.0217, 0.0071];
+const A8W8_ROW_ZPS: [u8; 3] = [128, 97, 161];
+
+fn matmul_per_row(scales: [f32; 3]) -> ModelProto {
+    with_axis(matmul(scales), "x", &A8W8_ROW_SCALES, &A8W8_ROW_ZPS, vec![3], 0, None)
+}
+
+/// The unfused group's exact output for activation row `x` of row parameter `t`:
+/// `sat(rne(Σ_k DQ(x[k])·DQ(w[k][n]) / sy) + zy)` with the reference's exact values.
+fn per_row_reference(x: &[i64], t: usize, n: usize, sy: f32) -> i64 {
+    let mut v = Dyadic::ZERO;
+    for (k, &xk) in x.iter().enumerate() {
+        let p = dequantize_real(xk, A8W8_ROW_SCALES[t], i64::from(A8W8_ROW_ZPS[t]))
+            .unwrap()
+            .checked_mul(dequantize_real(SMALL_COLUMNS[n][k], 0.0456, 0).unwrap())
+            .unwrap();
+        v = v.checked_add(p).unwrap();
+    }
+    quantize_real(v, sy, 128, CodeType::U8).unwrap()
+}
+
+/// The fired group through the kernel crate's `A8W8` (every path is tested bit-identical in
+/// codegen/kernels/tests/a8w8.rs; the portable one here) on 4096 seeded rows per row parameter,
+/// against [`per_row_reference`].
+fn a8w8_matches_the_exact_group(sy: f32) -> impl Fn(&Run) {
+    move |_| {
+        use qdqc_kernels::requant::{Code, Output};
+        let w: Vec<i8> = SMALL.to_vec();
+        let b = qdqc_kernels::PackedB::from_i8(&w, 4, 2, qdqc_kernels::Layout::KN, &[0]).unwrap();
+        let zps: Vec<i32> = A8W8_ROW_ZPS.iter().map(|&z| i32::from(z)).collect();
+        let plan = qdqc_kernels::a8w8::A8W8::new(&b, &A8W8_ROW_SCALES, &zps, &[0.0456], &[], &[], sy, Output::new(128, Code::U8).unwrap()).unwrap();
+        let kernels = qdqc_kernels::Kernels::new(qdqc_kernels::Isa::Portable).unwrap();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let rows = 3 * 4096;
+        let x: Vec<u8> = (0..rows * 4)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let (mut acc, mut y) = (vec![0i32; rows * 2], vec![0u8; rows * 2]);
+        plan.run(kernels, &x, rows, &b, &mut acc, &mut y).unwrap();
+        for m in 0..rows {
+            let row: Vec<i64> = x[m * 4..m * 4 + 4].iter().map(|&v| i64::from(v)).collect();
+            for n in 0..2 {
+                assert_eq!(i64::from(y[m * 2 + n]), per_row_reference(&row, m % 3, n, sy), "row {m} ({row:?}), column {n}");
+            }
+        }
+    }
+}
+
+// 24-bit scales: no P2 under `exact`; under `real` the per-element exact epilogue.
+rule_test!(rust_a8w8_matmul_per_row_under_real: matmul_per_row([0.0123, 0.0456, 0.0517]), rust(Contract::Real) => "a8w8-matmul" fired,
+    a8w8_matches_the_exact_group(0.0517));
+rule_test!(rust_a8w8_matmul_per_row_without_p2_under_exact: matmul_per_row([0.0123, 0.0456, 0.0517]), rust(Contract::Exact) => "a8w8-matmul" refused "unknown",
+    |r: &Run| assert!(r.reasons().iter().any(|m| m.contains("P2")), "{:?}", r.reasons()));
+// ONNX Runtime has no kernel with a per-row activation scale: the family is not registered.
+rule_test!(rust_a8w8_matmul_is_not_an_ort_rule: matmul_per_row([0.0123, 0.0456, 0.0517]), real() => "a8w8-matmul" absent);
+
+/// The counterexample of a refutation along K, replayed on the unfused group with the
+/// reference: the row it names has the same accumulator `C[n] = Σ(x − zx)(w − zw)` as the row
+/// of zero points (0), and their exact outputs are its `unfused` and `fused` codes, which differ.
+/// `x_param(k)` / `w_param(k, n)`: the (scale, zero point) each side dequantizes element k with.
+fn along_k_counterexample(
+    x_param: fn(usize) -> (f32, i64),
+    w_param: fn(usize, usize) -> (f32, i64),
+    w: fn(usize, usize) -> i64,
+    k: usize,
+    sy: f32,
+    zy: i64,
+) -> impl Fn(&Run) {
+    move |r: &Run| {
+        let found: Vec<&Counterexample> = r
+            .decision()
+            .verdicts
+            .iter()
+            .filter_map(|(_, v)| if let Verdict::Refuted { counterexample, .. } = v { Some(counterexample) } else { None })
+            .collect();
+        assert!(!found.is_empty(), "no counterexample in {:?}", r.decision().verdicts);
+        for c in found {
+            let get = |name: &str| c.inputs.iter().find(|(n, _)| n == name).map(|&(_, v)| v).unwrap_or_else(|| panic!("no {name} in {c}"));
+            let (n, k1, k2) = (get("column") as usize, get("k1") as usize, get("k2") as usize);
+            let row: Vec<i64> = (0..k)
+                .map(|i| {
+                    if i == k1 {
+                        get("x[k1]")
+                    } else if i == k2 {
+                        get("x[k2]")
+                    } else {
+                        x_param(i).1
+                    }
+                })
+                .collect();
+            let (mut acc, mut v) = (0i64, Dyadic::ZERO);
+            for (i, &xi) in row.iter().enumerate() {
+                let ((sx, zx), (sw, zw)) = (x_param(i), w_param(i, n));
+                acc += (xi - zx) * (w(i, n) - zw);
+                v = v.checked_add(dequantize_real(xi, sx, zx).unwrap().checked_mul(dequantize_real(w(i, n), sw, zw).unwrap()).unwrap()).unwrap();
+            }
+            assert_eq!(acc, 0, "{c}: the row's accumulator");
+            assert_eq!(quantize_real(v, sy, zy, CodeType::U8), Some(c.unfused), "{c}: the row's exact output");
+            assert_eq!(quantize_real(Dyadic::ZERO, sy, zy, CodeType::U8), Some(c.fused), "{c}: the zero-point row's exact output");
+            assert_ne!(c.unfused, c.fused, "{c}");
+        }
+    }
+}
+
+const PER_K_W: [f32; 4] = [1.0 / 64.0, 1.0 / 32.0, 1.0 / 64.0, 1.0 / 16.0];
+rule_test!(rust_a8w8_matmul_refutes_a_weight_scale_along_k: matmul_per_k_scales(), rust(Contract::Real) => "a8w8-matmul" refused "refuted",
+    along_k_counterexample(|_| (2f32.powi(-7), 128), |k, _| (PER_K_W[k], 0), |k, n| SMALL_COLUMNS[n][k], 4, 2f32.powi(-3), 128));
+
+const PER_K_X: [f32; 4] = [0.011, 0.037, 0.019, 0.023];
+rule_test!(rust_a8w8_matmul_refutes_an_activation_scale_along_k:
+    with_axis(matmul([0.0123, 0.0456, 0.0517]), "x", &PER_K_X, &[128, 120, 130, 128], vec![4], 1, None), rust(Contract::Real)
+    => "a8w8-matmul" refused "refuted",
+    along_k_counterexample(|k| (PER_K_X[k], [128, 120, 130, 128][k]), |_, _| (0.0456, 0), |k, n| SMALL_COLUMNS[n][k], 4, 0.0517, 128));
+
+/// Weight scales blocked along K (blocks of 2 rows of the [4, 2] weight: scales [2, 2]).
+const BLOCKED_W: [f32; 4] = [0.01, 0.03, 0.045, 0.02];
+rule_test!(rust_a8w8_matmul_refutes_weight_scales_blocked_along_k:
+    with_axis(matmul([0.0123, 0.0456, 0.0517]), "w", &BLOCKED_W, &[0; 4], vec![2, 2], 0, Some(2)), rust(Contract::Real)
+    => "a8w8-matmul" refused "refuted",
+    along_k_counterexample(|_| (0.0123, 128), |k, n| (BLOCKED_W[(k / 2) * 2 + n], 0), |k, n| SMALL_COLUMNS[n][k], 4, 0.0517, 128));
+// Power-of-two scales everywhere: P2 holds per row parameter, then P3 under `exact`.
+rule_test!(rust_a8w8_matmul_per_row_of_power_of_two_scales_under_exact:
+    with_axis(matmul([1.0 / 128.0, 1.0 / 64.0, 1.0 / 8.0]), "x", &[1.0 / 128.0, 1.0 / 64.0, 1.0 / 256.0], &[128, 97, 161], vec![3], 0, None), rust(Contract::Exact)
+    => "a8w8-matmul" fired,
+    |r: &Run| assert!(r.decision().verdicts.iter().all(|(_, v)| format!("{v:?}").contains("3 distinct row parameter(s)")), "{:?}", r.decision().verdicts));
+
+/// `m` without its Q: the op's f32 output `r` is the graph output.
+fn without_q(mut m: ModelProto) -> ModelProto {
+    let graph = m.graph.as_mut().unwrap();
+    graph.node.retain(|n| n.op_type.as_deref() != Some("QuantizeLinear"));
+    graph.initializer.retain(|t| !matches!(t.name.as_deref(), Some("s_out" | "z_out")));
+    graph.output = vec![value("r", F32, &[3, 2])];
+    m
+}
+
+// The float-output group: the correctly rounded f32 of the exact value under `real`; under
+// `exact` only with P2, which 24-bit scales do not give.
+rule_test!(rust_a8w8_matmul_float_under_real: without_q(matmul_per_row([0.0123, 0.0456, 0.0517])), rust(Contract::Real) => "a8w8-matmul-float" fired,
+    |r: &Run| assert!(r.decision().verdicts.iter().all(|(_, v)| format!("{v:?}").contains("rne_f32")), "{:?}", r.decision().verdicts));
+rule_test!(rust_a8w8_matmul_float_without_p2_under_exact: without_q(matmul_per_row([0.0123, 0.0456, 0.0517])), rust(Contract::Exact)
+    => "a8w8-matmul-float" refused "unknown",
+    |r: &Run| assert!(r.reasons().iter().all(|m| m.contains("P2 fails")), "{:?}", r.reasons()));
+/// The float output's refutation along K, replayed: the named row's accumulator is 0, its exact
+/// value (weight scales of [`matmul_per_k_scales`]) is not, and `unfused`/`fused` are the f32 bits
+/// of that value and of 0.
+fn float_along_k(r: &Run) {
+    for (_, v) in &r.decision().verdicts {
+        let Verdict::Refuted { counterexample: c, .. } = v else { panic!("not refuted: {v:?}") };
+        let get = |name: &str| c.inputs.iter().find(|(n, _)| n == name).map(|&(_, v)| v).unwrap();
+        let (n, k1, k2) = (get("column") as usize, get("k1") as usize, get("k2") as usize);
+        let row: Vec<i64> = (0..4)
+            .map(|i| {
+                if i == k1 {
+                    get("x[k1]")
+                } else if i == k2 {
+                    get("x[k2]")
+                } else {
+                    128
+                }
+            })
+            .collect();
+        let acc: i64 = (0..4).map(|i| (row[i] - 128) * SMALL_COLUMNS[n][i]).sum();
+        let exact: f64 = (0..4).map(|i| (row[i] - 128) as f64 / 128.0 * SMALL_COLUMNS[n][i] as f64 * f64::from(PER_K_W[i])).sum();
+        assert_eq!(acc, 0, "{c}");
+        // Powers of two and short codes: the f64 sum is exact, and it is an f32.
+        assert_eq!(c.unfused, i64::from((exact as f32).to_bits()), "{c}");
+        assert_eq!(c.fused, 0, "{c}");
+        assert_ne!(exact, 0.0, "{c}");
+    }
+}
+
+rule_test!(rust_a8w8_matmul_float_refutes_scales_along_k: without_q(matmul_per_k_scales()), rust(Contract::Real) => "a8w8-matmul-float" refused "refuted",
+    float_along_k);

@@ -2,6 +2,7 @@
 //! must refute with a counterexample (snapshot-tested), next to its sound twin, which the same
 //! checker must prove. If the checker ever accepts a broken rule, it can no longer say no.
 
+mod a8w8;
 mod activations;
 mod codes;
 // The 5×5 pool geometry the facade's tests share.
@@ -28,10 +29,21 @@ pub struct Broken {
 }
 
 fn corpus() -> Vec<Broken> {
-    [quantize::rules(), pairs::rules(), codes::rules(), activations::rules(), gemm::rules(), kernels::rules(), weights::rules(), nbits::rules(), rust::rules()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        quantize::rules(),
+        pairs::rules(),
+        codes::rules(),
+        activations::rules(),
+        gemm::rules(),
+        kernels::rules(),
+        weights::rules(),
+        nbits::rules(),
+        rust::rules(),
+        a8w8::rules(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Shows a counterexample's outputs, compared as f32 bit patterns, as the floats they are.

@@ -3,6 +3,8 @@
 //!
 //! - [`gemm_u8`]: u8 × i8/u8 GEMM with exact i32 accumulation and zero-point corrections from
 //!   precomputed weight column sums ([`PackedB`]); [`conv`]: convolution on codes through it.
+//! - [`a8w8`]: the A8W8 group with per-row activation and per-column weight parameters (zero
+//!   points on both sides), requantized per element by the exact rational.
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
@@ -17,6 +19,7 @@
 //! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
 //! instances of safe code, each block with its safety argument.
 
+pub mod a8w8;
 pub mod codes;
 pub mod conv;
 pub mod float;

@@ -3,7 +3,7 @@
 //! `run_with` executes the ops in order over the planned workspace slots.
 
 use super::blob::Blob;
-use super::ops::{Integer, Kind, Op, Q, Window};
+use super::ops::{A8W8, Integer, Kind, Op, Q, Window};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
 use std::collections::BTreeMap;
@@ -204,6 +204,74 @@ impl Emitter<'_, '_> {
         Ok((data, format!("[{}]", zps.join(", "))))
     }
 
+    /// qdqc's A8W8MatMul: the packed weights and the epilogue's plan as fields
+    /// (`qdqc_kernels::a8w8::A8W8`), then one call on the activation codes (int8 shifted to u8).
+    fn a8w8(&mut self, i: usize, op: &Op, a: &A8W8) -> Result<String, String> {
+        let node = str_lit(&op.node);
+        let x0 = op.inputs[0].as_str();
+        let x_elem = match self.place(x0)? {
+            Place::Input(k) => self.p.inputs[k].1,
+            Place::Slot(e, _) => e,
+            Place::Field(_) => return Err("A8W8MatMul of a constant activation".into()),
+        };
+        let shift = if x_elem == Elem::I8 { 128 } else { 0 };
+        let w = self.p.values.constant(&a.weights)?;
+        let (_, data) = self.load(&w)?;
+        let ctor = if a.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
+        let layout = if a.trans_b { "Layout::NK" } else { "Layout::KN" };
+        let field = format!("n{i}_a8w8");
+        let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+        let packed = format!("PackedB::{ctor}(&{data}, {}, {}, {layout}, &{}).map_err({err})?", a.k, a.n, list(&a.weight_zps));
+        let bias = match &a.bias {
+            Some(name) => {
+                let c = self.p.values.constant(name)?;
+                if c.dtype != qdqc_lang::onnx::DataType::Int32 || ![1, a.n].contains(&c.ints.len()) {
+                    return Err(format!("bias '{name}' must be {} int32 codes", a.n));
+                }
+                let codes: Vec<i64> = (0..a.n).map(|j| c.ints[if c.ints.len() == 1 { 0 } else { j }]).collect();
+                let bytes: Vec<u8> = codes.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+                format!("blob.i32s({}, {})", self.blob.add(&bytes), a.n)
+            }
+            None => "Vec::new()".into(),
+        };
+        let zx: Vec<i64> = a.x_zps.iter().map(|z| z + shift).collect();
+        let zx_bytes: Vec<u8> = zx.iter().flat_map(|&z| (z as i32).to_le_bytes()).collect();
+        let code = if op.elem == Elem::U8 { "Code::U8" } else { "Code::I8" };
+        let init = format!(
+            "{{ let b = {packed}; let plan = qdqc_kernels::a8w8::A8W8::new(&b, &{}, &blob.i32s({}, {}), &{}, &{bias}, &{}, f32::from_bits({:#010x}), qdqc_kernels::requant::Output::new({}, {code}).map_err({err})?).map_err({err})?.with_inner({}); (b, plan) }}",
+            self.f32_init(&a.x_scales),
+            self.blob.add(&zx_bytes),
+            zx.len(),
+            self.f32_init(&a.weight_scales),
+            self.f32_init(&a.bias_scales),
+            a.y.scale,
+            a.y.zero_point,
+            a.inner
+        );
+        let init = if a.float_output {
+            format!(
+                "{{ let b = {packed}; let plan = qdqc_kernels::a8w8::A8W8::float(&b, &{}, &blob.i32s({}, {}), &{}).map_err({err})?.with_inner({}); (b, plan) }}",
+                self.f32_init(&a.x_scales),
+                self.blob.add(&zx_bytes),
+                zx.len(),
+                self.f32_init(&a.weight_scales),
+                a.inner
+            )
+        } else {
+            init
+        };
+        // One field: the plan is made from the packed weights' column sums.
+        self.fields.push((field.clone(), "(PackedB, qdqc_kernels::a8w8::A8W8)".into(), init));
+        let xt = x_elem.rust();
+        let run = if a.float_output { "run_f32" } else { "run" };
+        Ok(format!(
+            "{{ let s = &mut ws.scratch; s.acc.resize(y.len(), 0); let a = <{xt} as AsU8>::as_u8({}, &mut s.codes); self.{field}.1.{run}(self.k, a, ({}) / {}, &self.{field}.0, &mut s.acc, &mut y).map_err({err})?; }}",
+            self.slice(x0)?,
+            self.numel(x0)?,
+            a.k
+        ))
+    }
+
     /// One op: field initializers (pushed) and the statement block.
     fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
         for x in &op.inputs {
@@ -289,6 +357,7 @@ impl Emitter<'_, '_> {
                     int.x.zero_point
                 )
             }
+            Kind::A8W8(a) => self.a8w8(i, op, a)?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
                 let field = format!("n{i}_table");

@@ -145,7 +145,10 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
             Computation::Created { op_type, domain, name, attributes, .. } => (name.clone(), op_type.clone(), domain.clone(), attributes.clone()),
         };
         let label = if name.is_empty() { n.outputs.first().cloned().unwrap_or_default() } else { name };
-        if !matches!(domain.as_str(), "" | "ai.onnx" | "com.microsoft") {
+        // qdqc's own ops exist only as created nodes (`rewrites/src/rules/a8w8.rs`).
+        let created = matches!(n.computation, Computation::Created { .. });
+        let supported = matches!(domain.as_str(), "" | "ai.onnx" | "com.microsoft") || (created && domain == "qdqc");
+        if !supported {
             return Err(format!("node '{label}': domain '{domain}' is not supported by the Rust target"));
         }
         if op_type == "DequantizeLinear" && n.inputs.first().is_some_and(|x| values.is_constant(x)) {

@@ -42,6 +42,27 @@ pub struct Integer {
     pub channels: usize,
 }
 
+/// The A8W8 group's parameters ([`Kind::A8W8`]): `x_scales`/`x_zps` one per row parameter
+/// (one: per tensor), weights `[k][n]` (`[n][k]` with `trans_b`).
+#[derive(Clone, Debug)]
+pub struct A8W8 {
+    pub weights: String,
+    pub weight_elem: Elem,
+    pub weight_zps: Vec<i64>,
+    pub weight_scales: Vec<u32>,
+    pub x_scales: Vec<u32>,
+    pub x_zps: Vec<i64>,
+    pub inner: usize,
+    pub y: Q,
+    pub bias: Option<String>,
+    pub bias_scales: Vec<u32>,
+    pub k: usize,
+    pub n: usize,
+    pub trans_b: bool,
+    /// No Q: f32 output, the correctly rounded exact value (`y` unused).
+    pub float_output: bool,
+}
+
 #[derive(Clone, Debug)]
 pub enum Kind {
     /// QuantizeLinear: f32 → codes, ONNX Runtime's arithmetic.
@@ -52,6 +73,9 @@ pub enum Kind {
     Conv { int: Integer, groups: usize, window: Window },
     /// QGemm / QLinearMatMul with constant weights: `[m][k] × [k][n]`.
     Gemm { int: Integer, k: usize, n: usize, trans_b: bool },
+    /// qdqc's A8W8MatMul: per-row activation parameters (row `m` reads `(m / inner) % T`),
+    /// weights per tensor or per column, bias at its own scale (`codegen/kernels/src/a8w8.rs`).
+    A8W8(Box<A8W8>),
     /// QLinearAdd / QLinearMul.
     Binary { mul: bool, a: Q, b: Q, y: Q },
     /// QLinearAveragePool.
@@ -266,6 +290,44 @@ impl Node<'_, '_> {
     }
 }
 
+/// qdqc's A8W8MatMul (`rewrites/src/rules/a8w8.rs`): inputs x, sx, zx, w, sw, zw, sy, zy[, b, sb].
+fn a8w8(n: &Node) -> Result<A8W8, String> {
+    n.only(&["transB", "rows_inner", "float_output"])?;
+    let float_output = n.int("float_output", 0)? != 0;
+    let x_scales = n.scales(1)?;
+    let x_zps = n.constant(2)?.ints;
+    let x_zps = if x_zps.len() == 1 { vec![x_zps[0]; x_scales.len()] } else { x_zps };
+    if x_zps.len() != x_scales.len() {
+        return Err(format!("{} activation scales, {} zero points", x_scales.len(), x_zps.len()));
+    }
+    let w = n.constant(3)?;
+    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+    let trans_b = n.int("transB", 0)? != 0;
+    let [r, c] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
+    let (k, nn) = if trans_b { (c, r) } else { (r, c) };
+    // The float output has no y parameters (and no bias).
+    let y = if float_output { Q { scale: 1f32.to_bits(), zero_point: 0 } } else { n.q(6, 7)?.0 };
+    let bias = n.inputs.get(8).filter(|s| !s.is_empty()).cloned();
+    let bias_scales = if bias.is_some() { n.scales(9)? } else { Vec::new() };
+    let inner = usize::try_from(n.int("rows_inner", 1)?).ok().filter(|&i| i > 0).ok_or("rows_inner must be positive")?;
+    Ok(A8W8 {
+        weights: n.input(3)?.to_string(),
+        weight_elem,
+        weight_zps: n.constant(5)?.ints,
+        weight_scales: n.scales(4)?,
+        x_scales,
+        x_zps,
+        inner,
+        y,
+        bias,
+        bias_scales,
+        k,
+        n: nn,
+        trans_b,
+        float_output,
+    })
+}
+
 fn code_elem(dt: DataType) -> Option<Elem> {
     Elem::of(dt).filter(|e| e.is_code())
 }
@@ -366,6 +428,11 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 channels: nn,
             };
             (Kind::Gemm { int, k, n: nn, trans_b }, vec![tensor(0)?], elem)
+        }
+        "A8W8MatMul" => {
+            let a = a8w8(n)?;
+            let elem = if a.float_output { Elem::F32 } else { n.zero_point(7)?.1 };
+            (Kind::A8W8(Box::new(a)), vec![tensor(0)?], elem)
         }
         "QLinearAdd" | "QLinearMul" => {
             n.only(&[])?;

@@ -6,6 +6,7 @@
 //! refused, is logged with its proofs and counterexamples for the report. The policy every rule
 //! follows is in `rewrites/README.md`.
 
+mod a8w8;
 pub mod binary;
 mod drop;
 mod fold;
@@ -166,7 +167,7 @@ fn always(_: &RuleOptions) -> bool {
 /// options ask (`--fold-weights`, `--allow matmulnbits`; MatMulNBits is ORT's kernel, so only on
 /// the ORT target).
 #[rustfmt::skip]
-pub const FAMILIES: [Family; 9] = [
+pub const FAMILIES: [Family; 10] = [
     Family { file: "binary.rs", build: binary::rules, enabled: always },
     Family { file: "gemm.rs",   build: gemm::rules,   enabled: always },
     Family { file: "drop.rs",   build: drop::rules,   enabled: always },
@@ -175,6 +176,7 @@ pub const FAMILIES: [Family; 9] = [
     Family { file: "lut.rs",    build: lut::rules,    enabled: always },
     Family { file: "pool.rs",   build: pool::rules,   enabled: always },
     Family { file: "fold.rs",   build: fold::rules,   enabled: |o| o.fold_weights },
+    Family { file: "a8w8.rs",   build: a8w8::rules,   enabled: a8w8::enabled },
     Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() && matches!(o.target, Target::Ort(_)) },
 ];
 
