@@ -181,6 +181,8 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(3, 6, 3, &[4, 5], &[3, 2], &[1, 1], &[0, 3], &[3, 1]), 1, &[11, 10], true);
     conv_case(kern, &mut rng, params(2, 2, 2, &[5, 5], &[1, 1], &[1, 1], &[4, 4], &[4, 4]), 1, &[3, 2], false);
     conv_case(kern, &mut rng, params(4, 4, 4, &[7], &[2], &[3], &[9], &[0]), 3, &[30], true);
+    // Depthwise with stride 2 and dilation 2 along the last axis (the phases of a framed line).
+    conv_case(kern, &mut rng, params(4, 4, 4, &[3, 3], &[2, 2], &[2, 2], &[2, 1], &[1, 2]), 1, &[9, 13], true);
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
     conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
     conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);
