@@ -28,7 +28,12 @@ pub fn quantize<Y: QCode>(x: f32, scale: f32, zero_point: i32) -> Y {
     // |f| < 2^22, and f lies within the clamped code range (|f| ≤ 383); no libm call, so the
     // loop vectorizes.
     const MAGIC: f32 = 12_582_912.0;
-    Y::saturate(i64::from(((f + MAGIC) - MAGIC) as i32 + zero_point))
+    // f lies in [MIN − zp, MAX − zp] (integer bounds), so does its rounding: the code is in
+    // range without a clamp, and its low byte is the code's bit pattern (a truncating cast, which
+    // vectorizes where an i64 clamp does not).
+    let code = ((f + MAGIC) - MAGIC) as i32 + zero_point;
+    debug_assert!((Y::MIN..=Y::MAX).contains(&code));
+    Y::from_index(usize::from(code as u8))
 }
 
 /// One value, ORT's DequantizeLinear.
