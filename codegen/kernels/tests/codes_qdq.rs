@@ -99,3 +99,30 @@ fn refuses_bad_parameters() {
     assert!(quantize_linear(&[0.0; 6], &[2, 3], 0, &[0.1, 0.2], &[1], &mut out).is_err(), "1 zero point for 2 scales");
     assert!(quantize_linear(&[0.0; 5], &[2, 3], 0, &[0.1], &[], &mut out).is_err(), "short input");
 }
+
+/// The rounding without libm (1.5·2^23 added, its bits subtracted) and the cast without a clamp
+/// against the definition `sat(rne(clamp(x/s)) + zp)`, on every half-integer and its neighbours
+/// across both code ranges, the extremes, infinities and NaN, for u8 and i8 and several zero points.
+#[test]
+fn rounding_and_cast_match_the_definition() {
+    fn reference(f: f32, lo: i32, hi: i32, zp: i32) -> i32 {
+        let f = if f > (lo - zp) as f32 { f } else { (lo - zp) as f32 };
+        let f = if f < (hi - zp) as f32 { f } else { (hi - zp) as f32 };
+        f.round_ties_even() as i32 + zp
+    }
+    let mut xs = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0, 1e-30, 4.5e6, -4.5e6];
+    for h in -800..=800 {
+        let v = h as f32 * 0.5;
+        xs.extend([f32::from_bits(v.to_bits().wrapping_sub(1)), v, f32::from_bits(v.to_bits() + 1)]);
+    }
+    for &x in &xs {
+        for zp in [0, 1, 127, 255] {
+            let q: u8 = quantize(x, 1.0, zp);
+            assert_eq!(i32::from(q), reference(x, 0, 255, zp), "u8 x {x:e} zp {zp}");
+        }
+        for zp in [-128, -3, 0, 127] {
+            let q: i8 = quantize(x, 1.0, zp);
+            assert_eq!(i32::from(q), reference(x, -128, 127, zp), "i8 x {x:e} zp {zp}");
+        }
+    }
+}

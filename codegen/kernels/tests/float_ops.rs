@@ -6,6 +6,7 @@ mod common;
 
 use common::Rng;
 use qdqc_kernels::float::elementwise::{Binary, Map, binary, map};
+use qdqc_kernels::float::math::exp64;
 use qdqc_kernels::float::norm::{batch_norm, layer_norm};
 use qdqc_kernels::float::pool::{PoolKind, PoolParams, global_pool, pool};
 use qdqc_kernels::float::reduce::{Reduce, reduce, reduce_shape};
@@ -140,6 +141,23 @@ fn softmax_is_within_one_ulp_of_f64_along_any_axis() {
             let s: f64 = (0..shape[a]).map(|i| (at(i) - m).exp()).sum();
             let want = (at(idx[a]) - m).exp() / s;
             assert!((f64::from(v) - want).abs() <= want * 2f64.powi(-23), "axis {axis} at {idx:?}: {v} vs {want}");
+        }
+    }
+    // Bit for bit the documented order per slice (max, then exp64 and the f64 sum in index order).
+    for axis in 0..3 {
+        let mut y = vec![0f32; x.len()];
+        softmax(&x, &shape, axis as i64, &mut y).unwrap();
+        for (flat, &v) in y.iter().enumerate() {
+            let idx = unflatten(flat, &shape);
+            let at = |i: usize| {
+                let mut j = idx.clone();
+                j[axis] = i;
+                x[(j[0] * 5 + j[1]) * 7 + j[2]]
+            };
+            let m = (0..shape[axis]).fold(f32::NEG_INFINITY, |m, i| if at(i) > m { at(i) } else { m });
+            let s = (0..shape[axis]).fold(0f64, |s, i| s + exp64(f64::from(at(i)) - f64::from(m)));
+            let want = (exp64(f64::from(at(idx[axis])) - f64::from(m)) / s) as f32;
+            assert_eq!(v.to_bits(), want.to_bits(), "axis {axis} at {idx:?}");
         }
     }
     let mut y = [0f32; 2];

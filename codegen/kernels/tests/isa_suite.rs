@@ -181,10 +181,21 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(3, 6, 3, &[4, 5], &[3, 2], &[1, 1], &[0, 3], &[3, 1]), 1, &[11, 10], true);
     conv_case(kern, &mut rng, params(2, 2, 2, &[5, 5], &[1, 1], &[1, 1], &[4, 4], &[4, 4]), 1, &[3, 2], false);
     conv_case(kern, &mut rng, params(4, 4, 4, &[7], &[2], &[3], &[9], &[0]), 3, &[30], true);
+    // Depthwise with stride 2 and dilation 2 along the last axis (the phases of a framed line).
+    conv_case(kern, &mut rng, params(4, 4, 4, &[3, 3], &[2, 2], &[2, 2], &[2, 1], &[1, 2]), 1, &[9, 13], true);
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
     conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
     conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);
     conv_case(kern, &mut rng, params(2, 4, 2, &[2, 3, 3], &[1, 2, 1], &[1, 1, 2], &[1, 1, 2], &[0, 1, 2]), 1, &[4, 6, 7], true);
+    // Stride 1 along the last axis (the shifted layout): lines longer than a panel and not a
+    // multiple of 16, channels not a multiple of 4 or of the 8-row tile, stride 2 and dilation 2
+    // on other axes, asymmetric pads, a pointwise convolution (one line), groups, a large K (an
+    // 11×11 kernel as RivaGAN's, K = 968), per-tensor and per-channel zero points.
+    conv_case(kern, &mut rng, params(13, 19, 1, &[5, 5], &[2, 1], &[1, 2], &[2, 3], &[1, 4]), 2, &[11, 37], true);
+    conv_case(kern, &mut rng, params(37, 10, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]), 1, &[9, 7], false);
+    conv_case(kern, &mut rng, params(6, 9, 3, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 2, &[8, 17], true);
+    conv_case(kern, &mut rng, params(8, 9, 1, &[1, 11, 11], &[1, 1, 1], &[1, 1, 1], &[0, 5, 5], &[0, 5, 5]), 1, &[1, 20, 35], true);
+    conv_case(kern, &mut rng, params(5, 3, 1, &[2, 2, 3], &[2, 1, 1], &[1, 1, 1], &[1, 0, 2], &[0, 1, 0]), 1, &[5, 4, 33], false);
 }
 
 /// uint8 weights in a convolution: the shift to int8 is exact.

@@ -68,8 +68,9 @@ pub fn binary_exact<A: QCode, B: QCode, Y: QCode>(op: BinaryOp, a: A, qa: Quant,
 /// [`binary_exact`] tabulated for one node: `A` and `B` input codes, `Y` output codes.
 #[derive(Clone, Debug)]
 pub struct Binary<A: QCode, B: QCode, Y: QCode> {
-    /// `table[a.index()·256 + b.index()]`.
-    table: Vec<Y>,
+    /// `table[a.index()·256 + b.index()]` (a fixed-size array: the index of two codes is in
+    /// bounds by its type, no check per element).
+    table: Box<[Y; 1 << 16]>,
     _inputs: PhantomData<(A, B)>,
 }
 
@@ -88,6 +89,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                 table.push(Y::saturate((r + i128::from(qy.zero_point)) as i64));
             }
         }
+        let table = table.into_boxed_slice().try_into().expect("256 × 256 entries");
         Ok(Binary { table, _inputs: PhantomData })
     }
 

@@ -44,15 +44,19 @@ pub trait QCode: Copy + Default + PartialOrd + fmt::Debug + 'static {
 impl QCode for u8 {
     const MIN: i32 = 0;
     const MAX: i32 = 255;
+    #[inline]
     fn index(self) -> usize {
         usize::from(self)
     }
+    #[inline]
     fn value(self) -> i32 {
         i32::from(self)
     }
+    #[inline]
     fn from_index(i: usize) -> u8 {
         i as u8
     }
+    #[inline]
     fn saturate(v: i64) -> u8 {
         v.clamp(0, 255) as u8
     }
@@ -61,15 +65,19 @@ impl QCode for u8 {
 impl QCode for i8 {
     const MIN: i32 = -128;
     const MAX: i32 = 127;
+    #[inline]
     fn index(self) -> usize {
         usize::from(self as u8)
     }
+    #[inline]
     fn value(self) -> i32 {
         i32::from(self)
     }
+    #[inline]
     fn from_index(i: usize) -> i8 {
         i as u8 as i8
     }
+    #[inline]
     fn saturate(v: i64) -> i8 {
         v.clamp(-128, 127) as i8
     }

@@ -24,11 +24,16 @@ pub fn quantize<Y: QCode>(x: f32, scale: f32, zero_point: i32) -> Y {
     // MAXPS / MINPS: the second operand whenever the comparison is false (NaN included).
     let f = if f > lo { f } else { lo };
     let f = if f < hi { f } else { hi };
-    // Round half to even by adding and subtracting 1.5·2^23 (default rounding mode): exact for
-    // |f| < 2^22, and f lies within the clamped code range (|f| ≤ 383); no libm call, so the
-    // loop vectorizes.
+    // Round half to even by adding 1.5·2^23 (default rounding mode): for |f| < 2^22 the sum lies
+    // in [2^23, 2^24), where the f32 spacing is 1, so it is rne(f) + 1.5·2^23 exactly and its bits
+    // minus those of 1.5·2^23 are rne(f); f lies within the clamped code range (|f| ≤ 383). Integer
+    // lane operations only (no libm call, no saturating float-to-int conversion): the loop vectorizes.
     const MAGIC: f32 = 12_582_912.0;
-    Y::saturate(i64::from(((f + MAGIC) - MAGIC) as i32 + zero_point))
+    // f lies in [MIN − zp, MAX − zp] (integer bounds), so does its rounding: the code is in
+    // range without a clamp, and its low byte is the code's bit pattern (a truncating cast).
+    let code = ((f + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) + zero_point;
+    debug_assert!((Y::MIN..=Y::MAX).contains(&code));
+    Y::from_index(usize::from(code as u8))
 }
 
 /// One value, ORT's DequantizeLinear.

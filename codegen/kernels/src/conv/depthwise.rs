@@ -51,7 +51,8 @@ pub(super) fn inside(output: usize, input: usize, stride: usize, offset: usize, 
 /// inside it (`pitch`-wide lines, one spare line so that the flat stride-1 loop below may run past
 /// a line's end); then, tap by tap, `out[line·pitch + x] += (padded[…] − zx)·w`. With stride 1
 /// along the two inner axes the update of a tap is one flat loop over the depth slice (columns
-/// past `ow` are computed and never read); otherwise one loop per output line.
+/// past `ow` are computed and never read); otherwise one loop per output line, reading a phase
+/// of the lines when the last axis' stride exceeds 1.
 #[inline(always)]
 fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
     let [id, ih, iw] = g.input;
@@ -69,6 +70,21 @@ fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32
         for y in 0..ih.min((ey - 1).saturating_sub(ph)) {
             let n = iw.min(pitch.saturating_sub(pw));
             padded[((z + pd) * ey + y + ph) * pitch + pw..][..n].copy_from_slice(&x[(z * ih + y) * iw..][..n]);
+        }
+    }
+    // Stride > 1 along the last axis: the framed lines split into `sw` phases (phase r holds
+    // columns r, r + sw, …) after the framed plane, so that every tap reads a contiguous run.
+    let framed = ez * ey * pitch;
+    let phase = pitch.div_ceil(sw);
+    if sw > 1 {
+        padded.resize(framed + ez * ey * sw * phase, zx);
+        let (src, dst) = padded.split_at_mut(framed);
+        for (line, dst) in src.chunks_exact(pitch).zip(dst.chunks_exact_mut(sw * phase)) {
+            for (r, dst) in dst.chunks_exact_mut(phase).enumerate() {
+                for (d, &v) in dst.iter_mut().zip(line[r..].iter().step_by(sw)) {
+                    *d = v;
+                }
+            }
         }
     }
     let lines = od * oh;
@@ -90,9 +106,12 @@ fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32
                             *o = o.wrapping_add((i32::from(v) - zx) * w);
                         }
                     } else {
+                        // Column x·sw + tx·dw of a framed line: phase (tx·dw) mod sw, index x + (tx·dw) div sw.
+                        let (r, c0) = (tx * dw % sw, tx * dw / sw);
                         for (y, dst) in dst.chunks_exact_mut(pitch).enumerate() {
-                            let src = &padded[base + y * sh * pitch..];
-                            for (o, &v) in dst[..ow].iter_mut().zip(src.iter().step_by(sw)) {
+                            let line = (z * sd + tz * dd) * ey + ty * dh + y * sh;
+                            let src = if sw == 1 { &padded[line * pitch + tx * dw..][..ow] } else { &padded[framed + (line * sw + r) * phase + c0..][..ow] };
+                            for (o, &v) in dst[..ow].iter_mut().zip(src) {
                                 *o = o.wrapping_add((i32::from(v) - zx) * w);
                             }
                         }

@@ -45,9 +45,9 @@ struct Tap {
 #[derive(Clone, Debug)]
 pub(super) struct Weights {
     k: usize,
-    w: Vec<i8>,
-    sums: Vec<i32>,
-    zero_points: Vec<i32>,
+    pub(super) w: Vec<i8>,
+    pub(super) sums: Vec<i32>,
+    pub(super) zero_points: Vec<i32>,
 }
 
 impl Weights {
@@ -70,7 +70,7 @@ impl Weights {
         self.sums.len()
     }
 
-    fn k4(&self) -> usize {
+    pub(super) fn k4(&self) -> usize {
         self.k.div_ceil(KR)
     }
 }
@@ -86,8 +86,10 @@ pub(super) trait Sink {
 pub struct Scratch {
     taps: Vec<Tap>,
     panels: Vec<u8>,
-    lines: Vec<u8>,
-    sums: Vec<i32>,
+    pub(super) lines: Vec<u8>,
+    pub(super) sums: Vec<i32>,
+    pub(super) offsets: super::shifted::Offsets,
+    pub(super) spans: Vec<[usize; 3]>,
     pub(super) plane: Vec<i32>,
     pub(super) padded: Vec<u8>,
 }

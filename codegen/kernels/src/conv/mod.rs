@@ -10,6 +10,7 @@
 
 mod depthwise;
 pub(crate) mod direct;
+pub(crate) mod shifted;
 
 use crate::gemm::GemmError;
 use crate::isa::{Isa, Kernels};
@@ -111,6 +112,9 @@ pub struct PackedConv {
 enum Lowering {
     /// One direct GEMM per group, weights packed per group.
     Gemm(Vec<Weights>),
+    /// Stride 1 along the innermost axis: one GEMM per group over the input framed and
+    /// interleaved once per image (`shifted`), weights packed per group in its order.
+    Shifted(Vec<Weights>),
     /// One input channel per group: direct, with the taps `w − zw` per output channel (`[Cout][Π kernel]`).
     Depthwise(Vec<i32>),
 }
@@ -143,6 +147,9 @@ impl PackedConv {
         let zp = |co: usize| zero_point(if zps == 1 { 0 } else { co });
         let lowering = if params.in_channels == params.groups {
             Lowering::Depthwise((0..len).map(|i| i32::from(weight(i)) - zp(i / k)).collect())
+        } else if params.strides.last() == Some(&1) {
+            let (cig, taps) = (params.in_channels / params.groups, params.kernel.iter().product());
+            Lowering::Shifted((0..params.groups).map(|g| shifted::weights(cog, cig, taps, |i| weight(g * cog * k + i), |co| zp(g * cog + co))).collect())
         } else {
             Lowering::Gemm((0..params.groups).map(|g| Weights::new(cog, k, |i| weight(g * cog * k + i), |co| zp(g * cog + co))).collect())
         };
@@ -230,6 +237,14 @@ impl PackedConv {
             Lowering::Gemm(groups) => {
                 for (g, w) in groups.iter().enumerate() {
                     direct::group(kernels, &geometry, w, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
+                }
+            }
+            Lowering::Shifted(groups) => {
+                // A pointwise convolution (1×…×1, strides 1, no pads) reads its planes as one line.
+                let pointwise = p.kernel.iter().chain(&p.strides).all(|&v| v == 1) && p.pads_begin.iter().chain(&p.pads_end).all(|&v| v == 0);
+                let geometry = if pointwise { Geometry::line(in_sp) } else { geometry };
+                for (g, w) in groups.iter().enumerate() {
+                    shifted::group(kernels, &geometry, w, k, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
                 }
             }
             Lowering::Depthwise(taps) => {
@@ -346,5 +361,10 @@ impl Geometry {
             dilations: lift(&p.dilations, 1),
             pads: lift(&p.pads_begin, 0),
         }
+    }
+
+    /// A pointwise convolution over planes of `n` positions, as one line.
+    fn line(n: usize) -> Geometry {
+        Geometry { input: [1, 1, n], output: [1, 1, n], kernel: [1; 3], strides: [1; 3], dilations: [1; 3], pads: [0; 3] }
     }
 }

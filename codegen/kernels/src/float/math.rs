@@ -63,7 +63,8 @@ fn pow2(k: i64) -> f64 {
 
 /// e^x in f64. Written with selects instead of early returns (the same values), so that a loop
 /// over it vectorizes.
-#[inline]
+// Inlined into the vectorized loops of `unary::map` (an out-of-line call per element stays scalar).
+#[inline(always)]
 pub fn exp64(x: f64) -> f64 {
     // Clamped to where the result is neither 0 nor ∞ (restored at the end); NaN passes through.
     let xc = x.clamp(-745.2, 709.79);
@@ -90,14 +91,14 @@ pub fn exp64(x: f64) -> f64 {
 /// [2^52, 2^53), so its bits minus 1.5·2^52's are the biased exponent (float and 64-bit integer
 /// lane operations only, so a loop over it vectorizes). Any other j only where the caller
 /// discards the result (NaN).
-#[inline]
+#[inline(always)]
 fn pow2_of(j: f64) -> f64 {
     f64::from_bits(((j + 1023.0) + ROUNDER).to_bits().wrapping_sub(ROUNDER.to_bits()) << 52)
 }
 
 /// e^x − 1 in f64, accurate near 0. Both forms are computed and one selected (branch-free, so a
 /// loop over it vectorizes).
-#[inline]
+#[inline(always)]
 pub fn expm1_64(x: f64) -> f64 {
     let mut p = INV_FACT[14];
     for n in (1..14).rev() {
@@ -145,7 +146,7 @@ pub fn log1p64(u: f64) -> f64 {
 }
 
 /// tanh x in f64 (branch-free: selects).
-#[inline]
+#[inline(always)]
 pub fn tanh64(x: f64) -> f64 {
     let a = x.abs();
     // Clamped so that e^{2a} stays finite; a NaN stays NaN (`f64::min` would drop it).
@@ -163,7 +164,7 @@ pub fn tanh64(x: f64) -> f64 {
 
 /// The logistic function 1/(1 + e^−x) in f64: `e = e^−|x|`, then `1/(1 + e)` for x ≥ 0 and
 /// `e/(1 + e)` otherwise (no overflow, no cancellation).
-#[inline]
+#[inline(always)]
 pub fn sigmoid64(x: f64) -> f64 {
     let e = exp64(-x.abs());
     let num = if x >= 0.0 { 1.0 } else { e };

@@ -16,19 +16,24 @@ pub fn softmax(x: &[f32], shape: &[usize], axis: i64, out: &mut [f32]) -> Result
     let a = super::axis(axis, shape.len())?;
     let (n, inner) = (shape[a], shape[a + 1..].iter().product::<usize>());
     let outer = shape[..a].iter().product::<usize>();
-    let mut e = vec![0f64; n];
-    for o in 0..outer {
-        for j in 0..inner {
-            let at = |i: usize| (o * n + i) * inner + j;
-            let m = (0..n).fold(f32::NEG_INFINITY, |m, i| if x[at(i)] > m { x[at(i)] } else { m });
-            let mut s = 0f64;
-            for (i, ei) in e.iter_mut().enumerate() {
-                *ei = math::exp64(f64::from(x[at(i)]) - f64::from(m));
-                s += *ei;
+    // All `inner` slices of one outer index at once, each in its own lane, so the loops run
+    // along contiguous memory (and vectorize) while every slice keeps the order above.
+    let mut e = vec![0f64; n * inner];
+    let (mut m, mut s) = (vec![f32::NEG_INFINITY; inner], vec![0f64; inner]);
+    for (xo, yo) in x.chunks_exact((n * inner).max(1)).zip(out.chunks_exact_mut((n * inner).max(1))).take(outer) {
+        m.fill(f32::NEG_INFINITY);
+        s.fill(0.0);
+        for xi in xo.chunks_exact(inner) {
+            m.iter_mut().zip(xi).for_each(|(m, &v)| *m = if v > *m { v } else { *m });
+        }
+        for (ei, xi) in e.chunks_exact_mut(inner).zip(xo.chunks_exact(inner)) {
+            for (((e, s), &v), &m) in ei.iter_mut().zip(s.iter_mut()).zip(xi).zip(&m) {
+                *e = math::exp64(f64::from(v) - f64::from(m));
+                *s += *e;
             }
-            for (i, &ei) in e.iter().enumerate() {
-                out[at(i)] = (ei / s) as f32;
-            }
+        }
+        for (yi, ei) in yo.chunks_exact_mut(inner).zip(e.chunks_exact(inner)) {
+            yi.iter_mut().zip(ei).zip(&s).for_each(|((y, &e), &s)| *y = (e / s) as f32);
         }
     }
     Ok(())

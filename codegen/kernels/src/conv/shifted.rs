@@ -1,0 +1,265 @@
+//! A convolution group whose innermost axis has stride 1, without im2col: the group's input is
+//! copied once per image into a framed, channel-interleaved layout `[c4][z][y][x][4]` (four input
+//! channels per 4-byte cell, the pads filled with `zx`, channels past `Cin/groups` with 0), so the
+//! im2col panel of 16 consecutive output positions of a line, for a reduction step `q` = (group of
+//! four channels, tap), is one contiguous 64-byte load at `base(line, x0) + offset(q)` — exactly
+//! what one `vpdpbusd` multiplies against the broadcast weights `w[co][4q..4q+4]`. No per-tap
+//! gather, no per-block packing: the earlier path ([`super::direct`]) spent 10× the VNNI tile's
+//! time gathering 48-position runs when K is large (RivaGAN's 11×11 kernels, K = 3872).
+//!
+//! The reduction runs over the channels padded to a multiple of four (`q` in channel-group-major,
+//! tap-minor order); the padded channels hold weight 0 and activation 0, so they add nothing to
+//! `Σ x·w`, `Σ w` or `Σ x`. The sums are exact integers wrapping modulo 2^32 — the same on every
+//! path and in every order — and the corrections `− zx·Σ_k w + K·zx·zw − zw·Σ_k x` (K the real
+//! depth) are those of [`super::direct`]: the same accumulators as the definition.
+//!
+//! Output lines are covered by panels of 16 positions; the last panel of a line may run past it
+//! (into the frame or the next line: read, never stored), the buffer carries 64 bytes of slack.
+
+use super::Geometry;
+use super::direct::{MR, NP, PANEL, Scratch, Sink, Weights};
+use crate::isa::{Isa, Kernels};
+use crate::pack::KR;
+
+/// Panels per block: every output-channel tile runs over the block's panels before the next.
+const BLOCK_PANELS: usize = 8 * NP;
+
+/// The weights of one group for this layout: `[co][q][4]` with `q` = channel group × taps + tap,
+/// `w[co][c4·4 + j][tap]` at `(q, j)` (0 where `c4·4 + j` is past the group's channels).
+pub(super) fn weights(cog: usize, cig: usize, taps: usize, get: impl Fn(usize) -> i8, zp: impl Fn(usize) -> i32) -> Weights {
+    let k = cig.div_ceil(KR) * KR * taps;
+    Weights::new(
+        cog,
+        k,
+        |i| {
+            let (co, i) = (i / k, i % k);
+            let (q, j) = (i / KR, i % KR);
+            let c = q / taps * KR + j;
+            if c < cig { get((co * cig + c) * taps + q % taps) } else { 0 }
+        },
+        zp,
+    )
+}
+
+/// Byte offsets of the reduction steps in the interleaved input, with their maximum (every
+/// entry is at most `span`: the one constructor, [`Offsets::set`], computes it).
+#[derive(Clone, Debug, Default)]
+pub struct Offsets {
+    list: Vec<usize>,
+    span: usize,
+}
+
+impl Offsets {
+    fn set(&mut self, it: impl Iterator<Item = usize>) {
+        self.list.clear();
+        self.list.extend(it);
+        self.span = self.list.iter().copied().max().unwrap_or(0);
+    }
+
+    pub(crate) fn list(&self) -> &[usize] {
+        &self.list
+    }
+
+    pub(crate) fn span(&self) -> usize {
+        self.span
+    }
+}
+
+/// One tile's operands: `mr` weight rows of `offsets.list().len()·4` bytes from `w`, `np` panels
+/// of the interleaved input `x` starting at `bases[p]` (step `q` of panel `p` at `bases[p] + offsets[q]`).
+pub(crate) struct Tile<'a> {
+    pub w: &'a [i8],
+    pub x: &'a [u8],
+    pub bases: [usize; NP],
+    pub offsets: &'a Offsets,
+    pub mr: usize,
+    pub np: usize,
+}
+
+impl Tile<'_> {
+    /// Every read of the tile lies inside its operands (checked before any kernel runs).
+    pub(crate) fn check(&self) {
+        let k4 = self.offsets.list().len();
+        assert!(self.mr <= MR && self.np <= NP && self.w.len() >= self.mr * k4 * KR);
+        assert!(self.bases[..self.np].iter().all(|&b| b + self.offsets.span() + PANEL * KR <= self.x.len()));
+    }
+}
+
+/// One group of one image (see the module): rows to `sink` as channels `co_base..co_base + w.rows()`.
+#[allow(clippy::too_many_arguments)] // the group's operands, spelled out
+pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
+        Isa::Avx512Vnni => unsafe { group_vnni(g, w, depth, x, zx, co_base, s, sink) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
+        Isa::Avx2 => unsafe { group_avx2(g, w, depth, x, zx, co_base, s, sink) },
+        _ => group_generic(g, w, depth, x, zx, co_base, s, sink, tile_portable),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+    group_generic(g, w, depth, x, zx, co_base, s, sink, |t, out| {
+        // SAFETY: this instance only runs where AVX-512 F/BW/VNNI were checked; `tile` checks
+        // the operands' bounds itself.
+        unsafe { crate::micro::conv_vnni::tile_shifted(t, out) }
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+    group_generic(g, w, depth, x, zx, co_base, s, sink, tile_portable)
+}
+
+/// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
+fn tile_portable(t: &Tile, out: &mut [[i32; NP * PANEL]; MR]) {
+    t.check();
+    let ldw = t.offsets.list().len() * KR;
+    for (r, out) in out.iter_mut().enumerate().take(t.mr) {
+        let w = &t.w[r * ldw..][..ldw];
+        for p in 0..t.np {
+            let mut lanes = [0i32; PANEL];
+            for (wq, &off) in w.chunks_exact(KR).zip(t.offsets.list()) {
+                let xq: &[u8; PANEL * KR] = t.x[t.bases[p] + off..][..PANEL * KR].try_into().expect("one panel row");
+                for (lane, xs) in lanes.iter_mut().zip(xq.chunks_exact(KR)) {
+                    for j in 0..KR {
+                        // |x·w| ≤ 255·128 fits i16: narrow multiplies vectorize on baseline x86-64.
+                        *lane = lane.wrapping_add(i32::from(i16::from(xs[j]) * i16::from(wq[j])));
+                    }
+                }
+            }
+            out[p * PANEL..][..PANEL].copy_from_slice(&lanes);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn group_generic<S: Sink>(
+    g: &Geometry,
+    w: &Weights,
+    depth: usize,
+    x: &[u8],
+    zx: u8,
+    co_base: usize,
+    s: &mut Scratch,
+    sink: &mut S,
+    tile: impl Fn(&Tile, &mut [[i32; NP * PANEL]; MR]),
+) {
+    let [od, oh, ow] = g.output;
+    if od * oh * ow == 0 {
+        return;
+    }
+    let [kd, kh, kw] = g.kernel;
+    let [sd, sh, _] = g.strides;
+    let [dd, dh, dw] = g.dilations;
+    // The framed extents the output reads (the pads' part of them holds `zx`).
+    let (dp, hp, wp) = ((od - 1) * sd + (kd - 1) * dd + 1, (oh - 1) * sh + (kh - 1) * dh + 1, ow + (kw - 1) * dw);
+    let c4n = w.k4() / (kd * kh * kw);
+    let cells = dp * hp * wp;
+    interleave(g, x, zx, c4n, [dp, hp, wp], s);
+    s.offsets.set((0..c4n).flat_map(|c4| (0..kd * kh * kw).map(move |t| (((c4 * dp + t / (kh * kw) * dd) * hp + t / kw % kh * dh) * wp + t % kw * dw) * KR)));
+    // The panels: (byte base in the interleaved input, first output position, length).
+    s.spans.clear();
+    for line in 0..od * oh {
+        let (z, y) = (line / oh, line % oh);
+        for x0 in (0..ow).step_by(PANEL) {
+            s.spans.push([((z * sd * hp + y * sh) * wp + x0) * KR, line * ow + x0, PANEL.min(ow - x0)]);
+        }
+    }
+    // Σ_k x per output position, only when some weight zero point needs it.
+    let need_sums = w.zero_points.iter().any(|&z| z != 0);
+    s.sums.clear();
+    if need_sums {
+        let cell_sums: Vec<i32> = (0..cells + PANEL)
+            .map(|u| (0..c4n).flat_map(|c4| &s.padded[(c4 * cells + u) * KR..][..KR]).fold(0i32, |a, &v| a.wrapping_add(i32::from(v))))
+            .collect();
+        for &[base, _, _] in &s.spans {
+            for lane in 0..PANEL {
+                let u = base / KR + lane;
+                let sum = (0..kd * kh * kw).fold(0i32, |a, t| a.wrapping_add(cell_sums[u + (t / (kh * kw) * dd * hp + t / kw % kh * dh) * wp + t % kw * dw]));
+                s.sums.push(sum);
+            }
+        }
+    }
+    let zxi = i32::from(zx);
+    let kzx = (depth as i32).wrapping_mul(zxi);
+    let ldw = w.k4() * KR;
+    let mut acc = [[0i32; NP * PANEL]; MR];
+    for b0 in (0..s.spans.len()).step_by(BLOCK_PANELS) {
+        let b1 = (b0 + BLOCK_PANELS).min(s.spans.len());
+        let mut c0 = 0;
+        while c0 < w.rows() {
+            let mr = MR.min(w.rows() - c0);
+            for t0 in (b0..b1).step_by(NP) {
+                let np = NP.min(b1 - t0);
+                let mut bases = [0; NP];
+                for (b, span) in bases.iter_mut().zip(&s.spans[t0..t0 + np]) {
+                    *b = span[0];
+                }
+                tile(&Tile { w: &w.w[c0 * ldw..][..mr * ldw], x: &s.padded, bases, offsets: &s.offsets, mr, np }, &mut acc);
+                for (r, row) in acc.iter_mut().enumerate().take(mr) {
+                    let co = c0 + r;
+                    let zw = w.zero_points[co];
+                    let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
+                    for (p, &[_, pos, len]) in s.spans[t0..t0 + np].iter().enumerate() {
+                        let v = &mut row[p * PANEL..][..len];
+                        if need_sums {
+                            for (v, &xs) in v.iter_mut().zip(&s.sums[(t0 + p) * PANEL..]) {
+                                *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                            }
+                        } else {
+                            v.iter_mut().for_each(|v| *v = v.wrapping_add(corr));
+                        }
+                        sink.row(co_base + co, pos, v);
+                    }
+                }
+            }
+            c0 += mr;
+        }
+    }
+}
+
+/// The group's input planes `x` (`[c][z][y][x]`) into `s.padded`, `[c4][z][y][x][4]` over the
+/// framed extents `ext`, with 64 bytes of slack at the end.
+fn interleave(g: &Geometry, x: &[u8], zx: u8, c4n: usize, ext: [usize; 3], s: &mut Scratch) {
+    let [id, ih, iw] = g.input;
+    let [pd, ph, pw] = g.pads;
+    let [dp, hp, wp] = ext;
+    let channels = x.len() / (id * ih * iw).max(1);
+    s.padded.clear();
+    s.padded.resize(c4n * dp * hp * wp * KR + PANEL * KR, 0);
+    s.lines.resize(iw, 0);
+    s.lines.fill(0);
+    // Columns of the framed line that hold input: lo..hi.
+    let (lo, hi) = (pw.min(wp), (pw + iw).min(wp));
+    for c4 in 0..c4n {
+        let fill: [u8; KR] = std::array::from_fn(|j| if c4 * KR + j < channels { zx } else { 0 });
+        for z in 0..dp {
+            for y in 0..hp {
+                let row = &mut s.padded[((c4 * dp + z) * hp + y) * wp * KR..][..wp * KR];
+                let (zi, yi) = (z.wrapping_sub(pd), y.wrapping_sub(ph));
+                if zi >= id || yi >= ih || lo >= hi {
+                    row.chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
+                    continue;
+                }
+                let line = |j: usize| {
+                    let c = c4 * KR + j;
+                    if c < channels { &x[((c * id + zi) * ih + yi) * iw + lo - pw..][..hi - lo] } else { &s.lines[..hi - lo] }
+                };
+                let (l0, l1, l2, l3) = (line(0), line(1), line(2), line(3));
+                row[..lo * KR].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
+                row[hi * KR..].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
+                for (u, c) in row[lo * KR..hi * KR].chunks_exact_mut(KR).enumerate() {
+                    c.copy_from_slice(&[l0[u], l1[u], l2[u], l3[u]]);
+                }
+            }
+        }
+    }
+}
