@@ -240,3 +240,12 @@ fn subnormal_scales() {
         }
     }
 }
+
+/// A Mul holds no table (its codes are requantized products, checked on every pair above); an
+/// Add holds its 64 KiB table.
+#[test]
+fn a_mul_holds_no_table() {
+    let (qa, qb, qy) = (Quant::new(0.1, 3), Quant::new(0.2, 250), Quant::new(0.3, 7));
+    assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Mul, qa, qb, qy).unwrap().bytes(), 0);
+    assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Add, qa, qb, qy).unwrap().bytes(), 1 << 16);
+}

@@ -1,23 +1,23 @@
-//! Two-input Add / Mul on codes: `qdqc_kernels::codes::binary::Binary` tabulates
-//! [`binary_exact`], `sat(rne((sa(a − za) ± sb(b − zb))/sy) + zy)` (or the product) of the exact
-//! real value, for every code pair.
+//! Two-input Add / Mul on codes: `qdqc_kernels::codes::binary::Binary` computes
+//! `binary_exact`, `sat(rne((sa(a − za) ± sb(b − zb))/sy) + zy)` (or the product) of the exact
+//! real value — an Add from a table of it, a Mul as the requantized product.
 //!
-//! Obligation (contract §3.12): P1 over all 65,536 code pairs, [`binary_exact`] against the
-//! engine's reference of the unfused group under the contract (`qdqc_ort::binary::reference`:
+//! Obligation (contract §3.12): P1 over all 65,536 code pairs, the kernel that runs
+//! ([`Binary::code`], built for the group's parameters and code types) against the engine's reference of the unfused group under the contract (`qdqc_ort::binary::reference`:
 //! exact rationals for `real`; DQ, the f32 op and Q, as ONNX Runtime's ORT_DISABLE_ALL computes
 //! it, for `exact`).
 //!
 //! | condition | why |
 //! |---|---|
 //! | a, b, y 8-bit codes, per tensor | the table is indexed by two code bytes |
-//! | scales positive finite, zero points codes of their types | what `binary_exact` takes (refused otherwise) |
-//! | `real`: P1 against the exact rational | `binary_exact` is the definition; the check is independent arithmetic (the engine's `Dyadic`) |
+//! | scales positive finite, zero points codes of their types | what `Binary::new` takes (refused otherwise) |
+//! | `real`: P1 against the exact rational | the check is independent arithmetic (the engine's `Dyadic`) |
 //! | `exact`: P1 against the float path | every step of the float path is one IEEE operation, deterministic; where its double rounding differs from the exact value, refuted with the pair closest to the zero points |
 
 use qdqc_exact::p1;
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Contract, Verdict};
-use qdqc_kernels::codes::binary::{BinaryOp as KernelOp, binary_exact};
+use qdqc_kernels::codes::binary::{Binary, BinaryOp as KernelOp};
 use qdqc_kernels::codes::{QCode, Quant};
 use qdqc_ort::binary::{BinaryOp, BinaryParams, reference};
 
@@ -38,15 +38,14 @@ pub fn prove(op: BinaryOp, p: &BinaryParams, contract: Contract) -> Verdict {
         Contract::Real => "the exact rational",
         Contract::Exact => "the float path (DQ, f32 op, Q)",
     };
-    let detail = format!("{name} on the Rust kernels ({contract:?}): binary_exact against {against}, every code pair");
+    let detail = format!("{name} on the Rust kernels ({contract:?}): the kernel against {against}, every code pair");
     p1::exhaustive(&[p.a.domain("a"), p.b.domain("b")], &detail, |x| reference(x[0], x[1]), |x| kernel(x[0], x[1]), |_| None)
 }
 
-/// The kernel's output code for a pair of codes: [`binary_exact`] at the group's code types.
+/// The kernel's output code for a pair of codes.
 pub type Kernel = Box<dyn Fn(i64, i64) -> i64>;
 
-/// [`binary_exact`] for the code types of `p`, checked once on the zero points (the parameters
-/// are the same for every pair, so a refusal there is a refusal everywhere).
+/// [`Binary`] for the parameters and code types of `p`, as the generated code builds it.
 pub fn kernel(op: BinaryOp, p: &BinaryParams) -> Result<Kernel, String> {
     let op = match op {
         BinaryOp::Add => KernelOp::Add,
@@ -59,12 +58,14 @@ pub fn kernel(op: BinaryOp, p: &BinaryParams) -> Result<Kernel, String> {
     let (qa, qb, qy) = (quant(p.a, "A")?, quant(p.b, "B")?, quant(p.c, "output")?);
     macro_rules! typed {
         ($a:ty, $b:ty, $y:ty) => {{
-            let f = move |a: i64, b: i64| -> Result<i64, String> {
-                let (a, b) = (code::<$a>(a)?, code::<$b>(b)?);
-                binary_exact::<$a, $b, $y>(op, a, qa, b, qb, qy).map(|y| i64::from(y.value())).map_err(|e| format!("{e}"))
+            let t = Binary::<$a, $b, $y>::new(op, qa, qb, qy).map_err(|e| format!("{e}"))?;
+            code::<$a>(p.a.zero_point)?;
+            code::<$b>(p.b.zero_point)?;
+            let f = move |a: i64, b: i64| -> i64 {
+                let (a, b) = (code::<$a>(a).expect("a code of the domain"), code::<$b>(b).expect("a code of the domain"));
+                i64::from(t.code(a, b).value())
             };
-            f(p.a.zero_point, p.b.zero_point)?;
-            Ok(Box::new(move |a, b| f(a, b).expect("parameters checked on the zero points; codes in range")) as Kernel)
+            Ok(Box::new(f) as Kernel)
         }};
     }
     use CodeType::{I8, U8};

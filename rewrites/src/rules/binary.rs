@@ -2,7 +2,7 @@
 //!
 //! Obligation (contract §5.7): P1 over every pair of 8-bit codes, per ISA model and per broadcast
 //! layout ORT may run, against the unfused reference under the contract; on the Rust target,
-//! [`qdqc_target_rust::binary::prove`]: P1 over every pair, `binary_exact` against the same
+//! [`qdqc_target_rust::binary::prove`]: P1 over every pair, the kernel that runs (`Binary::code`) against the same
 //! reference (no layouts: the kernel is one table). Broken twin:
 //! `tests/broken` "qlinear_add_avx2_formula_claimed_for_sse2".
 
