@@ -1,6 +1,9 @@
 //! The text of the generated `src/lib.rs`: one `Model` type whose fields hold what `new()` builds
 //! once from the weight blob (packed weights, requantization forms, code tables), and whose
-//! `run_with` executes the ops in order over the planned workspace slots.
+//! `run_with` executes the ops in order over the planned workspace slots. Both come in parts of
+//! `OPS_PER_PART` ops (a function each, the part's operands in a struct of their own), and every
+//! kernel is called through its concrete instance in `qdqc_kernels::entry`: what LLVM optimizes
+//! in the generated crate is glue, in functions of bounded size.
 
 use super::blob::Blob;
 use super::ops::{Integer, Kind, Op, Q, Window};
