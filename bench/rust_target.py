@@ -149,24 +149,11 @@ def compile_crate(qdqc: Path, model: Path, contract: str, out: Path) -> str | No
     return None
 
 
-# Generated code above this size (the published CNNs: the generator writes their ops as flat code,
-# one call per op in one `run_with`) is built at opt-level 1 (the kernel crate at 3): LLVM spends
-# tens of minutes on a function of that size at opt-level 3. Not 0: the kernels' generic functions
-# (Binary::apply, quantize_linear, run_requant, …) are instantiated, hence optimized, in the
-# generated crate. Marked in the table (`build s` then reads e.g. `41.0/o1`).
-FLAT_GLUE_BYTES = 200_000
-
-
-def glue_opt(crate: Path) -> int:
-    return 1 if (crate / "src" / "lib.rs").stat().st_size > FLAT_GLUE_BYTES else 3
-
-
 def cargo_build(crate: Path) -> tuple[float, int, str | None]:
     """Release build of the generated crate: wall seconds, peak RSS bytes, error."""
     env = dict(os.environ, CARGO_TARGET_DIR=str(BUILD), RUSTFLAGS="-D warnings")
-    opt = [] if glue_opt(crate) == 3 else ["--config", "profile.release.opt-level=1", "--config", 'profile.release.package.qdqc-kernels.opt-level=3']
     t0 = time.perf_counter()
-    r = subprocess.run(["/usr/bin/time", "-v", "cargo", "build", "--release", "--offline", "--quiet", *opt], cwd=crate, env=env,
+    r = subprocess.run(["/usr/bin/time", "-v", "cargo", "build", "--release", "--offline", "--quiet"], cwd=crate, env=env,
                        capture_output=True, text=True)
     secs = time.perf_counter() - t0
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1)) * 1024
@@ -298,7 +285,7 @@ def main():
                 raise RuntimeError(f"{name} [{contract}]: the harness exits {code} on its memory run")
             r = subprocess.run([sys.executable, "-c", ORT_MEMORY, str(model), str(inputs)], capture_output=True, text=True, check=True)
             ort_rss = int(r.stdout.strip())
-            row = {"model": name, "contract": contract, "real": real, "glue_opt": glue_opt(crate), "build_s": secs, "build_rss": rss,
+            row = {"model": name, "contract": contract, "real": real, "build_s": secs, "build_rss": rss,
                    "rust_s": med["rust"], "ort_enable_s": med["ORT_ENABLE_ALL"], "ort_disable_s": med["ORT_DISABLE_ALL"],
                    "vs_enable": med["ORT_ENABLE_ALL"] / med["rust"], "vs_disable": med["ORT_DISABLE_ALL"] / med["rust"],
                    "max_dev_vs_disable": dev, "rust_peak_rss": rust_rss, "ort_rss_increase": ort_rss,
@@ -333,7 +320,7 @@ def main():
     for r in rows:
         print(f"{r['model']:<28} {r['contract']:<8} {r['rust_s'] * 1e3:>9.3f} {r['ort_enable_s'] * 1e3:>9.3f} {r['ort_disable_s'] * 1e3:>10.3f} "
               f"{r['vs_enable']:>8.2f} {r['vs_disable']:>8.2f} {r['max_dev_vs_disable']:>8.3g} {r['rust_peak_rss'] / 2**20:>11.1f} "
-              f"{r['ort_rss_increase'] / 2**20:>11.1f} {r['rss_ratio']:>9.2f} {fmt(r['build_s'], 1) + ('' if r['glue_opt'] == 3 else '/o1'):>7} {fmt(r['build_rss'] and r['build_rss'] / 2**20, 0):>8}")
+              f"{r['ort_rss_increase'] / 2**20:>11.1f} {r['rss_ratio']:>9.2f} {fmt(r['build_s'], 1):>7} {fmt(r['build_rss'] and r['build_rss'] / 2**20, 0):>8}")
     for c, s in summary.items():
         print(f"geomean [{c}] over {s['models']} models: ×{s['geomean_vs_enable']:.2f} vs ORT_ENABLE_ALL, "
               f"×{s['geomean_vs_disable']:.2f} vs ORT_DISABLE_ALL, RSS ratio {s['geomean_rss_ratio']:.2f}")

@@ -13,6 +13,8 @@
 //! - [`float`]: f32 kernels for the ops that stay float (Conv, MatMul/Gemm, elementwise, library
 //!   functions, Softmax, pools, Resize, reductions, normalizations), each with a fixed, documented
 //!   evaluation order and portable elementary functions: the same bits on every machine.
+//! - [`entry`]: the generic kernels instantiated for each element type, the functions the
+//!   generated code calls (compiled once here, not in every generated crate).
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
 //!
@@ -22,6 +24,7 @@
 pub mod a8w8;
 pub mod codes;
 pub mod conv;
+pub mod entry;
 pub mod float;
 pub mod gemm;
 mod isa;

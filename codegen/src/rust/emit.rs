@@ -1,12 +1,16 @@
 //! The text of the generated `src/lib.rs`: one `Model` type whose fields hold what `new()` builds
 //! once from the weight blob (packed weights, requantization forms, code tables), and whose
-//! `run_with` executes the ops in order over the planned workspace slots.
+//! `run_with` executes the ops in order over the planned workspace slots. Both come in parts of
+//! `OPS_PER_PART` ops (a function each, the part's operands in a struct of their own), and every
+//! kernel is called through its concrete instance in `qdqc_kernels::entry`: what LLVM optimizes
+//! in the generated crate is glue, in functions of bounded size.
 
 use super::blob::Blob;
 use super::ops::{A8W8, Integer, Kind, Op, Q, Window};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// A value as the generated code reaches it.
@@ -29,12 +33,39 @@ pub struct Program<'a, 'm> {
 struct Emitter<'a, 'm> {
     p: &'a Program<'a, 'm>,
     blob: Blob,
-    /// Field name, type, initializer.
+    /// Field name (`p{part}.{name}`: a field of the part's operand struct), type, initializer.
     fields: Vec<(String, String, String)>,
+    /// The part of `run_with` being emitted.
+    part: usize,
     /// Constant tensors read at run time, by value name: field name.
     tensors: BTreeMap<String, String>,
     names: Vec<String>,
+    /// What the op being emitted reads of `run_with`'s bindings (graph inputs by index, named
+    /// dims): its part declares only those, so that no binding is unused.
+    reads: RefCell<Reads>,
 }
+
+/// The bindings a run of ops reads.
+#[derive(Default)]
+struct Reads {
+    inputs: BTreeSet<usize>,
+    dims: bool,
+    observe: bool,
+}
+
+impl Reads {
+    fn merge(mut self, other: Reads) -> Reads {
+        self.inputs.extend(other.inputs);
+        self.dims |= other.dims;
+        self.observe |= other.observe;
+        self
+    }
+}
+
+/// Ops per `run_with` part: each part is its own function, so that the size of what LLVM
+/// optimizes at once stays bounded whatever the model's size (its passes are superlinear in a
+/// function's size: one flat `run_with` for a thousand ops took minutes to build).
+const OPS_PER_PART: usize = 16;
 
 fn q_expr(q: Q) -> String {
     format!("quant({:#010x}, {})", q.scale, q.zero_point)
@@ -73,7 +104,10 @@ impl Emitter<'_, '_> {
 
     fn slice(&self, name: &str) -> Result<String, String> {
         Ok(match self.place(name)? {
-            Place::Input(i) => format!("x{i}"),
+            Place::Input(i) => {
+                self.reads.borrow_mut().inputs.insert(i);
+                format!("x{i}")
+            }
             Place::Slot(e, s) => format!("&ws.{}[{s}][..]", e.rust()),
             Place::Field(f) => format!("&self.{f}[..]"),
         })
@@ -90,6 +124,7 @@ impl Emitter<'_, '_> {
                         self.names.len() - 1
                     }
                 };
+                self.reads.borrow_mut().dims = true;
                 format!("d[{i}]")
             }
         }
@@ -113,7 +148,7 @@ impl Emitter<'_, '_> {
             return Ok(());
         }
         let c = self.p.values.constant(name)?;
-        let field = format!("c{}", self.tensors.len());
+        let field = format!("p{}.c{}", self.part, self.tensors.len());
         let (ty, init) = self.load(&c)?;
         self.fields.push((field.clone(), ty, init));
         self.tensors.insert(name.to_string(), field);
@@ -171,7 +206,7 @@ impl Emitter<'_, '_> {
             }
             None => "Vec::new()".into(),
         };
-        let field = format!("n{i}_rq");
+        let field = format!("p{}.n{i}_rq", self.part);
         let code = if op.elem == Elem::U8 { "Code::U8" } else { "Code::I8" };
         let init = format!(
             "Requant::new(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, &{}, {}, {code}, {}, {})?",
@@ -291,14 +326,14 @@ impl Emitter<'_, '_> {
         };
         let body = match &op.kind {
             Kind::Quantize { axis, scales, zps } => format!(
-                "codes::qdq::quantize_linear::<{yt}>({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                "entry::quantize_linear_{yt}({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
                 self.slice(x0)?,
                 self.shape(x0)?,
                 f32_list(scales),
                 list(zps)
             ),
             Kind::Dequantize { axis, scales, zps } => format!(
-                "codes::qdq::dequantize_linear::<{}>({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                "entry::dequantize_linear_{}({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
                 xt(self, x0)?,
                 self.slice(x0)?,
                 self.shape(x0)?,
@@ -323,7 +358,7 @@ impl Emitter<'_, '_> {
                     list(&window.pads[window.kernel.len()..])
                 );
                 let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
-                let field = format!("n{i}_conv");
+                let field = format!("p{}.n{i}_conv", self.part);
                 self.fields.push((
                     field.clone(),
                     "PackedConv".into(),
@@ -342,7 +377,7 @@ impl Emitter<'_, '_> {
                 let (data, zps) = self.weights(int)?;
                 let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
                 let layout = if *trans_b { "Layout::NK" } else { "Layout::KN" };
-                let field = format!("n{i}_b");
+                let field = format!("p{}.n{i}_b", self.part);
                 self.fields.push((
                     field.clone(),
                     "PackedB".into(),
@@ -360,15 +395,15 @@ impl Emitter<'_, '_> {
             Kind::A8W8(a) => self.a8w8(i, op, a)?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
-                let field = format!("n{i}_table");
+                let field = format!("p{}.n{i}_table", self.part);
                 let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
                 self.fields.push((
                     field.clone(),
                     format!("Binary<{at}, {bt}, {yt}>"),
-                    format!("Binary::new({bop}, {}, {}, {}).map_err(codes_err({node}))?", q_expr(*a), q_expr(*b), q_expr(*y)),
+                    format!("entry::binary_new_{at}_{bt}_{yt}({bop}, {}, {}, {}).map_err(codes_err({node}))?", q_expr(*a), q_expr(*b), q_expr(*y)),
                 ));
                 format!(
-                    "self.{field}.apply({}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
+                    "entry::binary_{at}_{bt}_{yt}(&self.{field}, {}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
                     self.slice(&op.inputs[0])?,
                     self.shape(&op.inputs[0])?,
                     self.slice(&op.inputs[1])?,
@@ -376,10 +411,10 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::AveragePool { window, count_include_pad, x, y } => {
-                let field = format!("n{i}_pool");
+                let field = format!("p{}.n{i}_pool", self.part);
                 self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));
                 format!(
-                    "codes::pool::average_pool::<{}, {yt}>({}, &{}, &self.{field}, {count_include_pad}, {}, {}, &mut y).map_err(codes_err({node}))?;",
+                    "entry::average_pool_{}_{yt}({}, &{}, &self.{field}, {count_include_pad}, {}, {}, &mut y).map_err(codes_err({node}))?;",
                     xt(self, x0)?,
                     self.slice(x0)?,
                     self.shape(x0)?,
@@ -388,7 +423,7 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::GlobalAveragePool { x, y } => format!(
-                "codes::pool::global_average_pool::<{}, {yt}>({}, &{}, {}, {}, &mut y).map_err(codes_err({node}))?;",
+                "entry::global_average_pool_{}_{yt}({}, &{}, {}, {}, &mut y).map_err(codes_err({node}))?;",
                 xt(self, x0)?,
                 self.slice(x0)?,
                 self.shape(x0)?,
@@ -396,9 +431,9 @@ impl Emitter<'_, '_> {
                 q_expr(*y)
             ),
             Kind::MaxPool { window } => {
-                let field = format!("n{i}_pool");
+                let field = format!("p{}.n{i}_pool", self.part);
                 self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));
-                format!("codes::pool::max_pool::<{yt}>({}, &{}, &self.{field}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+                format!("entry::max_pool_{yt}({}, &{}, &self.{field}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
             }
             Kind::Concat { axis, requant } => {
                 let mut pre = String::new();
@@ -408,12 +443,12 @@ impl Emitter<'_, '_> {
                     match rq {
                         None => parts.push(format!("({slice}, &{shape}[..])")),
                         Some((qx, qy)) => {
-                            let field = format!("n{i}_t{j}");
+                            let field = format!("p{}.n{i}_t{j}", self.part);
                             let xty = xt(self, x)?;
                             self.fields.push((
                                 field.clone(),
                                 format!("[{yt}; 256]"),
-                                format!("requant_table::<{xty}, {yt}>({}, {}, {node})?", q_expr(*qx), q_expr(*qy)),
+                                format!("entry::requant_table_{xty}_{yt}({}, {}).map_err(codes_err({node}))?", q_expr(*qx), q_expr(*qy)),
                             ));
                             // One copy per requantized input per run (documented in the README).
                             writeln!(pre, "        let r{j}: Vec<{yt}> = ({slice}).iter().map(|v| self.{field}[v.index()]).collect();").unwrap();
@@ -421,13 +456,13 @@ impl Emitter<'_, '_> {
                         }
                     }
                 }
-                format!("{pre}        codes::movement::concat(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
+                format!("{pre}        entry::concat_{yt}(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
             }
             Kind::Reshape => format!("y.copy_from_slice({});", self.slice(x0)?),
             Kind::Lut { table } => {
-                let field = format!("n{i}_table");
+                let field = format!("p{}.n{i}_table", self.part);
                 self.fields.push((field.clone(), format!("[{yt}; 256]"), list(table)));
-                format!("codes::lut::apply_lut(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
+                format!("entry::apply_lut_{}_{yt}(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", xt(self, x0)?, self.slice(x0)?)
             }
             Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
                 let target = match (scales, sizes) {
@@ -436,7 +471,7 @@ impl Emitter<'_, '_> {
                     (None, None) => return Err("Resize needs scales or sizes".into()),
                 };
                 format!(
-                    "codes::movement::resize_nearest::<{yt}>({}, &{}, {target}, codes::movement::CoordinateTransform::{transform}, codes::movement::NearestMode::{nearest}, &mut y).map_err(codes_err({node}))?;",
+                    "entry::resize_nearest_{yt}({}, &{}, {target}, codes::movement::CoordinateTransform::{transform}, codes::movement::NearestMode::{nearest}, &mut y).map_err(codes_err({node}))?;",
                     self.slice(x0)?,
                     self.shape(x0)?
                 )
@@ -486,7 +521,7 @@ impl Emitter<'_, '_> {
                     list(&window.pads[..rank]),
                     list(&window.pads[rank..])
                 );
-                let field = format!("n{i}_params");
+                let field = format!("p{}.n{i}_params", self.part);
                 self.fields.push((field.clone(), "ConvParams".into(), params));
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let batch = self.dim(&xs[0]);
@@ -517,7 +552,7 @@ impl Emitter<'_, '_> {
                     list(&window.pads[rank..]),
                     list(output_padding)
                 );
-                let field = format!("n{i}_params");
+                let field = format!("p{}.n{i}_params", self.part);
                 self.fields.push((field.clone(), "float::conv_transpose::ConvTransposeParams".into(), params));
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let batch = self.dim(&xs[0]);
@@ -546,7 +581,7 @@ impl Emitter<'_, '_> {
             }
             Kind::FloatPool { max, window, count_include_pad } => {
                 let rank = window.kernel.len();
-                let field = format!("n{i}_fpool");
+                let field = format!("p{}.n{i}_fpool", self.part);
                 let params = format!(
                     "float::pool::PoolParams {{ kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{}, ceil_mode: {}, count_include_pad: {count_include_pad} }}",
                     list(&window.kernel),
@@ -629,10 +664,10 @@ impl Emitter<'_, '_> {
                 format!("codes::compare::select_equal({}, &mut y).map_err(codes_err({node}))?;", operands.join(", "))
             }
             Kind::Transpose { perm } => {
-                format!("codes::movement::transpose({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, list(perm))
+                format!("entry::transpose_{yt}({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, list(perm))
             }
             Kind::Slice { starts, ends, axes, steps } => format!(
-                "codes::movement::slice({}, &{}, &{}, &{}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                "entry::slice_{yt}({}, &{}, &{}, &{}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
                 self.slice(x0)?,
                 self.shape(x0)?,
                 i64_list(starts),
@@ -643,17 +678,17 @@ impl Emitter<'_, '_> {
             Kind::Pad { pads, mode, value } => {
                 let mode = if *mode == "Constant" { format!("Constant({value})") } else { mode.to_string() };
                 format!(
-                    "codes::movement::pad({}, &{}, &{}, codes::movement::PadMode::{mode}, &mut y).map_err(codes_err({node}))?;",
+                    "entry::pad_{yt}({}, &{}, &{}, codes::movement::PadMode::{mode}, &mut y).map_err(codes_err({node}))?;",
                     self.slice(x0)?,
                     self.shape(x0)?,
                     i64_list(pads)
                 )
             }
             Kind::Expand => {
-                format!("codes::movement::expand({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
+                format!("entry::expand_{yt}({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
             }
             Kind::Gather { axis, indices, indices_shape } => format!(
-                "codes::movement::gather({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
+                "entry::gather_{yt}({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",
                 self.slice(x0)?,
                 self.shape(x0)?,
                 i64_list(indices),
@@ -668,14 +703,8 @@ impl Emitter<'_, '_> {
         let body = if body.starts_with("        ") { body } else { format!("        {body}") };
         writeln!(out, "{body}").unwrap();
         if op.elem.is_code() {
-            writeln!(
-                out,
-                "        if let Some(f) = observe.as_mut() {{\n            f({}, Value::{}(Tensor {{ shape: {}.to_vec(), data: y.clone() }}));\n        }}",
-                str_lit(&op.output),
-                op.elem.variant(),
-                self.shape(&op.output)?
-            )
-            .unwrap();
+            self.reads.borrow_mut().observe = true;
+            writeln!(out, "        observe_{}(observe, {}, &{}, &y);", op.elem.rust(), str_lit(&op.output), self.shape(&op.output)?).unwrap();
         }
         writeln!(out, "        ws.{}[{s}] = y;", e.rust()).unwrap();
         Ok(out)
@@ -684,10 +713,18 @@ impl Emitter<'_, '_> {
 
 /// `src/lib.rs` and the blob.
 pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
-    let mut e = Emitter { p, blob: Blob::default(), fields: Vec::new(), tensors: BTreeMap::new(), names: Vec::new() };
-    let mut steps = String::new();
+    let mut e = Emitter { p, blob: Blob::default(), fields: Vec::new(), tensors: BTreeMap::new(), names: Vec::new(), reads: RefCell::default(), part: 0 };
+    // `run_with`'s parts: their text, then what each reads.
+    let mut parts: Vec<(String, Reads)> = Vec::new();
     for (i, op) in p.ops.iter().enumerate() {
-        steps.push_str(&e.op(i, op).map_err(|m| format!("node '{}': {m}", op.node))?);
+        if i % OPS_PER_PART == 0 {
+            parts.push((String::new(), e.reads.take()));
+        }
+        e.part = i / OPS_PER_PART;
+        let text = e.op(i, op).map_err(|m| format!("node '{}': {m}", op.node))?;
+        let last = parts.last_mut().expect("a part was opened");
+        last.0.push_str(&text);
+        last.1 = e.reads.take().merge(std::mem::take(&mut last.1));
     }
     let mut decl = Vec::new();
     for (name, elem, shape) in &p.inputs {
@@ -703,6 +740,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
             .collect();
         decl.push(format!("    ({name:?}, DType::{}, &[{}]),", elem.variant(), dims.join(", ")));
     }
+    e.reads.take();
     let mut outs = Vec::new();
     for o in &p.outputs {
         let Place::Slot(el, s) = e.place(o)? else { return Err(format!("graph output '{o}' is not computed by a node")) };
@@ -717,7 +755,8 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "/// Support code shared by every generated crate.\npub mod runtime;\n").unwrap();
     writeln!(w, "pub use runtime::{{DType, Dim, Error, Tensor, Value}};").unwrap();
     writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::codes::{{self, QCode, binary::{{Binary, BinaryOp}}, pool::PoolParams}};").unwrap();
-    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::{{Kernels, Layout, PackedB, conv::{{ConvParams, PackedConv}}, float, requant::Code}};").unwrap();
+    writeln!(w, "#[allow(unused_imports)]\nuse qdqc_kernels::{{Kernels, Layout, PackedB, conv::{{ConvParams, PackedConv}}, entry, float, requant::Code}};")
+        .unwrap();
     writeln!(w, "#[allow(unused_imports)]\nuse runtime::*;\n").unwrap();
     writeln!(w, "/// 64-byte alignment for the embedded weights.\n#[repr(C, align(64))]\nstruct Aligned<T: ?Sized>(T);\n").unwrap();
     writeln!(w, "static BLOB: &Aligned<[u8]> = &Aligned(*include_bytes!(\"weights.bin\"));\n").unwrap();
@@ -726,11 +765,34 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "/// The graph outputs, in the order `run` returns them.\npub const OUTPUTS: &[&str] = &[{}];\n", out_names.join(", ")).unwrap();
     let names: Vec<String> = e.names.iter().map(|n| format!("{n:?}")).collect();
     writeln!(w, "/// Named dimensions, bound by the inputs at run time.\nconst NAMES: &[&str] = &[{}];\n", names.join(", ")).unwrap();
+    // The operands by part, each part's in a struct of its own built by a function of its own
+    // (one `Model::new` initializing every field took LLVM minutes, like one flat `run_with`).
+    let mut operands: BTreeMap<usize, Vec<(&str, &str, &str)>> = BTreeMap::new();
+    for (f, t, init) in &e.fields {
+        let (part, name) = f.split_once('.').expect("fields are named p{part}.{name}");
+        operands.entry(part[1..].parse::<usize>().expect("part number")).or_default().push((name, t, init));
+    }
     writeln!(w, "/// The model: kernel path and every operand built once.\npub struct Model {{\n    k: Kernels,").unwrap();
-    for (f, t, _) in &e.fields {
-        writeln!(w, "    {f}: {t},").unwrap();
+    for part in operands.keys() {
+        writeln!(w, "    p{part}: Part{part},").unwrap();
     }
     writeln!(w, "}}\n").unwrap();
+    for (part, fields) in &operands {
+        writeln!(w, "/// The operands of `run_with`'s part {part}.\nstruct Part{part} {{").unwrap();
+        for (f, t, _) in fields {
+            writeln!(w, "    {f}: {t},").unwrap();
+        }
+        writeln!(w, "}}\n").unwrap();
+        writeln!(
+            w,
+            "impl Part{part} {{\n    #[inline(never)]\n    fn new(blob: &Blob) -> Result<Part{part}, Error> {{\n        let _ = blob;\n        Ok(Part{part} {{"
+        )
+        .unwrap();
+        for (f, _, init) in fields {
+            writeln!(w, "            {f}: {init},").unwrap();
+        }
+        writeln!(w, "        }})\n    }}\n}}\n").unwrap();
+    }
     let count = |el: Elem| p.plan.counts.get(&el).copied().unwrap_or(0);
     // f32, u8 and i8 slots always (the runtime's wrappers take them); integer ones where used.
     let slot_elems: Vec<Elem> =
@@ -767,8 +829,8 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "        let _ = &blob;").unwrap();
     writeln!(w, "        let k = Kernels::from_env().map_err(|e| Error::Kernel(e.to_string()))?;").unwrap();
     writeln!(w, "        Ok(Model {{\n            k,").unwrap();
-    for (f, _, init) in &e.fields {
-        writeln!(w, "            {f}: {init},").unwrap();
+    for part in operands.keys() {
+        writeln!(w, "            p{part}: Part{part}::new(&blob)?,").unwrap();
     }
     writeln!(w, "        }})\n    }}\n").unwrap();
     writeln!(w, "    /// Runs the model on `inputs` (in `INPUTS` order); the outputs come in `OUTPUTS` order.").unwrap();
@@ -783,13 +845,49 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         "    pub fn run_with(&self, ws: &mut Workspace, inputs: &[Value], mut observe: Option<&mut dyn FnMut(&str, Value)>) -> Result<Vec<Value>, Error> {{"
     )
     .unwrap();
-    let binding = if e.names.is_empty() { "let _" } else { "let d" };
+    let dims = e.reads.take().dims || parts.iter().any(|(_, r)| r.dims);
+    let binding = if dims { "let d" } else { "let _" };
     writeln!(w, "        {binding} = bind(inputs, INPUTS, NAMES)?;").unwrap();
-    for (i, (_, elem, _)) in p.inputs.iter().enumerate() {
-        writeln!(w, "        let x{i} = {}_input(&inputs[{i}]);", elem.rust()).unwrap();
+    for (k, (_, r)) in parts.iter().enumerate() {
+        let mut args = vec!["ws"];
+        if r.dims {
+            args.push("&d");
+        }
+        if !r.inputs.is_empty() {
+            args.push("inputs");
+        }
+        if r.observe {
+            args.push("&mut observe");
+        }
+        writeln!(w, "        self.part{k}({})?;", args.join(", ")).unwrap();
     }
-    w.push_str(&steps);
     writeln!(w, "        let _ = observe.as_mut();").unwrap();
-    writeln!(w, "        Ok(vec![\n{}\n        ])\n    }}\n}}", outs.join("\n")).unwrap();
+    writeln!(w, "        Ok(vec![\n{}\n        ])\n    }}", outs.join("\n")).unwrap();
+    for (k, (text, r)) in parts.iter().enumerate() {
+        let mut params = vec!["&self".to_string(), "ws: &mut Workspace".into()];
+        if r.dims {
+            params.push("d: &[usize]".into());
+        }
+        if !r.inputs.is_empty() {
+            params.push("inputs: &[Value]".into());
+        }
+        if r.observe {
+            params.push("observe: &mut Option<&mut dyn FnMut(&str, Value)>".into());
+        }
+        writeln!(
+            w,
+            "\n    /// Ops {} to {} of `run_with`.\n    #[inline(never)]\n    fn part{k}({}) -> Result<(), Error> {{",
+            k * OPS_PER_PART,
+            (k * OPS_PER_PART + OPS_PER_PART).min(p.ops.len()) - 1,
+            params.join(", ")
+        )
+        .unwrap();
+        for &i in &r.inputs {
+            writeln!(w, "        let x{i} = {}_input(&inputs[{i}]);", p.inputs[i].1.rust()).unwrap();
+        }
+        w.push_str(text);
+        writeln!(w, "        Ok(())\n    }}").unwrap();
+    }
+    writeln!(w, "}}").unwrap();
     Ok((src, e.blob.bytes))
 }

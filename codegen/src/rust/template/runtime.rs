@@ -3,9 +3,9 @@
 //! kernel crate `qdqc_kernels`.
 
 use qdqc_kernels::codes::{self, QCode, Quant};
-use qdqc_kernels::conv::{ConvRequant, PackedConv};
+use qdqc_kernels::conv::{ConvError, ConvRequant, PackedConv, Scratch as ConvScratch};
 use qdqc_kernels::requant::{self, Certified, Form, Output, Plan};
-use qdqc_kernels::{Kernels, PackedB};
+use qdqc_kernels::{GemmError, Kernels, PackedB, entry};
 use std::fmt;
 
 /// A tensor: row-major data and its shape.
@@ -225,12 +225,32 @@ impl AsU8 for i8 {
     }
 }
 
-/// Output codes of the requantizing kernels (u8, i8).
-pub trait CodeOut: QCode + requant::CodeOut {}
+/// Output codes of the requantizing kernels (u8, i8), each reaching the kernel crate's concrete
+/// instances (`qdqc_kernels::entry`: compiled there once, not in this crate).
+pub trait CodeOut: QCode + requant::CodeOut {
+    #[allow(clippy::too_many_arguments)] // the convolution's operands, spelled out
+    fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [Self], s: &mut ConvScratch) -> Result<u64, ConvError>;
+    #[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [Self]) -> Result<u64, GemmError>;
+}
 
-impl CodeOut for u8 {}
+impl CodeOut for u8 {
+    fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [u8], s: &mut ConvScratch) -> Result<u64, ConvError> {
+        entry::conv_requant_u8(conv, k, x, batch, input, zx, rq, out, s)
+    }
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [u8]) -> Result<u64, GemmError> {
+        entry::gemm_u8_requant_u8(k, a, m, za, b, plan, bias, c, out)
+    }
+}
 
-impl CodeOut for i8 {}
+impl CodeOut for i8 {
+    fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [i8], s: &mut ConvScratch) -> Result<u64, ConvError> {
+        entry::conv_requant_i8(conv, k, x, batch, input, zx, rq, out, s)
+    }
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [i8]) -> Result<u64, GemmError> {
+        entry::gemm_u8_requant_i8(k, a, m, za, b, plan, bias, c, out)
+    }
+}
 
 /// The requantization of a QLinearConv / QGemm / QLinearMatMul: one certified form per output
 /// channel (or one for all), the bias codes and the output's zero point. Convolutions apply it
@@ -300,7 +320,7 @@ pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
 ) -> Result<(), Error> {
     let e = kernel(node);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    conv.run_requant(k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &rq.channels, y, &mut s.conv).map_err(|x| e(x.to_string()))?;
+    Y::conv(conv, k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &rq.channels, y, &mut s.conv).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
@@ -311,7 +331,7 @@ pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, 
     let e = kernel(node);
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    qdqc_kernels::gemm_u8_requant(k, X::as_u8(x, &mut s.codes), m, zx, b, &rq.columns, Some(&rq.bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
+    Y::gemm(k, X::as_u8(x, &mut s.codes), m, zx, b, &rq.columns, Some(&rq.bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
@@ -325,18 +345,21 @@ pub fn quant(scale: u32, zero_point: i32) -> Quant {
     Quant::new(f32::from_bits(scale), zero_point)
 }
 
-/// QLinearConcat's requantization of one input: a table of 256 codes, each the exact
-/// `sat(rne(sx·(x − zx)/sy) + zy)` (a mean over one element).
-pub fn requant_table<X: QCode, Y: QCode>(qx: Quant, qy: Quant, node: &str) -> Result<[Y; 256], Error> {
-    let mut t = [Y::default(); 256];
-    for (i, v) in t.iter_mut().enumerate() {
-        let x = X::from_index(i);
-        *v = codes::pool::mean_exact::<X, Y>(i64::from(x.value() - qx.zero_point), 1, qx, qy).map_err(codes_err(node))?;
-    }
-    Ok(t)
-}
-
 /// Maps a float kernel's error to [`Error::Kernel`] naming the node.
 pub fn float_err(node: &str) -> impl Fn(qdqc_kernels::float::ShapeError) -> Error + '_ {
     move |e| Error::Kernel(format!("{node}: {e}"))
+}
+
+/// Hands a quantized intermediate to the caller's observer (the harness' `--intermediates`).
+pub fn observe_u8(observe: &mut Option<&mut dyn FnMut(&str, Value)>, name: &str, shape: &[usize], y: &[u8]) {
+    if let Some(f) = observe.as_mut() {
+        f(name, Value::U8(Tensor { shape: shape.to_vec(), data: y.to_vec() }));
+    }
+}
+
+/// [`observe_u8`] for i8 codes.
+pub fn observe_i8(observe: &mut Option<&mut dyn FnMut(&str, Value)>, name: &str, shape: &[usize], y: &[i8]) {
+    if let Some(f) = observe.as_mut() {
+        f(name, Value::I8(Tensor { shape: shape.to_vec(), data: y.to_vec() }));
+    }
 }
