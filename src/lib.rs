@@ -38,7 +38,7 @@ pub use qdqc_ort::{Isa, OrtTarget};
 pub use qdqc_rewrites::rules::{Activations, Allow};
 pub use qdqc_rewrites::{Profile, Target};
 pub use qdqc_target_rust::RustTarget;
-pub use rust_target::{KERNELS_PATH_ENV, compile_rust};
+pub use rust_target::{KERNELS_PATH_ENV, compile_rust, compile_rust_module};
 pub use weights::{FloatTable, ModelSize};
 
 /// Reads `--inputs FILE.npz`: f32 activations keyed by tensor name.

@@ -50,6 +50,19 @@ pub fn compile_rust(input: &Path, out_dir: &Path, report_path: Option<&Path>, op
     Ok(report)
 }
 
+/// The Rust target as one module for a build script (`qdqc_codegen::rust::module`): the module's
+/// text, the weights' bytes and the report. Nothing is written; the module reads its weights from
+/// `OUT_DIR/NAME.weights.bin`.
+pub fn compile_rust_module(input: &Path, name: &str, options: &CompileOptions) -> Result<(String, Vec<u8>, CompileReport)> {
+    let model = Model::load(input)?;
+    let Compiled { source, lowered, report, .. } = compile_model(&model, options)?;
+    // The crate's Cargo.toml (and so the kernel crate's path) is not part of the module.
+    let generated =
+        qdqc_codegen::rust::generate(&source, &lowered, &qdqc_codegen::rust::KernelsPath("qdqc-kernels".into())).map_err(|p| Error::bad_input(input, p))?;
+    let (text, weights) = qdqc_codegen::rust::module(&generated, name).map_err(|p| Error::bad_input(input, p))?;
+    Ok((text, weights, report))
+}
+
 /// Refuses an OUT_DIR that exists and is not a crate qdqc generated.
 fn check_out_dir(out_dir: &Path) -> Result<()> {
     if !out_dir.exists() {

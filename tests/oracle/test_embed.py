@@ -7,6 +7,11 @@ build.rs are built and run from a clean CARGO_TARGET_DIR, as a user's first buil
   `cargo:warning` per refused group; touching the model re-runs the build script and recompiles
   only the example (the rebuild's `Compiling` lines are counted).
 
+- `examples/embed-rust`: the Rust kernel code its build script generated (one module in OUT_DIR,
+  `include!`d) runs and prints the same logits, bit for bit, as the crate `qdqc compile --target
+  rust` writes for the same model and contract, run by its harness on the same input; the
+  module's text holds no absolute path.
+
 First-build and rebuild times, peak RSS of the build and the binary size are printed (-s).
 """
 from __future__ import annotations
@@ -85,3 +90,28 @@ def test_embed_onnx_builds_clean_and_its_model_is_the_compiled_one(clean_target,
     compiling = [l.split()[1] for l in r.stderr.splitlines() if l.strip().startswith("Compiling")]
     assert compiling == ["embed-onnx"], f"a touched model rebuilt more than the example: {compiling}"
     print(f"embed-onnx: rebuild after touching the model {again:.1f} s")
+
+
+def test_embed_rust_runs_the_generated_module_like_the_generated_crate(clean_target, tmp_path):
+    r, first, peak = cargo(["run", "--locked", "-p", "embed-rust"], clean_target)
+    assert r.returncode == 0, f"cargo run -p embed-rust failed:\n{r.stderr[-4000:]}"
+    binary = clean_target / "debug" / "embed-rust"
+    print(f"\nembed-rust: build + run {first:.1f} s (after embed-onnx in the same target folder), peak RSS {peak / 2**20:.0f} MiB, binary {binary.stat().st_size / 2**20:.1f} MiB")
+    bits = next(l for l in r.stdout.splitlines() if l.startswith("logits f32 bits ")).split()[3:]
+    assert "top class" in r.stdout and "median latency" in r.stdout, r.stdout
+    module = next(clean_target.glob("debug/build/embed-rust-*/out/cnn_residual_qdq.rs"))
+    assert str(REPO) not in module.read_text() and str(clean_target) not in module.read_text(), "an absolute path in the generated module"
+    # The crate `qdqc compile --target rust` writes, run by its harness on the same input.
+    crate = tmp_path / "crate"
+    c = subprocess.run([str(QDQC_BIN), "compile", str(SHIPPED), "--target", "rust", "--contract", "real", "-o", str(crate)], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr
+    env = dict(os.environ, CARGO_TARGET_DIR=str(clean_target), CARGO_INCREMENTAL="0")
+    b = subprocess.run([os.environ.get("CARGO", "cargo"), "build", "--offline", "--quiet"], cwd=crate, env=env, capture_output=True, text=True)
+    assert b.returncode == 0, b.stderr[-4000:]
+    x = (((np.arange(3 * 16 * 16) * 37) % 200).astype(np.float32) / np.float32(100.0) - np.float32(1.0)).reshape(1, 3, 16, 16)
+    np.savez(tmp_path / "in.npz", input=x)
+    harness = next(p for p in (clean_target / "debug").iterdir() if p.name.startswith("cnn_residual_qdq") and p.is_file() and os.access(p, os.X_OK))
+    h = subprocess.run([str(harness), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True)
+    assert h.returncode == 0, h.stderr
+    logits = np.load(tmp_path / "out.npz")["logits"].reshape(-1)
+    assert [f"{v:08x}" for v in logits.view(np.uint32)] == bits, "the embedded module and the generated crate differ"

@@ -10,7 +10,11 @@
 //!
 //! and in the crate, `include_bytes!(concat!(env!("OUT_DIR"), "/net.qdqc.onnx"))` is the fused
 //! model for ONNX Runtime ([`Target::Onnx`]); its report is `net.qdqc.json` beside it, its session
-//! profile (the settings under which its guarantee holds) in [`Compiled::session_config`].
+//! profile (the settings under which its guarantee holds) in [`Compiled::session_config`]. With
+//! [`Target::Rust`] the model becomes Rust kernel code: `include!(concat!(env!("OUT_DIR"),
+//! "/net.rs"))` defines `mod net` (`net::Model::new()?.run(&inputs)`), which calls the
+//! `qdqc-kernels` crate (a normal dependency of the crate) and embeds `net.weights.bin` with
+//! `include_bytes!` (read in place: no heap copy of the blob).
 //!
 //! What the build script gets, and why:
 //!
@@ -43,6 +47,9 @@ pub enum Target {
     /// The fused ONNX model for ONNX Runtime (`NAME.qdqc.onnx`, external data beside it when
     /// the model has any) and its report (`NAME.qdqc.json`).
     Onnx,
+    /// Rust kernel code (`--target rust`) as one module, `NAME.rs`, with `NAME.weights.bin` and
+    /// the report `NAME.qdqc.json`; `NAME` must then be a Rust identifier.
+    Rust,
 }
 
 /// A model to compile in a build script; [`Model::compile`] runs it.
@@ -60,7 +67,7 @@ pub struct Model {
 /// What one build step wrote.
 #[derive(Clone, Debug)]
 pub struct Compiled {
-    /// The written model (`OUT_DIR/NAME.qdqc.onnx`).
+    /// The written model (`OUT_DIR/NAME.qdqc.onnx`), or the Rust module (`OUT_DIR/NAME.rs`).
     pub model: PathBuf,
     /// The written report (`OUT_DIR/NAME.qdqc.json`).
     pub report_path: PathBuf,
@@ -153,12 +160,29 @@ impl Model {
             Some(n) => n.clone(),
             None => path.file_stem().map(|s| s.to_string_lossy().into_owned()).ok_or_else(|| bad("the model path has no file name".into()))?,
         };
-        let options = qdqc::CompileOptions { contract: self.contract, target: ort.into(), allow, ..Default::default() };
+        let target = match self.target {
+            Target::Onnx => ort.into(),
+            Target::Rust => qdqc::RustTarget::generic().into(),
+        };
+        let options = qdqc::CompileOptions { contract: self.contract, target, allow, ..Default::default() };
         match self.target {
             Target::Onnx => {
                 let model = out_dir.join(format!("{name}.qdqc.onnx"));
                 let report_path = out_dir.join(format!("{name}.qdqc.json"));
                 let report = qdqc::compile_with_report(&path, &model, Some(&report_path), &options)?;
+                for line in warnings(&path, &report) {
+                    println!("cargo:warning={line}");
+                }
+                Ok(Compiled { model, report_path, report })
+            }
+            Target::Rust => {
+                let (text, weights, report) = qdqc::compile_rust_module(&path, &name, &options)?;
+                let model = out_dir.join(format!("{name}.rs"));
+                let report_path = out_dir.join(format!("{name}.qdqc.json"));
+                // The module last: it names the other two.
+                qdqc::write_atomically(&out_dir.join(format!("{name}.weights.bin")), &weights)?;
+                qdqc::write_atomically(&report_path, serde_json::to_string_pretty(&report).expect("reports serialize").as_bytes())?;
+                qdqc::write_atomically(&model, text.as_bytes())?;
                 for line in warnings(&path, &report) {
                     println!("cargo:warning={line}");
                 }

@@ -94,6 +94,54 @@ pub struct Crate {
     pub files: Vec<(String, Vec<u8>)>,
 }
 
+/// The generated code as one module file, for a build script to write into `OUT_DIR` and a crate
+/// to `include!` (`qdqc-build`'s Rust target): `pub mod NAME { … }` holding the crate's `lib.rs`
+/// with `runtime.rs` inlined as its nested `runtime` module, the weights read by
+/// `include_bytes!(concat!(env!("OUT_DIR"), "/NAME.weights.bin"))` — no absolute path in the
+/// text. Inner attributes and `//!` docs cannot appear in an `include!`d file: `forbid(unsafe_code)`
+/// becomes an outer attribute of the module (with `allow(clippy::all)`: generated code), the docs
+/// its `///` docs. Returns the module text and
+/// the weights' bytes.
+pub fn module(generated: &Crate, name: &str) -> Result<(String, Vec<u8>), String> {
+    let file = |path: &str| generated.files.iter().find(|(p, _)| p == path).map(|(_, b)| b.as_slice()).ok_or(format!("the generated crate has no {path}"));
+    let text = |path: &str| -> Result<String, String> { String::from_utf8(file(path)?.to_vec()).map_err(|_| format!("{path} is not UTF-8")) };
+    let (lib, runtime, weights) = (text("src/lib.rs")?, text("src/runtime.rs")?, file("src/weights.bin")?.to_vec());
+    if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("'{name}' is not a Rust module name (letters, digits, '_')"));
+    }
+    let inner = |l: &str| l.starts_with("//!") || l.starts_with("#![");
+    let docs: Vec<String> = lib.lines().filter(|l| l.starts_with("//!")).map(|l| format!("///{}", &l[3..])).collect();
+    let runtime: Vec<&str> = runtime.lines().filter(|l| !inner(l)).collect();
+    let mut out = String::new();
+    out.push_str(&docs.join("\n"));
+    // Generated code: the including crate's clippy configuration is not its own.
+    out.push_str("\n#[forbid(unsafe_code)]\n#[allow(clippy::all)]\npub mod ");
+    out.push_str(name);
+    out.push_str(" {\n");
+    let (mut runtime_at, mut blob_at) = (0, 0);
+    for line in lib.lines().filter(|l| !inner(l)) {
+        if line == "pub mod runtime;" {
+            runtime_at += 1;
+            out.push_str("pub mod runtime {\n");
+            out.push_str(&runtime.join("\n"));
+            out.push_str("\n}\n");
+        } else if line.contains("include_bytes!(\"weights.bin\")") {
+            blob_at += 1;
+            out.push_str(&line.replace("include_bytes!(\"weights.bin\")", &format!("include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{name}.weights.bin\"))")));
+            out.push('\n');
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push_str("}\n");
+    // The generator's own text: each is written exactly once (a change there must be seen here).
+    if (runtime_at, blob_at) != (1, 1) {
+        return Err(format!("lib.rs declares the runtime {runtime_at} and embeds the weights {blob_at} time(s), not once each"));
+    }
+    Ok((out, weights))
+}
+
 /// Generates the crate, or says which node the backend does not support (nothing is written
 /// by this function).
 pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) -> Result<Crate, String> {
