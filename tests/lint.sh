@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
-cargo clippy --locked --workspace --all-targets -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
+cargo clippy --locked --workspace --exclude embed-onnx --exclude embed-rust --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --exclude embed-onnx --exclude embed-rust --no-deps

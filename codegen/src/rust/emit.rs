@@ -254,7 +254,7 @@ impl Emitter<'_, '_> {
         let (_, data) = self.load(&w)?;
         let ctor = if a.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
         let layout = if a.trans_b { "Layout::NK" } else { "Layout::KN" };
-        let field = format!("n{i}_a8w8");
+        let field = format!("p{}.n{i}_a8w8", self.part);
         let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
         let packed = format!("PackedB::{ctor}(&{data}, {}, {}, {layout}, &{}).map_err({err})?", a.k, a.n, list(&a.weight_zps));
         let bias = match &a.bias {
