@@ -53,13 +53,16 @@ def main() -> int:
     if not model.exists():
         write_model(model, 50000, 1)
     size = model.stat().st_size + model.with_name("one.onnx.data").stat().st_size
-    out = folder / "one.py.qdqc.onnx"
+    # Same file name in two folders: a model records its external data file's name.
+    (folder / "py").mkdir(exist_ok=True)
+    (folder / "cli").mkdir(exist_ok=True)
+    out = folder / "py" / "one.qdqc.onnx"
     r = subprocess.run([args.python, "-c", PROBE, str(model), str(out)], capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stderr, file=sys.stderr)
         return 1
     py = json.loads(r.stdout)
-    cli_out = folder / "one.cli.qdqc.onnx"
+    cli_out = folder / "cli" / "one.qdqc.onnx"
     c = subprocess.run(["/usr/bin/time", "-v", args.qdqc, "compile", str(model), "-o", str(cli_out)], capture_output=True, text=True)
     cli_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", c.stderr).group(1))
     same = out.read_bytes() == cli_out.read_bytes() and Path(str(out) + ".data").read_bytes() == Path(str(cli_out) + ".data").read_bytes()
