@@ -146,20 +146,29 @@ fn validate(g: &RowGroup) -> Result<i64, String> {
     Ok(bound)
 }
 
-/// `exact`: every distinct row parameter as a per-tensor group (P2, then P3).
-fn exact(g: &RowGroup, header: &str, start: Instant) -> Verdict {
+/// The distinct row parameters `(sx bits, zx)`, sorted; refused when proving each of them over
+/// every weight is beyond [`EXACT_BUDGET`] (`exact` proves the float path one row parameter at
+/// a time, for the Q-output and the float-output group alike).
+fn distinct_rows(g: &RowGroup) -> Result<Vec<(u32, i64)>, String> {
     let mut distinct: Vec<(u32, i64)> = g.x_scales.iter().zip(&g.x_zero_points).map(|(s, &z)| (s.to_bits(), z)).collect();
     distinct.sort_unstable();
     distinct.dedup();
     let weights = g.weights.len() as u64 * g.weights[0].len() as u64;
     if distinct.len() as u64 * weights > EXACT_BUDGET {
-        return Verdict::Unknown {
-            reason: format!(
-                "refused: exact: {} distinct row parameters × {weights} weights is beyond the budget of {EXACT_BUDGET} (the per-row float path is proven one row parameter at a time)",
-                distinct.len()
-            ),
-        };
+        return Err(format!(
+            "refused: exact: {} distinct row parameters × {weights} weights is beyond the budget of {EXACT_BUDGET} (the per-row float path is proven one row parameter at a time)",
+            distinct.len()
+        ));
     }
+    Ok(distinct)
+}
+
+/// `exact`: every distinct row parameter as a per-tensor group (P2, then P3).
+fn exact(g: &RowGroup, header: &str, start: Instant) -> Verdict {
+    let distinct = match distinct_rows(g) {
+        Ok(d) => d,
+        Err(reason) => return Verdict::Unknown { reason },
+    };
     let mut domain = 0;
     for &(bits, z) in &distinct {
         let x = QParam::new(f32::from_bits(bits), z, g.x_code);
@@ -202,15 +211,10 @@ pub fn prove_float(g: &RowGroup, contract: Contract) -> Verdict {
             start,
         );
     }
-    let mut distinct: Vec<(u32, i64)> = g.x_scales.iter().zip(&g.x_zero_points).map(|(s, &z)| (s.to_bits(), z)).collect();
-    distinct.sort_unstable();
-    distinct.dedup();
-    let weights = g.weights.len() as u64 * g.weights[0].len() as u64;
-    if distinct.len() as u64 * weights > EXACT_BUDGET {
-        return Verdict::Unknown {
-            reason: format!("refused: exact: {} distinct row parameters × {weights} weights is beyond the budget of {EXACT_BUDGET}", distinct.len()),
-        };
-    }
+    let distinct = match distinct_rows(g) {
+        Ok(d) => d,
+        Err(reason) => return Verdict::Unknown { reason },
+    };
     for &(bits, z) in &distinct {
         for (c, w) in g.weights.iter().enumerate() {
             let dot = DotProduct {
@@ -229,7 +233,14 @@ pub fn prove_float(g: &RowGroup, contract: Contract) -> Verdict {
         }
     }
     let detail = format!("{header}; exact: P2 for {} distinct row parameter(s) × {} column(s): the float path is exact", distinct.len(), g.weights.len());
-    Verdict::Exact { proof: Certificate { method: Method::P2Representable, domain: distinct.len() as u64 * weights, micros: micros(start), detail } }
+    Verdict::Exact {
+        proof: Certificate {
+            method: Method::P2Representable,
+            domain: distinct.len() as u64 * g.weights.len() as u64 * g.weights[0].len() as u64,
+            micros: micros(start),
+            detail,
+        },
+    }
 }
 
 /// One activation row of a group whose scales vary along K, with everything expanded per `k`:
