@@ -165,30 +165,27 @@ impl Model {
             Target::Rust => qdqc::RustTarget::generic().into(),
         };
         let options = qdqc::CompileOptions { contract: self.contract, target, allow, ..Default::default() };
-        match self.target {
+        let report_path = out_dir.join(format!("{name}.qdqc.json"));
+        let (model, report) = match self.target {
             Target::Onnx => {
                 let model = out_dir.join(format!("{name}.qdqc.onnx"));
-                let report_path = out_dir.join(format!("{name}.qdqc.json"));
                 let report = qdqc::compile_with_report(&path, &model, Some(&report_path), &options)?;
-                for line in warnings(&path, &report) {
-                    println!("cargo:warning={line}");
-                }
-                Ok(Compiled { model, report_path, report })
+                (model, report)
             }
             Target::Rust => {
                 let (text, weights, report) = qdqc::compile_rust_module(&path, &name, &options)?;
                 let model = out_dir.join(format!("{name}.rs"));
-                let report_path = out_dir.join(format!("{name}.qdqc.json"));
                 // The module last: it names the other two.
                 qdqc::write_atomically(&out_dir.join(format!("{name}.weights.bin")), &weights)?;
                 qdqc::write_atomically(&report_path, serde_json::to_string_pretty(&report).expect("reports serialize").as_bytes())?;
                 qdqc::write_atomically(&model, text.as_bytes())?;
-                for line in warnings(&path, &report) {
-                    println!("cargo:warning={line}");
-                }
-                Ok(Compiled { model, report_path, report })
+                (model, report)
             }
+        };
+        for line in warnings(&path, &report) {
+            println!("cargo:warning={line}");
         }
+        Ok(Compiled { model, report_path, report })
     }
 }
 
