@@ -247,7 +247,8 @@ impl Fusion {
     fn verdicts(&self, g: &GemmGroup) -> (Scales, bool, Vec<(Profile, Verdict)>) {
         let key = super::memo::gemm_key(&self.options.memo, self.name, g);
         let contract = self.options.contract;
-        let prove = per_target(|isa| requant::prove(g, isa, contract), || qdqc_target_rust::gemm::prove(g, contract));
+        let prover = requant::Prover::new(g, contract);
+        let prove = per_target(|isa| prover.prove(isa), || qdqc_target_rust::gemm::prove(g, contract));
         let (fired, verdicts) = self.options.memo.decide(&self.options, key, prove);
         // Synthesized scales are ORT's (its requantization multiplier); the Rust kernels
         // requantize the model's own scales exactly.
