@@ -1,8 +1,9 @@
 """`qdqc compile --target rust --contract real`: every group the generated program runs, recomputed
 exactly from the input codes the program itself computed.
 
-For the synthetic CNN corpus (SYNTHETIC: the qdq and pow2 variants of cnn_residual and dwsep_net)
-and the real CNNs of test_rust_real.py (MODELS, pinned the same way), this test
+For the synthetic CNN corpus (SYNTHETIC: the qdq and pow2 variants of cnn_residual and dwsep_net),
+the real CNNs of test_rust_real.py (MODELS, pinned the same way) and the published transformers
+(TRANSFORMERS), this test
 
 * compiles under `--contract real`; the crate's `groups.json` (codegen/src/rust/manifest.rs) lists
   every op writing codes: kind, tensor names, scales (f32 bits), zero points, attributes, constants;
@@ -51,6 +52,9 @@ from test_rust_real import ENTRIES, MODELS, build, pin
 
 SYNTHETIC_ARCHS = ("cnn_residual", "dwsep_net")
 SYNTHETIC = [m["name"] for m in manifest()["models"] if m["kind"] in ("qdq", "pow2") and m["name"].startswith(SYNTHETIC_ARCHS)]
+# Published transformers the Rust target compiles (issue #13): MiniLM-L3 as shipped, quantized by
+# quantize_static (u8 activations, s8 per-channel weights).
+TRANSFORMERS = ["minilm_u8s8_pc"]
 N_FEEDS = 2
 CODE = {"u8": np.uint8, "i8": np.int8}
 DTYPES = {"UINT8": np.uint8, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64, "FLOAT": np.float32}
@@ -209,12 +213,13 @@ def evaluate(g: dict, ins: list, out: np.ndarray, bias_scales=None):
         want = np.concatenate(parts, axis=p["axis"])
         return want, lambda i: "concat"
     else:
-        return moved(g, x, out.shape), lambda i: f"{kind} of codes"
+        return moved(g, x, out.shape, ins[1:]), lambda i: f"{kind} of codes"
     return requantize(ev, y)
 
 
-def moved(g: dict, x: np.ndarray, out_shape) -> np.ndarray:
-    """Ops that select or copy codes, by numpy (Resize: onnx's reference evaluator)."""
+def moved(g: dict, x: np.ndarray, out_shape, rest: list) -> np.ndarray:
+    """Ops that select or copy codes, by numpy (Resize: onnx's reference evaluator); `rest` the
+    inputs after the codes (Gather's indices when the program computes them)."""
     kind, p = g["kind"], g["params"]
     if kind == "reshape":
         if x.size != int(np.prod(out_shape)):
@@ -230,7 +235,8 @@ def moved(g: dict, x: np.ndarray, out_shape) -> np.ndarray:
             index[a % x.ndim] = slice(s, e, st)
         return x[tuple(index)]
     if kind == "gather":
-        idx = np.array(p["indices"], dtype=np.int64).reshape(p["indices_shape"])
+        # Constant indices are in the manifest; indices known at run time are the second input.
+        idx = np.array(p["indices"], dtype=np.int64).reshape(p["indices_shape"]) if "indices" in p else rest[0]
         return np.take(x, np.where(idx < 0, idx + x.shape[p["axis"]], idx), axis=p["axis"])
     if kind == "lut":
         table = np.array(p["table"], dtype=CODE[g["elem"]])
@@ -457,7 +463,8 @@ def compiled(label: str, src: Path, tmp: Path, feeds: list[dict]) -> dict:
         np.savez(inputs, **feed)
         h = subprocess.run([str(harness), str(inputs), str(outputs), "--intermediates"], capture_output=True, text=True)
         assert h.returncode == 0, f"{label}: harness failed: {h.stderr}"
-        runs.append(dict(np.load(outputs)))
+        # The feed too: a group may read a graph input that is not codes (Gather's token ids).
+        runs.append({**feed, **dict(np.load(outputs))})
     return {"manifest": json.loads((crate / "groups.json").read_text()), "report": json.loads(report.read_text()),
             "model": onnx.load(str(src)), "runs": runs, "built": built, "crate": crate}
 
@@ -513,7 +520,7 @@ def test_synthetic_groups_equal_the_exact_evaluation(name):
     assert not copies, f"{name}: float copies of quantized constants under real: {copies}"
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + TRANSFORMERS)
 def test_real_model_groups_equal_the_exact_evaluation(name):
     check(name, real(name))
 

@@ -621,6 +621,23 @@ impl Emitter<'_, '_> {
             Kind::Softmax { axis } => {
                 format!("float::softmax::softmax({}, &{}, {axis}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
             }
+            Kind::LayerNorm { axis, epsilon } => {
+                let xs = self.p.values.shape(x0)?;
+                let product = |this: &mut Self, dims: &[Extent]| {
+                    let d: Vec<String> = dims.iter().map(|e| this.dim(e)).collect();
+                    if d.is_empty() { "1".to_string() } else { d.join(" * ") }
+                };
+                let (rows, size) = (product(self, &xs[..*axis]), product(self, &xs[*axis..]));
+                let bias = match op.inputs.get(2) {
+                    Some(b) => format!("Some({})", self.slice(b)?),
+                    None => "None".to_string(),
+                };
+                format!(
+                    "float::norm::layer_norm({}, {rows}, {size}, {}, {bias}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.slice(&op.inputs[1])?
+                )
+            }
             Kind::BatchNorm { epsilon } => {
                 let xs = self.p.values.shape(x0)?;
                 if xs.len() < 2 {
@@ -686,6 +703,16 @@ impl Emitter<'_, '_> {
             }
             Kind::Expand => {
                 format!("entry::expand_{yt}({}, &{}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?, self.shape(&op.output)?)
+            }
+            Kind::GatherBy { axis } => {
+                let x1 = op.inputs[1].as_str();
+                format!(
+                    "entry::gather_{yt}({}, &{}, {axis}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    self.slice(x1)?,
+                    self.shape(x1)?
+                )
             }
             Kind::Gather { axis, indices, indices_shape } => format!(
                 "entry::gather_{yt}({}, &{}, {axis}, &{}, &{}, &mut y).map_err(codes_err({node}))?;",

@@ -74,6 +74,7 @@ fn params(kind: &Kind) -> Option<(&'static str, Value)> {
         Kind::Slice { starts, ends, axes, steps } => ("slice", json!({ "starts": starts, "ends": ends, "axes": axes, "steps": steps })),
         Kind::Expand => ("expand", json!({})),
         Kind::Gather { axis, indices, indices_shape } => ("gather", json!({ "axis": axis, "indices": indices, "indices_shape": indices_shape })),
+        Kind::GatherBy { axis } => ("gather", json!({ "axis": axis })),
         _ => return None,
     })
 }

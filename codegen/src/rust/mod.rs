@@ -35,9 +35,10 @@
 //! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
 //! | f32 BatchNormalization (inference) | `float::norm::batch_norm` (ONNX Runtime's order) |
+//! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm` (ONNX's function body, fixed order) |
 //! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |
 //! | f32 MatMul (batch broadcasting) | `float::gemm::matmul` |
-//! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
+//! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices, or int64 indices computed at run time: token ids into an embedding table of codes), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
 //! | Shape of a fixed shape, and the integer ops behind it (Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, arithmetic, Equal, Where, Range, Expand), ConstantOfShape, f32 Range, integer→f32 Cast of constants | evaluated at generation time (`fold.rs`); the generated code holds the result as a constant |
 //!
 //! Element types: f32, u8/i8 codes, and int32/int64 tensors that are not codes (graph inputs

@@ -118,6 +118,9 @@ pub enum Kind {
     Softmax { axis: i64 },
     /// f32 BatchNormalization (inference): inputs x, scale, B, mean, var.
     BatchNorm { epsilon: u32 },
+    /// f32 LayerNormalization over the axes from `axis` on (stash_type 1): inputs x, scale and an
+    /// optional B, each the normalized axes' shape; the output Y only.
+    LayerNorm { axis: usize, epsilon: u32 },
     /// f32 ReduceSum / ReduceMean / ReduceMax / ReduceMin over constant axes (`float::reduce::Reduce` variant).
     Reduce { reduce: &'static str, axes: Vec<usize> },
     /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
@@ -139,6 +142,9 @@ pub enum Kind {
     Expand,
     /// Gather by constant indices (codes or f32).
     Gather { axis: usize, indices: Vec<i64>, indices_shape: Vec<usize> },
+    /// Gather by int64 indices known at run time (the second input: token ids into an embedding
+    /// table of codes, after `gather-before-dequantize`); an index out of range is a run-time error.
+    GatherBy { axis: usize },
 }
 
 /// One node of the generated program.
@@ -643,6 +649,18 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let inputs = (0..5).map(tensor).collect::<Result<Vec<_>, _>>()?;
             (Kind::BatchNorm { epsilon: n.float("epsilon", 1e-5)?.to_bits() }, inputs, Elem::F32)
         }
+        "LayerNormalization" if float_input(n, 0)? => {
+            n.only(&["axis", "epsilon", "stash_type"])?;
+            if n.int("stash_type", 1)? != 1 {
+                return Err("LayerNormalization with stash_type other than 1 (f32) is not supported by the Rust target".into());
+            }
+            let axis = axis(n.int("axis", -1)?, n.rank(0)?)?;
+            let inputs = n.inputs.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>();
+            if inputs.len() < 2 {
+                return Err("LayerNormalization needs its Scale input".into());
+            }
+            (Kind::LayerNorm { axis, epsilon: n.float("epsilon", 1e-5)?.to_bits() }, inputs, Elem::F32)
+        }
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" if float_input(n, 0)? => {
             n.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
             let rank = n.rank(0)?;
@@ -716,6 +734,14 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             n.only(&[])?;
             n.constant(1)?;
             (Kind::Expand, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        "Gather" if !n.values.is_constant(n.input(1)?) => {
+            n.only(&["axis"])?;
+            if elem_of(n, 1)? != Elem::I64 {
+                return Err("Gather indices computed at run time must be int64 for the Rust target".into());
+            }
+            let axis = axis(n.int("axis", 0)?, n.rank(0)?)?;
+            (Kind::GatherBy { axis }, vec![tensor(0)?, tensor(1)?], elem_of(n, 0)?)
         }
         "Gather" => {
             n.only(&["axis"])?;

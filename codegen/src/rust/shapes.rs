@@ -32,7 +32,7 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
     let numel: usize = x.iter().product();
     match op_type {
         "QuantizeLinear" | "DequantizeLinear" | "Relu" | "Sigmoid" | "Tanh" | "Exp" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Clip" | "Softmax"
-        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "Identity" | "Cast" => Some(x),
+        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "LayerNormalization" | "Identity" | "Cast" => Some(x),
         "Reshape" => {
             let target = values.constant(inputs.get(1)?).ok()?.ints;
             let mut dims: Vec<i64> =
@@ -188,7 +188,9 @@ pub fn alias(op_type: &str, inputs: &[String], output: &str, values: &mut Values
     };
     let data: Vec<&str> = match op_type {
         "QuantizeLinear" | "DequantizeLinear" | "Relu" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Clip" | "Sqrt"
-        | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "Identity" | "Softmax" => inputs.iter().take(1).map(String::as_str).collect(),
+        | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "LayerNormalization" | "Identity" | "Softmax" => {
+            inputs.iter().take(1).map(String::as_str).collect()
+        }
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Where" => inputs.iter().map(String::as_str).filter(|s| !s.is_empty()).collect(),
         "QLinearAdd" | "QLinearMul" => [0, 3].iter().filter_map(|&i| inputs.get(i)).map(String::as_str).collect(),
         _ => Vec::new(),
