@@ -7,9 +7,10 @@ use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
+use qdqc_ort::matmul_dynamic::DynamicMatMul;
 use qdqc_ort::pool::PoolParams;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
-use qdqc_target_rust::{binary, gemm, pool};
+use qdqc_target_rust::{binary, gemm, matmul_dynamic, pool};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -26,6 +27,13 @@ pub fn rules() -> Vec<Broken> {
             broken: || binary::prove(BinaryOp::Add, &add(1.0, 2f32.powi(-30), 2.0), Contract::Exact),
             // Power-of-two scales with short codes: the float path is exact.
             twin: Some(|| binary::prove(BinaryOp::Add, &add(0.5, 0.25, 0.125), Contract::Exact)),
+        },
+        Broken {
+            name: "rust_matmul_codes_exact_claimed_for_the_float_path",
+            claim: "the correctly rounded MatMul of two activations (matmul_codes, requant_exact) meets `exact` wherever the float sum is exact (P2): the unfused Q still rounds acc·sa·sb/sy to f32 before rne, which can land it on a tie",
+            broken: || matmul_dynamic::prove(&activations(f32::from_bits(0x3e79_86c5)), Some(2), Contract::Exact),
+            // sy a power of two: the Q's quotient is exact, so it rounds once, as requant_exact does.
+            twin: Some(|| matmul_dynamic::prove(&activations(0.25), Some(2), Contract::Exact)),
         },
         Broken {
             name: "rust_exact_mean_claimed_for_the_float_path",
@@ -64,6 +72,11 @@ fn bias_code_on_the_accumulator(sb: f32) -> Verdict {
         },
         Outcome::Unknown { reason } => Verdict::Unknown { reason },
     }
+}
+
+/// `Q(MatMul(DQ(a), DQ(b)))` of two u8 activations with unit scales and zero points 0, K = 2.
+fn activations(sy: f32) -> DynamicMatMul {
+    DynamicMatMul::new(u8p(1.0, 0), u8p(1.0, 0), 2, u8p(sy, 0))
 }
 
 fn u8p(scale: f32, zero_point: i64) -> QParam {

@@ -188,6 +188,11 @@ def evaluate(g: dict, ins: list, out: np.ndarray, bias_scales=None):
         one = lambda v: channel_view([v], rank)  # noqa: E731
         terms = [(one(sa / sy), da), (one(sb / sy), db)] if kind == "add" else [(one(sa * sb / sy), da * db)]
         ev, y = Evaluation(terms, shape, lambda i: f"a={da[i]} b={db[i]} (centred)"), qp(p["y"], dtype, rank)
+    elif kind == "matmul":
+        a, b = ins
+        acc = np.matmul(a.astype(np.int64) - p["a"]["zero_point"], b.astype(np.int64) - p["b"]["zero_point"])
+        ratio = f32(p["a"]["scale"]) * f32(p["b"]["scale"]) / f32(p["y"]["scale"])
+        ev, y = Evaluation([(channel_view([ratio], acc.ndim), acc)], acc.shape, lambda i: f"acc={acc[i]}"), qp(p["y"], dtype, acc.ndim)
     elif kind in ("average_pool", "global_average_pool"):
         xc = x.astype(np.int64) - p["x"]["zero_point"]
         if kind == "global_average_pool":
@@ -376,7 +381,7 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
         if d is not None and g["kind"] == "lut":
             problems += relu_table(g, d, nodes, inits)
             checked += 1
-        if d is None or g["kind"] not in ("conv", "gemm", "add", "mul", "average_pool", "global_average_pool"):
+        if d is None or g["kind"] not in ("conv", "gemm", "add", "mul", "matmul", "average_pool", "global_average_pool"):
             continue
         members = [nodes[n] for n in d["nodes"] if n in nodes]
         dqs = {n.output[0]: n for n in members if n.op_type == "DequantizeLinear"}
@@ -411,7 +416,7 @@ def provenance(man: dict, model: onnx.ModelProto, report: dict) -> tuple[int, li
                 if b.input[0] != i["bias"] or any(z != 0 for z in zps(b)):
                     problems.append(f"{where}: bias {i['bias']!r}; the original {b.name} reads {b.input[0]!r} with zero points {set(zps(b))}")
                 bias_scales[g["node"]] = bs * i["channels"] if len(bs) == 1 else bs
-        elif g["kind"] in ("add", "mul"):
+        elif g["kind"] in ("add", "mul", "matmul"):
             same_q(p["y"], qs[0], f"{where} y")
             for q, dq in zip((p["a"], p["b"]), ins):
                 if dq is None:

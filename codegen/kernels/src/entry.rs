@@ -13,7 +13,8 @@ use crate::codes::movement::{self, CoordinateTransform, NearestMode, PadMode, Re
 use crate::codes::pool::{self, PoolParams};
 use crate::codes::{CodesError, QCode, Quant, lut, qdq};
 use crate::conv::{ConvError, ConvRequant, PackedConv, Scratch};
-use crate::requant::Plan;
+use crate::matmul_codes::MatMulCodes;
+use crate::requant::{Plan, RequantError};
 use crate::{GemmError, Kernels, PackedB};
 
 macro_rules! quantize {
@@ -189,4 +190,25 @@ movement! {
     concat_i8, transpose_i8, pad_i8, resize_nearest_i8, slice_i8, expand_i8, gather_i8: i8;
     concat_i32, transpose_i32, pad_i32, resize_nearest_i32, slice_i32, expand_i32, gather_i32: i32;
     concat_i64, transpose_i64, pad_i64, resize_nearest_i64, slice_i64, expand_i64, gather_i64: i64;
+}
+
+/// [`MatMulCodes::run`] for each (A, B, output) code type.
+macro_rules! matmul_codes {
+    ($($name:ident: $a:ty, $b:ty => $c:ty;)*) => {$(
+        /// [`MatMulCodes::run`] of these code types.
+        #[inline(never)]
+        pub fn $name(mm: &MatMulCodes, kernels: Kernels, a: &[$a], a_shape: &[usize], b: &[$b], b_shape: &[usize], out: &mut [$c]) -> Result<(), RequantError> {
+            mm.run(kernels, a, a_shape, b, b_shape, out)
+        }
+    )*};
+}
+matmul_codes! {
+    matmul_codes_u8_u8_u8: u8, u8 => u8;
+    matmul_codes_u8_u8_i8: u8, u8 => i8;
+    matmul_codes_u8_i8_u8: u8, i8 => u8;
+    matmul_codes_u8_i8_i8: u8, i8 => i8;
+    matmul_codes_i8_u8_u8: i8, u8 => u8;
+    matmul_codes_i8_u8_i8: i8, u8 => i8;
+    matmul_codes_i8_i8_u8: i8, i8 => u8;
+    matmul_codes_i8_i8_i8: i8, i8 => i8;
 }

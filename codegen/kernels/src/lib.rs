@@ -5,6 +5,8 @@
 //!   precomputed weight column sums ([`PackedB`]); [`conv`]: convolution on codes through it.
 //! - [`a8w8`]: the A8W8 group with per-row activation and per-column weight parameters (zero
 //!   points on both sides), requantized per element by the exact rational.
+//! - [`matmul_codes`]: MatMul of two code tensors (attention), i32 sums bounded by K, requantized
+//!   by the certified form.
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
@@ -28,6 +30,7 @@ pub mod entry;
 pub mod float;
 pub mod gemm;
 mod isa;
+pub mod matmul_codes;
 mod micro;
 mod pack;
 pub mod requant;

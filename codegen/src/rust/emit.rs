@@ -410,6 +410,35 @@ impl Emitter<'_, '_> {
                     self.shape(&op.inputs[1])?
                 )
             }
+            Kind::MatMulCodes { a, b, y } => {
+                let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
+                let code = |t: &str| if t == "u8" { "Code::U8" } else { "Code::I8" };
+                let field = format!("p{}.n{i}_matmul", self.part);
+                let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+                self.fields.push((
+                    field.clone(),
+                    "qdqc_kernels::matmul_codes::MatMulCodes".into(),
+                    format!(
+                        "qdqc_kernels::matmul_codes::MatMulCodes::new(f32::from_bits({:#010x}), {}, {}, f32::from_bits({:#010x}), {}, {}, f32::from_bits({:#010x}), {}, {}).map_err({err})?",
+                        a.scale,
+                        a.zero_point,
+                        code(at),
+                        b.scale,
+                        b.zero_point,
+                        code(bt),
+                        y.scale,
+                        y.zero_point,
+                        code(yt)
+                    ),
+                ));
+                format!(
+                    "entry::matmul_codes_{at}_{bt}_{yt}(&self.{field}, self.k, {}, &{}, {}, &{}, &mut y).map_err({err})?;",
+                    self.slice(&op.inputs[0])?,
+                    self.shape(&op.inputs[0])?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
             Kind::AveragePool { window, count_include_pad, x, y } => {
                 let field = format!("p{}.n{i}_pool", self.part);
                 self.fields.push((field.clone(), "PoolParams".into(), Self::window(window)));

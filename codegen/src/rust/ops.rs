@@ -76,6 +76,9 @@ pub enum Kind {
     /// qdqc's A8W8MatMul: per-row activation parameters (row `m` reads `(m / inner) % T`),
     /// weights per tensor or per column, bias at its own scale (`codegen/kernels/src/a8w8.rs`).
     A8W8(Box<A8W8>),
+    /// QLinearMatMul of two code tensors (attention; neither a constant): ONNX MatMul shapes,
+    /// i32 sums bounded by K, the certified requantization (`qdqc_kernels::matmul_codes`).
+    MatMulCodes { a: Q, b: Q, y: Q },
     /// QLinearAdd / QLinearMul.
     Binary { mul: bool, a: Q, b: Q, y: Q },
     /// QLinearAveragePool.
@@ -400,6 +403,13 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let window = n.window(w.dims.len() - 2, w.dims[2..].to_vec())?;
             let groups = n.int("group", 1)? as usize;
             (Kind::Conv { int, groups, window }, vec![tensor(0)?], elem)
+        }
+        "QLinearMatMul" if !n.values.is_constant(n.input(3)?) => {
+            n.only(&[])?;
+            let (a, _) = n.q(1, 2)?;
+            let (b, _) = n.q(4, 5)?;
+            let (y, elem) = n.q(6, 7)?;
+            (Kind::MatMulCodes { a, b, y }, vec![tensor(0)?, tensor(3)?], elem)
         }
         "QGemm" | "QLinearMatMul" => {
             let gemm = n.op_type == "QGemm";

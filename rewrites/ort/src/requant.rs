@@ -1136,7 +1136,7 @@ fn gcd128(a: i128, b: i128) -> i128 {
 }
 
 /// `num/den` as a reduced fraction with its decimal value.
-pub(crate) fn rational_text(num: Dyadic, den: Dyadic) -> String {
+pub fn rational_text(num: Dyadic, den: Dyadic) -> String {
     let approx = num.to_f64_lossy() / den.to_f64_lossy();
     let k = num.exp - den.exp;
     let (mut p, mut q) = (num.mant, den.mant);

@@ -45,7 +45,7 @@
 //! "per_k_scale_in_gemm_epilogue"; for a non-constant B, "activation_matmul_bounded_by_one_product".
 
 use super::group::{
-    Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, no_rust_kernel, per_target, qparam, tag, value_name, var,
+    Group, channels, constant, constant_ints, decide, explicit_zero_point, f32_constant, int_constant, per_target, qparam, tag, value_name, var,
 };
 use super::matmul_dynamic;
 use super::u8_weights;
@@ -330,7 +330,8 @@ impl Fusion {
             Some(_) => ort_dynamic::prove(&g, isa, self.options.contract),
             None => ort_dynamic::prove_every_k(&g, isa, self.options.contract),
         };
-        let (fired, verdicts) = decide(&self.options, per_target(ort, || no_rust_kernel("a MatMul of two activations")));
+        let rust = || qdqc_target_rust::matmul_dynamic::prove(&g, k, self.options.contract);
+        let (fired, verdicts) = decide(&self.options, per_target(ort, rust));
         group.log(&self.log, self.name, &fused_op, fired, verdicts);
         if !fired {
             return vec![];

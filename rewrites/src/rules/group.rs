@@ -142,11 +142,6 @@ pub fn per_target<'a>(ort: impl Fn(Isa) -> Verdict + 'a, rust: impl Fn() -> Verd
     }
 }
 
-/// The Rust target's verdict for a family it has no kernel for (yet): never fired.
-pub fn no_rust_kernel(what: &str) -> Verdict {
-    Verdict::Unknown { reason: format!("refused: the Rust target has no kernel for {what}") }
-}
-
 /// The group's names for the report, and the output tensor that identifies it.
 pub struct Group {
     pub nodes: Vec<String>,

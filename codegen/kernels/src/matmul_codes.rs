@@ -1,0 +1,219 @@
+//! MatMul of two code tensors (attention's `QKᵀ` and `AV`), requantized:
+//! `y = sat(rne(sa·sb·Σ_k (a[m][k] − za)(b[k][n] − zb) / sy) + zy)`.
+//!
+//! Neither operand is a constant, so nothing is packed ahead: per batch, both are offset by their
+//! zero points into i16 (B transposed, so that every output is one contiguous dot product, which
+//! LLVM turns into `pmaddwd`-class code on every path alike), accumulated in i32, then requantized
+//! by the certified form ([`Form::Certified`]: the exact rational wherever f64 is not provably
+//! far from a rounding boundary), so the output is the correctly rounded code.
+//!
+//! | condition | why |
+//! |---|---|
+//! | `K ≤ max_k` ([`max_k`]: the largest K whose `K·max|a − za|·max|b − zb|` fits i32) | the i32 sum is exact only there; a longer K (a symbolic sequence) is a run-time error, never a wrapped sum |
+//! | both operands rank ≥ 2, batch dims broadcast as numpy's (ONNX MatMul) | the shapes ONNX MatMul takes, but rank 1 |
+//!
+//! The accumulation wraps (no overflow check in debug builds); under the bound it is exact.
+
+use crate::isa::Kernels;
+use crate::requant::{Certified, Code, CodeOut, Form, Output, Plan, Ratio, RequantError, requantize};
+
+/// The largest K for which `Σ_k (a − za)(b − zb)` cannot leave i32, for any codes of the two
+/// types: `⌊(2^31 − 1) / (max|a − za|·max|b − zb|)⌋`. The proofs use this function too.
+pub fn max_k(za: i32, a: Code, zb: i32, b: Code) -> usize {
+    let far = |z: i32, c: Code| i64::from((z - c.min()).abs().max((c.max() - z).abs())).max(1);
+    usize::try_from(i64::from(i32::MAX) / (far(za, a) * far(zb, b))).unwrap_or(usize::MAX)
+}
+
+/// One MatMul's parameters.
+#[derive(Clone, Debug)]
+pub struct MatMulCodes {
+    za: i32,
+    zb: i32,
+    max_k: usize,
+    plan: Plan,
+}
+
+impl MatMulCodes {
+    /// `a` and `b` the operands' code types (their zero points in that type's range), `y` the
+    /// output's; every scale positive and finite.
+    #[allow(clippy::too_many_arguments)] // the group's parameters, spelled out
+    pub fn new(sa: f32, za: i32, a: Code, sb: f32, zb: i32, b: Code, sy: f32, zy: i32, y: Code) -> Result<MatMulCodes, RequantError> {
+        let output = Output::new(zy, y)?;
+        let ratio = Ratio::new(sa, sb, sy)?;
+        let in_range = |z: i32, c: Code| (c.min()..=c.max()).contains(&z);
+        if !in_range(za, a) || !in_range(zb, b) {
+            return Err(RequantError::Shape(format!("zero points {za}, {zb} outside their code types")));
+        }
+        Ok(MatMulCodes { za, zb, max_k: max_k(za, a, zb, b), plan: Plan { output, form: Form::Certified(vec![Certified::new(ratio)]) } })
+    }
+
+    /// `out = requant(a × b)` with ONNX MatMul's shapes (rank ≥ 2 each, batch dims broadcast).
+    pub fn run<A, B, C>(&self, kernels: Kernels, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [C]) -> Result<(), RequantError>
+    where
+        A: Copy + Into<i32>,
+        B: Copy + Into<i32>,
+        C: CodeOut,
+    {
+        let shape = |what: String| Err(RequantError::Shape(format!("MatMul of codes: {what}")));
+        let (ra, rb) = (a_shape.len(), b_shape.len());
+        if ra < 2 || rb < 2 {
+            return shape(format!("operands of rank {ra} and {rb} (2 or more each)"));
+        }
+        let (m, k, n) = (a_shape[ra - 2], a_shape[ra - 1], b_shape[rb - 1]);
+        if b_shape[rb - 2] != k {
+            return shape(format!("{a_shape:?} × {b_shape:?}"));
+        }
+        if k > self.max_k {
+            return shape(format!("K = {k} beyond {}, the largest whose sums the i32 accumulator holds exactly", self.max_k));
+        }
+        let batch = Broadcast::new(&a_shape[..ra - 2], &b_shape[..rb - 2])
+            .ok_or_else(|| RequantError::Shape(format!("MatMul of codes: batch dims of {a_shape:?} and {b_shape:?} do not broadcast")))?;
+        if a.len() != a_shape.iter().product::<usize>() || b.len() != b_shape.iter().product::<usize>() || out.len() != batch.count * m * n {
+            return shape(format!("{} × {} elements for {a_shape:?} × {b_shape:?}, {} outputs", a.len(), b.len(), out.len()));
+        }
+        let (mut a16, mut bt16, mut acc) = (vec![0i16; m * k], vec![0i16; k * n], vec![0i32; m * n]);
+        // Offsets fit i16: codes and zero points are 8-bit.
+        #[allow(clippy::cast_possible_truncation)]
+        let offset = |v: i32, z: i32| (v - z) as i16;
+        for (i, y) in out.chunks_exact_mut((m * n).max(1)).enumerate().take(batch.count) {
+            let (ia, ib) = batch.operands(i);
+            a16.iter_mut().zip(&a[ia * m * k..(ia + 1) * m * k]).for_each(|(d, &v)| *d = offset(v.into(), self.za));
+            for (kk, row) in b[ib * k * n..(ib + 1) * k * n].chunks_exact(n.max(1)).enumerate() {
+                for (j, &v) in row.iter().enumerate() {
+                    bt16[j * k + kk] = offset(v.into(), self.zb);
+                }
+            }
+            for (acc_row, a_row) in acc.chunks_exact_mut(n.max(1)).zip(a16.chunks_exact(k.max(1))) {
+                for (c, b_col) in acc_row.iter_mut().zip(bt16.chunks_exact(k.max(1))) {
+                    *c = dot(a_row, b_col);
+                }
+            }
+            if m * n > 0 {
+                requantize(kernels, &self.plan, &acc, n, None, y)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Σ x[i]·y[i]` in wrapping i32 (exact under [`max_k`]).
+fn dot(x: &[i16], y: &[i16]) -> i32 {
+    x.iter().zip(y).fold(0i32, |s, (&a, &b)| s.wrapping_add(i32::from(a) * i32::from(b)))
+}
+
+/// Numpy broadcasting of two batch shapes: the operands' batch indices of each output batch.
+struct Broadcast {
+    count: usize,
+    dims: Vec<usize>,
+    a_strides: Vec<usize>,
+    b_strides: Vec<usize>,
+}
+
+impl Broadcast {
+    fn new(a: &[usize], b: &[usize]) -> Option<Broadcast> {
+        let rank = a.len().max(b.len());
+        let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
+        let (a, b) = (pad(a), pad(b));
+        let dims = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                if x == y || y == 1 {
+                    Some(x)
+                } else if x == 1 {
+                    Some(y)
+                } else {
+                    None
+                }
+            })
+            .collect::<Option<Vec<_>>>()?;
+        // Row-major strides of each operand's batch, 0 along a broadcast dim.
+        let strides = |s: &[usize]| {
+            let mut st = vec![0; rank];
+            let mut step = 1;
+            for d in (0..rank).rev() {
+                st[d] = if s[d] == 1 { 0 } else { step };
+                step *= s[d];
+            }
+            st
+        };
+        Some(Broadcast { count: dims.iter().product(), a_strides: strides(&a), b_strides: strides(&b), dims })
+    }
+
+    fn operands(&self, mut i: usize) -> (usize, usize) {
+        let (mut ia, mut ib) = (0, 0);
+        for d in (0..self.dims.len()).rev() {
+            let c = i % self.dims[d];
+            i /= self.dims[d];
+            ia += c * self.a_strides[d];
+            ib += c * self.b_strides[d];
+        }
+        (ia, ib)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Isa;
+    use crate::requant::requant_exact;
+
+    /// Seeded codes (xorshift): reproducible without a dependency.
+    fn codes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 56) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_output_is_the_exact_rational_of_its_sum_on_broadcast_batches() {
+        let (sa, sb, sy, za, zb, zy) = (0.0213f32, 0.00391f32, 0.00517f32, 131, 7, 128);
+        let mm = MatMulCodes::new(sa, za, Code::U8, sb, zb, Code::U8, sy, zy, Code::U8).unwrap();
+        let ratio = Ratio::new(sa, sb, sy).unwrap();
+        let out_code = Output::new(zy, Code::U8).unwrap();
+        // a: [2, 3, 5, 7] (batch 2×3), b: [3, 7, 4] (broadcast along the first batch dim).
+        let (a_shape, b_shape) = ([2, 3, 5, 7], [3, 7, 4]);
+        let a = codes(2 * 3 * 5 * 7, 1);
+        let b = codes(3 * 7 * 4, 2);
+        for kernels in Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()) {
+            let mut y = vec![0u8; 2 * 3 * 5 * 4];
+            mm.run(kernels, &a, &a_shape, &b, &b_shape, &mut y).unwrap();
+            for (batch, block) in y.chunks(20).enumerate() {
+                let (ia, ib) = (batch, batch % 3);
+                for (e, &got) in block.iter().enumerate() {
+                    let (i, j) = (e / 4, e % 4);
+                    let acc: i32 = (0..7).map(|kk| (i32::from(a[ia * 35 + i * 7 + kk]) - za) * (i32::from(b[ib * 28 + kk * 4 + j]) - zb)).sum();
+                    assert_eq!(i32::from(got), requant_exact(acc, 0, &ratio, out_code), "{kernels:?} batch {batch} ({i}, {j})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn k_beyond_the_i32_bound_is_an_error_not_a_wrapped_sum() {
+        let k = max_k(0, Code::U8, 127, Code::U8);
+        assert_eq!(k, (i32::MAX / (255 * 128)) as usize);
+        let mm = MatMulCodes::new(1.0, 0, Code::U8, 1.0, 127, Code::U8, 1.0, 0, Code::U8).unwrap();
+        let (a, b) = (vec![255u8; k + 1], vec![0u8; k + 1]);
+        let mut y = [0u8; 1];
+        let e = mm.run(Kernels::new(Isa::Portable).unwrap(), &a, &[1, k + 1], &b, &[k + 1, 1], &mut y).unwrap_err();
+        assert!(format!("{e:?}").contains("beyond"), "{e:?}");
+        mm.run(Kernels::new(Isa::Portable).unwrap(), &a[..k], &[1, k], &b[..k], &[k, 1], &mut y).unwrap();
+        assert_eq!(y[0], 0, "−127·255·K saturates to 0");
+    }
+
+    #[test]
+    fn shapes_that_do_not_match_are_errors() {
+        let mm = MatMulCodes::new(1.0, 0, Code::U8, 1.0, 0, Code::I8, 1.0, 0, Code::I8).unwrap();
+        let mut y = [0i8; 6];
+        assert!(mm.run(Kernels::new(Isa::Portable).unwrap(), &[0u8; 6], &[2, 3], &[0i8; 6], &[2, 3], &mut y).is_err(), "inner dims 3 ≠ 2");
+        assert!(mm.run(Kernels::new(Isa::Portable).unwrap(), &[0u8; 12], &[2, 2, 3], &[0i8; 18], &[3, 3, 2], &mut y).is_err(), "batch 2 vs 3");
+        assert!(mm.run(Kernels::new(Isa::Portable).unwrap(), &[0u8; 3], &[3], &[0i8; 3], &[3, 1], &mut y).is_err(), "rank 1");
+    }
+}
