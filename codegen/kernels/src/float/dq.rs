@@ -192,7 +192,7 @@ mod tests {
             let d = Dequantized::new(Codes::U8(q.iter().map(|&v| v as u8).collect()), scales.to_vec(), zps.clone(), inner).unwrap();
             let want = folded(&q, scales, &zps, inner);
             for start in [0, 1, 4, 13, 59] {
-                for len in [0, 1, 6, 60 - start] {
+                for len in [0, 1, 6, 60 - start].into_iter().filter(|&l| start + l <= 60) {
                     let mut out = vec![f32::NAN; len];
                     d.decode(start, &mut out);
                     let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
