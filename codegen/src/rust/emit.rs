@@ -39,6 +39,12 @@ struct Emitter<'a, 'm> {
     part: usize,
     /// Constant tensors read at run time, by value name: field name.
     tensors: BTreeMap<String, String>,
+    /// Dequantized constants read by kernels that decode codes (`Kind::decodes`), by value name:
+    /// the field holding their codes (`float::dq::Dequantized`).
+    quantized: BTreeMap<String, String>,
+    /// Dequantized constants the op being emitted decodes whole for its call
+    /// (`Kind::decodes_per_call`), by value name: the local holding the floats.
+    per_call: BTreeMap<String, String>,
     names: Vec<String>,
     /// What the op being emitted reads of `run_with`'s bindings (graph inputs by index, named
     /// dims): its part declares only those, so that no binding is unused.
@@ -103,6 +109,9 @@ impl Emitter<'_, '_> {
     }
 
     fn slice(&self, name: &str) -> Result<String, String> {
+        if let Some(local) = self.per_call.get(name) {
+            return Ok(format!("&{local}[..]"));
+        }
         Ok(match self.place(name)? {
             Place::Input(i) => {
                 self.reads.borrow_mut().inputs.insert(i);
@@ -153,6 +162,42 @@ impl Emitter<'_, '_> {
         self.fields.push((field.clone(), ty, init));
         self.tensors.insert(name.to_string(), field);
         Ok(())
+    }
+
+    /// A dequantized constant read where its codes are decoded: a field holding the codes, scales
+    /// and zero points (`float::dq::Dequantized`), never the floats.
+    fn quantized_field(&mut self, name: &str) -> Result<(), String> {
+        if self.quantized.contains_key(name) {
+            return Ok(());
+        }
+        let q = self.p.values.quantized(name).ok_or_else(|| format!("'{name}' is not a dequantized constant"))?;
+        let (_, codes) = self.load(&q.codes)?;
+        let variant = match q.codes.dtype {
+            qdqc_lang::onnx::DataType::Uint8 => "U8",
+            qdqc_lang::onnx::DataType::Int8 => "I8",
+            qdqc_lang::onnx::DataType::Int32 => "I32",
+            other => return Err(format!("'{name}': DequantizeLinear of {} codes is not supported by the Rust target", other.as_str_name())),
+        };
+        let field = format!("p{}.q{}", self.part, self.quantized.len());
+        let init = format!(
+            "float::dq::Dequantized::new(float::dq::Codes::{variant}({codes}), {}.to_vec(), vec!{}, {}).map_err(float_err({}))?",
+            self.f32_init(&q.scales),
+            i64_list(&q.zero_points),
+            q.inner,
+            str_lit(name)
+        );
+        self.fields.push((field.clone(), "float::dq::Dequantized".into(), init));
+        self.quantized.insert(name.to_string(), field);
+        Ok(())
+    }
+
+    /// A float kernel's operand (`float::dq::Operand`): the codes of a dequantized constant, or
+    /// f32 elements.
+    fn operand(&self, name: &str) -> Result<String, String> {
+        Ok(match self.quantized.get(name) {
+            Some(f) => format!("float::dq::Operand::Codes(&self.{f})"),
+            None => format!("float::dq::Operand::F32({})", self.slice(name)?),
+        })
     }
 
     /// The blob entry of a constant and the expression that reads it back.
@@ -309,8 +354,20 @@ impl Emitter<'_, '_> {
 
     /// One op: field initializers (pushed) and the statement block.
     fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
-        for x in &op.inputs {
-            self.tensor_field(x)?;
+        self.per_call.clear();
+        let mut decode = String::new();
+        for (k, x) in op.inputs.iter().enumerate() {
+            let dequantized = self.p.values.is_dequantized(x);
+            if dequantized && (op.kind.decodes(k) || op.kind.decodes_per_call(k)) {
+                self.quantized_field(x)?;
+            } else {
+                self.tensor_field(x)?;
+            }
+            if dequantized && op.kind.decodes_per_call(k) && !self.per_call.contains_key(x) {
+                let local = format!("dq{k}");
+                writeln!(decode, "        let {local} = self.{}.to_vec();", self.quantized[x]).unwrap();
+                self.per_call.insert(x.clone(), local);
+            }
         }
         let node = str_lit(&op.node);
         let (yt, x0) = (op.elem.rust(), op.inputs.first().map(String::as_str).unwrap_or(""));
@@ -534,7 +591,7 @@ impl Emitter<'_, '_> {
             Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?),
             Kind::FloatConv { groups, window } => {
                 let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.slice(b)?),
+                    Some(b) => format!("Some({})", self.operand(b)?),
                     None => "None".into(),
                 };
                 let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
@@ -555,15 +612,15 @@ impl Emitter<'_, '_> {
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let batch = self.dim(&xs[0]);
                 format!(
-                    "float::conv::conv(self.k, &self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
+                    "float::conv::conv_operands(self.k, &self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
                     spatial.join(", "),
-                    self.slice(&op.inputs[1])?
+                    self.operand(&op.inputs[1])?
                 )
             }
             Kind::FloatConvTranspose { groups, window, output_padding } => {
                 let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.slice(b)?),
+                    Some(b) => format!("Some({})", self.operand(b)?),
                     None => "None".into(),
                 };
                 let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
@@ -586,15 +643,15 @@ impl Emitter<'_, '_> {
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let batch = self.dim(&xs[0]);
                 format!(
-                    "float::conv_transpose::conv_transpose(&self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
+                    "float::conv_transpose::conv_transpose_operands(&self.{field}, {}, {batch}, &[{}], {}, {bias}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
                     spatial.join(", "),
-                    self.slice(&op.inputs[1])?
+                    self.operand(&op.inputs[1])?
                 )
             }
             Kind::FloatGemm { alpha, beta, trans_a, trans_b } => {
                 let c = match op.inputs.get(2) {
-                    Some(c) => format!("Some(({}, &{}[..]))", self.slice(c)?, self.shape(c)?),
+                    Some(c) => format!("Some(({}, &{}[..]))", self.operand(c)?, self.shape(c)?),
                     None => "None".into(),
                 };
                 let (a, b) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
@@ -603,9 +660,9 @@ impl Emitter<'_, '_> {
                 }
                 let (a0, a1, b0, b1) = (self.dim(&a[0]), self.dim(&a[1]), self.dim(&b[0]), self.dim(&b[1]));
                 format!(
-                    "float::gemm::gemm(self.k, &float::gemm::GemmParams {{ alpha: f32::from_bits({alpha:#010x}), beta: f32::from_bits({beta:#010x}), trans_a: {trans_a}, trans_b: {trans_b} }}, {}, [{a0}, {a1}], {}, [{b0}, {b1}], {c}, &mut y).map_err(float_err({node}))?;",
-                    self.slice(x0)?,
-                    self.slice(&op.inputs[1])?
+                    "float::gemm::gemm_operands(self.k, &float::gemm::GemmParams {{ alpha: f32::from_bits({alpha:#010x}), beta: f32::from_bits({beta:#010x}), trans_a: {trans_a}, trans_b: {trans_b} }}, {}, [{a0}, {a1}], {}, [{b0}, {b1}], {c}, &mut y).map_err(float_err({node}))?;",
+                    self.operand(x0)?,
+                    self.operand(&op.inputs[1])?
                 )
             }
             Kind::FloatPool { max, window, count_include_pad } => {
@@ -692,10 +749,10 @@ impl Emitter<'_, '_> {
                 list(axes)
             ),
             Kind::MatMul => format!(
-                "float::gemm::matmul(self.k, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
-                self.slice(x0)?,
+                "float::gemm::matmul_operands(self.k, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                self.operand(x0)?,
                 self.shape(x0)?,
-                self.slice(&op.inputs[1])?,
+                self.operand(&op.inputs[1])?,
                 self.shape(&op.inputs[1])?
             ),
             Kind::EqualAsF32 => format!(
@@ -756,6 +813,7 @@ impl Emitter<'_, '_> {
         let mut out = String::new();
         writeln!(out, "        // {} ({})", op.node, op.output).unwrap();
         writeln!(out, "        let mut y = slot(&mut ws.{}[{s}], {n});", e.rust()).unwrap();
+        out.push_str(&decode);
         let body = if body.starts_with("        ") { body } else { format!("        {body}") };
         writeln!(out, "{body}").unwrap();
         if op.elem.is_code() {
@@ -769,7 +827,17 @@ impl Emitter<'_, '_> {
 
 /// `src/lib.rs` and the blob.
 pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
-    let mut e = Emitter { p, blob: Blob::default(), fields: Vec::new(), tensors: BTreeMap::new(), names: Vec::new(), reads: RefCell::default(), part: 0 };
+    let mut e = Emitter {
+        p,
+        blob: Blob::default(),
+        fields: Vec::new(),
+        tensors: BTreeMap::new(),
+        quantized: BTreeMap::new(),
+        per_call: BTreeMap::new(),
+        names: Vec::new(),
+        reads: RefCell::default(),
+        part: 0,
+    };
     // `run_with`'s parts: their text, then what each reads.
     let mut parts: Vec<(String, Reads)> = Vec::new();
     for (i, op) in p.ops.iter().enumerate() {

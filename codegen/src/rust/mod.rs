@@ -356,7 +356,7 @@ fn constant_of_shape(values: &values::Values, p: &qdqc_lang::onnx::NodeProto, in
 }
 
 /// A weight's or bias's DequantizeLinear, evaluated once here.
-fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribute]) -> Result<values::Constant, String> {
+fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribute]) -> Result<values::Quantized, String> {
     let q = values.constant(&inputs[0])?;
     let scales = values.constant(inputs.get(1).ok_or("no scale")?)?;
     let zps = inputs.get(2).filter(|s| !s.is_empty()).map(|z| values.constant(z)).transpose()?;
@@ -367,7 +367,7 @@ fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribut
     if attrs.iter().any(|a| a.name != "axis") {
         return Err("DequantizeLinear attributes other than axis are not supported by the Rust target".into());
     }
-    values::dequantize(&q, &scales, zps.as_ref(), axis)
+    values::Quantized::new(q, &scales, zps.as_ref(), axis)
 }
 
 /// The package and harness name: the model file's stem in `[a-z0-9_]` (distinct crates sharing a

@@ -161,6 +161,34 @@ pub struct Op {
     pub elem: Elem,
 }
 
+impl Kind {
+    /// Whether the op's kernel reads input `i` as a `float::dq::Operand`: a dequantized constant
+    /// there is stored as its codes and decoded where it is read, a block or an element at a time
+    /// (no float copy of the weight at run time). The float Conv and ConvTranspose (weights,
+    /// bias), Gemm (A, B, C) and MatMul (both operands).
+    pub fn decodes(&self, i: usize) -> bool {
+        match self {
+            Kind::FloatConv { .. } | Kind::FloatConvTranspose { .. } => (1..=2).contains(&i),
+            Kind::FloatGemm { .. } => i <= 2,
+            Kind::MatMul => i <= 1,
+            _ => false,
+        }
+    }
+
+    /// Whether a dequantized constant the op reads as input `i` is stored as its codes and decoded
+    /// whole into a buffer of the call (freed when it returns) because the kernel takes f32
+    /// slices: element-wise arithmetic (a constant that broadcasts: a scalar, a per-channel
+    /// vector) and BatchNormalization's per-channel parameters. Any other reader holds a float
+    /// copy (`groups.json`'s `float_copies`).
+    pub fn decodes_per_call(&self, i: usize) -> bool {
+        match self {
+            Kind::FloatBinary { .. } => i <= 1,
+            Kind::BatchNorm { .. } => (1..=4).contains(&i),
+            _ => false,
+        }
+    }
+}
+
 /// Reads constant inputs and attributes of one node.
 pub struct Node<'a, 'm> {
     pub name: &'a str,

@@ -85,9 +85,10 @@ pub struct Values<'m> {
     created: BTreeMap<&'m str, &'m LoweredConstant>,
     /// DequantizeLinear of constants and shape subgraphs, evaluated at generation time.
     folded: BTreeMap<String, Constant>,
-    /// The folded values that are a DequantizeLinear of constant codes: float copies of quantized
-    /// weights wherever an op reads them (`groups.json` lists those).
-    dequantized: std::collections::BTreeSet<String>,
+    /// The folded values that are a DequantizeLinear of constant codes, with those codes: the
+    /// generated code stores the codes and the float kernels decode them where they read them;
+    /// any other op reading one would need a float copy (`groups.json` lists those).
+    dequantized: BTreeMap<String, Quantized>,
     /// Fixed output shapes the generator computed (`shapes.rs`) where the model's are unknown.
     inferred: BTreeMap<String, Vec<usize>>,
     /// Dim names the graph inputs bind at run time; any other name is an unknown dim.
@@ -136,15 +137,21 @@ impl<'m> Values<'m> {
         self.folded.insert(name.to_string(), c);
     }
 
-    /// Records the DequantizeLinear of constant codes, computed at generation time.
-    pub fn fold_dequantized(&mut self, name: &str, c: Constant) {
-        self.dequantized.insert(name.to_string());
-        self.fold(name, c);
+    /// Records the DequantizeLinear of constant codes: its codes, and its value computed at
+    /// generation time (for the generator's own checks and `groups.json`).
+    pub fn fold_dequantized(&mut self, name: &str, q: Quantized) {
+        self.fold(name, q.decode());
+        self.dequantized.insert(name.to_string(), q);
     }
 
-    /// Whether `name` is a float copy of constant codes.
+    /// Whether `name` is a DequantizeLinear of constant codes.
     pub fn is_dequantized(&self, name: &str) -> bool {
-        self.dequantized.contains(name)
+        self.dequantized.contains_key(name)
+    }
+
+    /// The codes `name` dequantizes, when it is a DequantizeLinear of constant codes.
+    pub fn quantized(&self, name: &str) -> Option<&Quantized> {
+        self.dequantized.get(name)
     }
 
     /// Records a dim name a graph input binds.
@@ -278,32 +285,59 @@ fn read(dtype: DataType, dims: Vec<usize>, payload: &qdqc_lang::tensor::Payload<
     Ok(Constant { dtype, dims, ints, f32_bits })
 }
 
-/// DequantizeLinear of a constant, as ONNX Runtime computes it: `fl32(fl32(q − zp)·s)`, per
-/// tensor or along `axis` (negative from the end).
-pub fn dequantize(q: &Constant, scales: &Constant, zps: Option<&Constant>, axis: i64) -> Result<Constant, String> {
-    let rank = q.dims.len() as i64;
-    let len = scales.f32_bits.len();
-    if len == 0 || !q.f32_bits.is_empty() {
-        return Err("DequantizeLinear of a constant needs integer codes and f32 scales".into());
-    }
-    let inner: usize = if len == 1 {
-        q.ints.len().max(1)
-    } else {
-        let a = if axis < 0 { axis + rank } else { axis };
-        if !(0..rank).contains(&a) || q.dims[a as usize] != len {
-            return Err(format!("DequantizeLinear: {len} scales along axis {axis} of {:?}", q.dims));
+/// A DequantizeLinear of constant codes as the generated code stores it: the codes, per-tensor
+/// or per-channel scales and zero points, and the channel's step (`inner`: the product of the dims
+/// after the axis) — `qdqc_kernels::float::dq::Dequantized` decodes element i with channel
+/// `(i / inner) mod channels`, as [`Quantized::decode`] does here.
+#[derive(Clone, Debug)]
+pub struct Quantized {
+    pub codes: Constant,
+    /// f32 bit patterns, one (per tensor) or one per channel.
+    pub scales: Vec<u32>,
+    /// None (0), one, or one per channel.
+    pub zero_points: Vec<i64>,
+    pub inner: usize,
+}
+
+impl Quantized {
+    /// DequantizeLinear's operands: codes, scales, zero points (optional), along `axis` (negative
+    /// from the end).
+    pub fn new(q: Constant, scales: &Constant, zps: Option<&Constant>, axis: i64) -> Result<Quantized, String> {
+        let rank = q.dims.len() as i64;
+        let len = scales.f32_bits.len();
+        if len == 0 || !q.f32_bits.is_empty() {
+            return Err("DequantizeLinear of a constant needs integer codes and f32 scales".into());
         }
-        q.dims[a as usize + 1..].iter().product()
-    };
-    let zp = |c: usize| zps.and_then(|z| z.ints.get(if z.ints.len() == 1 { 0 } else { c }).copied()).unwrap_or(0);
-    let f32_bits = q
-        .ints
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let c = if len == 1 { 0 } else { (i / inner) % len };
-            ((v - zp(c)) as f32 * f32::from_bits(scales.f32_bits[c])).to_bits()
-        })
-        .collect();
-    Ok(Constant { dtype: DataType::Float, dims: q.dims.clone(), ints: Vec::new(), f32_bits })
+        let inner: usize = if len == 1 {
+            q.ints.len().max(1)
+        } else {
+            let a = if axis < 0 { axis + rank } else { axis };
+            if !(0..rank).contains(&a) || q.dims[a as usize] != len {
+                return Err(format!("DequantizeLinear: {len} scales along axis {axis} of {:?}", q.dims));
+            }
+            q.dims[a as usize + 1..].iter().product()
+        };
+        let zero_points = zps.map(|z| z.ints.clone()).unwrap_or_default();
+        if ![0, 1, len].contains(&zero_points.len()) {
+            return Err(format!("DequantizeLinear: {} zero points for {len} scales", zero_points.len()));
+        }
+        Ok(Quantized { codes: q, scales: scales.f32_bits.clone(), zero_points, inner })
+    }
+
+    /// The dequantized elements, as ONNX Runtime computes them: `fl32(fl32(q − zp)·s)`.
+    pub fn decode(&self) -> Constant {
+        let len = self.scales.len();
+        let zp = |c: usize| self.zero_points.get(if self.zero_points.len() == 1 { 0 } else { c }).copied().unwrap_or(0);
+        let f32_bits = self
+            .codes
+            .ints
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = if len == 1 { 0 } else { (i / self.inner) % len };
+                ((v - zp(c)) as f32 * f32::from_bits(self.scales[c])).to_bits()
+            })
+            .collect();
+        Constant { dtype: DataType::Float, dims: self.codes.dims.clone(), ints: Vec::new(), f32_bits }
+    }
 }

@@ -7,7 +7,7 @@
 //! reduction index (ci, t…) in ONNX's weight order (input channel, then kernel taps row-major),
 //! padded taps included as products with +0; then `y = s + bias[co]` when a bias is given. Every
 //! product and sum rounded on its own, no FMA. It runs as im2col per image and group (skipped for
-//! a 1×1 kernel with unit strides and no pads) into a `K × positions` matrix and [`sgemm`] with
+//! a 1×1 kernel with unit strides and no pads) into a `K × positions` matrix and [`product`] (`sgemm`'s order) with
 //! the weights as A, whose documented order this is, on the kernel path given (the same bits on
 //! every path). A depthwise convolution (one input channel per group, K = the taps) runs directly
 //! instead: taps outermost, each added to a row of accumulators along the output's last axis —
@@ -16,7 +16,8 @@
 //! When the group is P2-exact (all products and partial sums exact), the result is ONNX Runtime's
 //! whatever order it uses; otherwise this is a fixed order that differs from MLAS's by rounding.
 
-use super::gemm::sgemm;
+use super::dq::Operand;
+use super::gemm::{Matrix, product};
 use super::{ShapeError, bail, check_len, numel};
 use crate::conv::ConvParams;
 use crate::isa::Kernels;
@@ -33,6 +34,24 @@ pub fn conv(
     input: &[usize],
     w: &[f32],
     bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
+    conv_operands(kernels, p, x, batch, input, w.into(), bias.map(Operand::from), out)
+}
+
+/// [`conv`] with weights and bias that may be codes decoded on the fly (dequantized constants):
+/// the weights as A of [`product`] (a row tile decoded per block), a depthwise channel's taps
+/// decoded into a buffer of `taps` elements, the bias one element per output channel — the same
+/// operations in the same order, so the same bits.
+#[allow(clippy::too_many_arguments)] // the path, the attributes and ONNX's three inputs with the input's layout
+pub fn conv_operands(
+    kernels: Kernels,
+    p: &ConvParams,
+    x: &[f32],
+    batch: usize,
+    input: &[usize],
+    w: Operand<'_>,
+    bias: Option<Operand<'_>>,
     out: &mut [f32],
 ) -> Result<(), ShapeError> {
     let output = p.output(input).map_err(|e| ShapeError(e.to_string()))?;
@@ -53,13 +72,22 @@ pub fn conv(
         check_len("Conv bias", b.len(), &[p.out_channels])?;
     }
     if cig == 1 && taps > 1 {
+        let mut wc = vec![0f32; taps];
         for n in 0..batch {
             for co in 0..p.out_channels {
                 let xc = &x[(n * p.in_channels + co / cog) * in_size..][..in_size];
                 let yc = &mut out[(n * p.out_channels + co) * out_size..][..out_size];
-                depthwise(p, xc, input, &output, &w[co * taps..][..taps], yc);
+                let wc = match w {
+                    Operand::F32(w) => &w[co * taps..][..taps],
+                    Operand::Codes(_) => {
+                        w.decode(co * taps, &mut wc);
+                        &wc[..]
+                    }
+                };
+                depthwise(p, xc, input, &output, wc, yc);
                 if let Some(bias) = bias {
-                    yc.iter_mut().for_each(|y| *y += bias[co]);
+                    let bv = bias.get(co);
+                    yc.iter_mut().for_each(|y| *y += bv);
                 }
             }
         }
@@ -77,9 +105,11 @@ pub fn conv(
                 &col
             };
             let yg = &mut out[(n * p.out_channels + g * cog) * out_size..][..cog * out_size];
-            sgemm(kernels, cog, out_size, depth, &w[g * cog * depth..][..cog * depth], b, yg)?;
+            let wg = Matrix { data: w, offset: g * cog * depth, transposed: false };
+            product(kernels, cog, out_size, depth, wg, Matrix::plain(b.into()), yg)?;
             if let Some(bias) = bias {
-                for (row, &bv) in yg.chunks_mut(out_size.max(1)).zip(&bias[g * cog..]) {
+                for (co, row) in yg.chunks_mut(out_size.max(1)).enumerate() {
+                    let bv = bias.get(g * cog + co);
                     row.iter_mut().for_each(|y| *y += bv);
                 }
             }

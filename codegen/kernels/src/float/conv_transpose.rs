@@ -15,6 +15,7 @@
 //! taps into the output (col2im): when the op is P2-exact (every product and partial sum exact) the
 //! results are equal whatever the orders; otherwise they differ by rounding.
 
+use super::dq::Operand;
 use super::{ShapeError, bail, check_len, numel};
 
 /// A ConvTranspose's attributes with its channel counts (`out_channels` = the weights' second
@@ -87,6 +88,21 @@ pub fn conv_transpose(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<(), ShapeError> {
+    conv_transpose_operands(p, x, batch, input, w.into(), bias.map(Operand::from), out)
+}
+
+/// [`conv_transpose`] with weights and bias that may be codes decoded on the fly (dequantized
+/// constants): one (input channel, output channel) pair's taps decoded into a buffer of `taps`
+/// elements, the bias one element per output channel — the same operations in the same order.
+pub fn conv_transpose_operands(
+    p: &ConvTransposeParams,
+    x: &[f32],
+    batch: usize,
+    input: &[usize],
+    w: Operand<'_>,
+    bias: Option<Operand<'_>>,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
     let output = p.output(input)?;
     if p.groups == 0 || !p.in_channels.is_multiple_of(p.groups) || !p.out_channels.is_multiple_of(p.groups) {
         bail!("ConvTranspose: {} groups do not divide {} input and {} output channels", p.groups, p.in_channels, p.out_channels);
@@ -103,6 +119,7 @@ pub fn conv_transpose(
     let (inp, outp, ker) = (lift(input, 1), lift(&output, 1), lift(&p.kernel, 1));
     let (st, di, pb) = (lift(&p.strides, 1), lift(&p.dilations, 1), lift(&p.pads_begin, 0));
     out.fill(0.0);
+    let mut wc = vec![0f32; taps];
     for n in 0..batch {
         for ci in 0..p.in_channels {
             let g = ci / cig;
@@ -110,7 +127,7 @@ pub fn conv_transpose(
             for col in 0..cog {
                 let co = g * cog + col;
                 let yc = &mut out[(n * p.out_channels + co) * out_size..][..out_size];
-                let wc = &w[(ci * cog + col) * taps..][..taps];
+                w.decode((ci * cog + col) * taps, &mut wc);
                 let mut t = 0;
                 for kd in 0..ker[0] {
                     let rd = reached(kd * di[0], pb[0], st[0], inp[0], outp[0]);
@@ -138,7 +155,8 @@ pub fn conv_transpose(
         }
         if let Some(bias) = bias {
             for co in 0..p.out_channels {
-                out[(n * p.out_channels + co) * out_size..][..out_size].iter_mut().for_each(|y| *y += bias[co]);
+                let bv = bias.get(co);
+                out[(n * p.out_channels + co) * out_size..][..out_size].iter_mut().for_each(|y| *y += bv);
             }
         }
     }

@@ -17,6 +17,7 @@
 //! MLAS kernels block K and use FMA where the CPU has it); otherwise they are a fixed, documented
 //! evaluation that differs from ONNX Runtime's by rounding.
 
+use super::dq::Operand;
 use super::{ShapeError, bail, broadcast_shape, check_len, numel};
 use crate::isa::{Isa, Kernels};
 
@@ -25,6 +26,70 @@ use crate::isa::{Isa, Kernels};
 pub fn sgemm(kernels: Kernels, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), ShapeError> {
     check_len("gemm A", a.len(), &[m, k])?;
     check_len("gemm B", b.len(), &[k, n])?;
+    product(kernels, m, n, k, Matrix::plain(a.into()), Matrix::plain(b.into()), out)
+}
+
+/// A matrix operand of [`product`]: the elements of `data` from `offset` on, row-major, or
+/// (`transposed`) the transpose of the row-major matrix stored there. Elements are read where
+/// they are stored when they are f32 in place; otherwise a block at a time is decoded (codes,
+/// [`Operand::Codes`]) or gathered (transposed) into a workspace of one cache block.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    pub data: Operand<'a>,
+    pub offset: usize,
+    pub transposed: bool,
+}
+
+impl<'a> Matrix<'a> {
+    /// `data` as it is stored, row-major.
+    pub fn plain(data: Operand<'a>) -> Matrix<'a> {
+        Matrix { data, offset: 0, transposed: false }
+    }
+
+    /// The f32 elements in place, from `offset` on, when no decoding or gathering is needed.
+    fn direct(&self) -> Option<&'a [f32]> {
+        match self.data {
+            Operand::F32(v) if !self.transposed => Some(&v[self.offset..]),
+            _ => None,
+        }
+    }
+
+    /// Elements `(r0 + r, c0 + c)` for `r < rows`, `c < cols` of the `total_rows × total_cols`
+    /// matrix into `out` (rows `ldo` apart).
+    #[allow(clippy::too_many_arguments)] // the block's geometry
+    fn block(&self, r0: usize, rows: usize, c0: usize, cols: usize, total_rows: usize, total_cols: usize, out: &mut [f32], ldo: usize) {
+        if !self.transposed {
+            for r in 0..rows {
+                self.data.decode(self.offset + (r0 + r) * total_cols + c0, &mut out[r * ldo..][..cols]);
+            }
+            return;
+        }
+        // Stored `total_cols × total_rows`: logical column c is a stored row, read in runs.
+        let mut run = [0f32; 64];
+        for c in 0..cols {
+            for r in (0..rows).step_by(run.len()) {
+                let len = run.len().min(rows - r);
+                self.data.decode(self.offset + (c0 + c) * total_rows + r0 + r, &mut run[..len]);
+                for (i, &v) in run[..len].iter().enumerate() {
+                    out[(r + i) * ldo + c] = v;
+                }
+            }
+        }
+    }
+
+    fn check(&self, what: &str, rows: usize, cols: usize) -> Result<(), ShapeError> {
+        if self.offset + rows * cols > self.data.len() {
+            bail!("{what}: {} elements from {}, shape [{rows}, {cols}] needs {}", self.data.len(), self.offset, rows * cols);
+        }
+        Ok(())
+    }
+}
+
+/// `out = A·B` with A `m × k`, B `k × n` read as [`Matrix`] operands: [`sgemm`]'s order, so its
+/// bits — a decoded element is the same f32 the float copy held, only where it is stored differs.
+pub fn product(kernels: Kernels, m: usize, n: usize, k: usize, a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32]) -> Result<(), ShapeError> {
+    a.check("gemm A", m, k)?;
+    b.check("gemm B", k, n)?;
     check_len("gemm output", out.len(), &[m, n])?;
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
@@ -43,14 +108,14 @@ pub fn sgemm(kernels: Kernels, m: usize, n: usize, k: usize, a: &[f32], b: &[f32
 /// 4 × 64 accumulators: 16 zmm registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn blocks_avx512(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32]) {
+unsafe fn blocks_avx512(m: usize, n: usize, k: usize, a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32]) {
     blocks::<4, 64>(m, n, k, a, b, out)
 }
 
 /// 4 × 24 accumulators: 12 ymm registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn blocks_avx2(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32]) {
+unsafe fn blocks_avx2(m: usize, n: usize, k: usize, a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32]) {
     blocks::<4, 24>(m, n, k, a, b, out)
 }
 
@@ -63,29 +128,46 @@ const KC: usize = 256;
 /// it), each as `R × C` tiles (the last rows one at a time, the last columns as partial tiles),
 /// each tile with its K loop outermost. A K block after the first continues from the partial
 /// sums stored in `out` (f32 stores are exact), so every output's sum still runs k = 0, 1, …
-/// in order from +0.
+/// in order from +0. A B block that is not f32 in place is decoded once into `bw` (`KC × NC`),
+/// an A row tile into `aw` (`R × KC`) per B block: the tiles then read the same values.
 #[inline(always)]
-fn blocks<const R: usize, const C: usize>(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32]) {
+fn blocks<const R: usize, const C: usize>(m: usize, n: usize, k: usize, a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32]) {
     if k == 0 {
         out.fill(0.0);
         return;
     }
+    let (mut aw, mut bw) = (Vec::new(), Vec::new());
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         for kc in (0..k).step_by(KC) {
             let depth = KC.min(k - kc);
             let first = kc == 0;
-            let b = &b[kc * n + jc..];
+            let (bb, ldb) = match b.direct() {
+                Some(b) => (&b[kc * n + jc..], n),
+                None => {
+                    bw.resize(depth * nc, 0.0);
+                    b.block(kc, depth, jc, nc, k, n, &mut bw, nc);
+                    (&bw[..], nc)
+                }
+            };
             let mut i0 = 0;
             while i0 < m {
                 let rows = if m - i0 >= R { R } else { 1 };
+                let (aa, lda) = match a.direct() {
+                    Some(a) => (&a[i0 * k + kc..], k),
+                    None => {
+                        aw.resize(rows * depth, 0.0);
+                        a.block(i0, rows, kc, depth, m, k, &mut aw, depth);
+                        (&aw[..], depth)
+                    }
+                };
                 for j0 in (0..nc).step_by(C) {
                     let cols = C.min(nc - j0);
-                    let (a, out) = (&a[i0 * k + kc..], &mut out[i0 * n + jc + j0..]);
+                    let out = &mut out[i0 * n + jc + j0..];
                     match (rows == R, cols == C) {
-                        (true, true) => tile::<R, C>(depth, k, a, &b[j0..], n, out, first),
-                        (false, true) => tile::<1, C>(depth, k, a, &b[j0..], n, out, first),
-                        _ => tile_edge::<R, C>(rows, cols, depth, k, a, &b[j0..], n, out, first),
+                        (true, true) => tile::<R, C>(depth, lda, aa, &bb[j0..], ldb, out, n, first),
+                        (false, true) => tile::<1, C>(depth, lda, aa, &bb[j0..], ldb, out, n, first),
+                        _ => tile_edge::<R, C>(rows, cols, depth, lda, aa, &bb[j0..], ldb, out, n, first),
                     }
                 }
                 i0 += rows;
@@ -95,15 +177,15 @@ fn blocks<const R: usize, const C: usize>(m: usize, n: usize, k: usize, a: &[f32
 }
 
 /// A full tile: `R × C` accumulators (kept in registers), starting from +0 (`first`) or from
-/// the partial sums in `out`, then `depth` steps of K; `a` rows are `lda` apart, `b` and `out`
-/// rows `ldb`.
+/// the partial sums in `out`, then `depth` steps of K; `a` rows are `lda` apart, `b` rows `ldb`,
+/// `out` rows `ldo`.
 #[allow(clippy::too_many_arguments)] // the tile's geometry
 #[inline(always)]
-fn tile<const R: usize, const C: usize>(depth: usize, lda: usize, a: &[f32], b: &[f32], ldb: usize, out: &mut [f32], first: bool) {
+fn tile<const R: usize, const C: usize>(depth: usize, lda: usize, a: &[f32], b: &[f32], ldb: usize, out: &mut [f32], ldo: usize, first: bool) {
     let mut acc = [[0f32; C]; R];
     if !first {
         for (r, row) in acc.iter_mut().enumerate() {
-            row.copy_from_slice(&out[r * ldb..][..C]);
+            row.copy_from_slice(&out[r * ldo..][..C]);
         }
     }
     for kk in 0..depth {
@@ -116,7 +198,7 @@ fn tile<const R: usize, const C: usize>(depth: usize, lda: usize, a: &[f32], b: 
         }
     }
     for (r, row) in acc.iter().enumerate() {
-        out[r * ldb..][..C].copy_from_slice(row);
+        out[r * ldo..][..C].copy_from_slice(row);
     }
 }
 
@@ -132,12 +214,13 @@ fn tile_edge<const R: usize, const C: usize>(
     b: &[f32],
     ldb: usize,
     out: &mut [f32],
+    ldo: usize,
     first: bool,
 ) {
     let mut acc = [[0f32; C]; R];
     if !first {
         for (r, row) in acc.iter_mut().enumerate().take(rows) {
-            row[..cols].copy_from_slice(&out[r * ldb..][..cols]);
+            row[..cols].copy_from_slice(&out[r * ldo..][..cols]);
         }
     }
     for kk in 0..depth {
@@ -150,19 +233,8 @@ fn tile_edge<const R: usize, const C: usize>(
         }
     }
     for (r, row) in acc.iter().enumerate().take(rows) {
-        out[r * ldb..][..cols].copy_from_slice(&row[..cols]);
+        out[r * ldo..][..cols].copy_from_slice(&row[..cols]);
     }
-}
-
-/// Row-major transpose of an `r × c` matrix.
-fn transpose(x: &[f32], r: usize, c: usize) -> Vec<f32> {
-    let mut t = vec![0f32; x.len()];
-    for i in 0..r {
-        for j in 0..c {
-            t[j * r + i] = x[i * c + j];
-        }
-    }
-    t
 }
 
 /// ONNX MatMul's output shape (numpy `matmul`: a 1-D A gains a leading 1, a 1-D B a trailing 1,
@@ -196,6 +268,12 @@ fn promote_b(b: &[usize]) -> Vec<usize> {
 
 /// ONNX MatMul: `out` has [`matmul_shape`]; each batch's product is one [`sgemm`].
 pub fn matmul(kernels: Kernels, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
+    matmul_operands(kernels, a.into(), a_shape, b.into(), b_shape, out)
+}
+
+/// [`matmul`] with operands that may be codes decoded on the fly (a dequantized constant
+/// weight): the same products in the same order, so the same bits.
+pub fn matmul_operands(kernels: Kernels, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
     check_len("MatMul A", a.len(), a_shape)?;
     check_len("MatMul B", b.len(), b_shape)?;
     let shape = matmul_shape(a_shape, b_shape)?;
@@ -209,7 +287,9 @@ pub fn matmul(kernels: Kernels, a: &[f32], a_shape: &[usize], b: &[f32], b_shape
     for c in out.chunks_mut((m * n).max(1)).take(numel(&batch)) {
         let oa: usize = index.iter().zip(&sa).map(|(i, s)| i * s).sum();
         let ob: usize = index.iter().zip(&sb).map(|(i, s)| i * s).sum();
-        sgemm(kernels, m, n, k, &a[oa * m * k..][..m * k], &b[ob * k * n..][..k * n], c)?;
+        let a = Matrix { data: a, offset: oa * m * k, transposed: false };
+        let b = Matrix { data: b, offset: ob * k * n, transposed: false };
+        product(kernels, m, n, k, a, b, c)?;
         for axis in (0..batch.len()).rev() {
             index[axis] += 1;
             if index[axis] < batch[axis] {
@@ -236,8 +316,8 @@ impl Default for GemmParams {
     }
 }
 
-/// ONNX Gemm: `out = α·op(A)·op(B) + β·C`, A and B 2-D (transposed into scratch copies when
-/// `trans_*`), C (optional) unidirectionally broadcast to `M × N`.
+/// ONNX Gemm: `out = α·op(A)·op(B) + β·C`, A and B 2-D (a transposed operand read through
+/// [`Matrix`], a block at a time), C (optional) unidirectionally broadcast to `M × N`.
 #[allow(clippy::too_many_arguments)] // the path, the attributes and ONNX's three inputs with shapes
 pub fn gemm(
     kernels: Kernels,
@@ -249,6 +329,22 @@ pub fn gemm(
     c: Option<(&[f32], &[usize])>,
     out: &mut [f32],
 ) -> Result<(), ShapeError> {
+    gemm_operands(kernels, p, a.into(), a_shape, b.into(), b_shape, c.map(|(c, s)| (c.into(), s)), out)
+}
+
+/// [`gemm`] with operands that may be codes decoded on the fly (a dequantized constant weight or
+/// bias): the same operations in the same order, so the same bits.
+#[allow(clippy::too_many_arguments)] // the path, the attributes and ONNX's three inputs with shapes
+pub fn gemm_operands(
+    kernels: Kernels,
+    p: &GemmParams,
+    a: Operand<'_>,
+    a_shape: [usize; 2],
+    b: Operand<'_>,
+    b_shape: [usize; 2],
+    c: Option<(Operand<'_>, &[usize])>,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
     check_len("Gemm A", a.len(), &a_shape)?;
     check_len("Gemm B", b.len(), &b_shape)?;
     let (m, k) = if p.trans_a { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
@@ -256,9 +352,8 @@ pub fn gemm(
     if k != kb {
         bail!("Gemm: A {a_shape:?} (transA {}) and B {b_shape:?} (transB {}): inner extents {k} and {kb} differ", p.trans_a, p.trans_b);
     }
-    let ta = p.trans_a.then(|| transpose(a, a_shape[0], a_shape[1]));
-    let tb = p.trans_b.then(|| transpose(b, b_shape[0], b_shape[1]));
-    sgemm(kernels, m, n, k, ta.as_deref().unwrap_or(a), tb.as_deref().unwrap_or(b), out)?;
+    let (a, b) = (Matrix { data: a, offset: 0, transposed: p.trans_a }, Matrix { data: b, offset: 0, transposed: p.trans_b });
+    product(kernels, m, n, k, a, b, out)?;
     let bias = match c {
         Some((c, c_shape)) if p.beta != 0.0 => {
             check_len("Gemm C", c.len(), c_shape)?;
@@ -272,7 +367,7 @@ pub fn gemm(
     for (i, row) in out.chunks_mut(n.max(1)).take(m).enumerate() {
         match &bias {
             None => row.iter_mut().for_each(|y| *y *= p.alpha),
-            Some((c, s)) => row.iter_mut().enumerate().for_each(|(j, y)| *y = *y * p.alpha + p.beta * c[i * s[0] + j * s[1]]),
+            Some((c, s)) => row.iter_mut().enumerate().for_each(|(j, y)| *y = *y * p.alpha + p.beta * c.get(i * s[0] + j * s[1])),
         }
     }
     Ok(())

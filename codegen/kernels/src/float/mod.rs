@@ -19,6 +19,7 @@
 
 pub mod conv;
 pub mod conv_transpose;
+pub mod dq;
 pub mod elementwise;
 pub mod gemm;
 pub mod math;

@@ -1,0 +1,227 @@
+//! Float operands stored as quantized codes: a constant weight (or bias) that ONNX dequantizes
+//! (`DequantizeLinear` of an initializer) and a float op reads. The program keeps only the codes,
+//! the scales and the zero points (a quarter of the floats' bytes for 8-bit codes); the float
+//! kernels decode each element where they read it, into a small per-block workspace, so no float
+//! copy of a quantized weight exists at run time (issue 12).
+//!
+//! | condition | why |
+//! |---|---|
+//! | element `i` decodes to `fl32(fl32(q[i] − zp[c])·s[c])`, `c = (i / inner) mod channels` | ONNX Runtime's DequantizeLinear (and the generator's former fold, `codegen/src/rust/values.rs`): `q − zp` is an exact integer (i32 for 8-bit codes, i64 for int32 codes), its conversion to f32 rounds once, the product once; the decoded f32 is the folded copy's bit for bit |
+//! | a kernel reads the decoded values in the order it read the float copy | only where the value is stored changes, so every sum is the same sequence of rounded operations and the output bits do not move |
+//! | one scale: per tensor; one zero point (or none: 0) for every channel | as DequantizeLinear broadcasts a scalar scale / zero point |
+
+use super::{ShapeError, bail};
+
+/// The stored codes.
+#[derive(Clone, Debug)]
+pub enum Codes {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    /// Biases (int32 codes at scale `s_x·s_w`).
+    I32(Vec<i32>),
+}
+
+impl Codes {
+    pub fn len(&self) -> usize {
+        match self {
+            Codes::U8(v) => v.len(),
+            Codes::I8(v) => v.len(),
+            Codes::I32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A dequantized constant: codes with per-tensor or per-channel scales and zero points.
+#[derive(Clone, Debug)]
+pub struct Dequantized {
+    codes: Codes,
+    scales: Vec<f32>,
+    /// Empty (all 0), one, or one per channel.
+    zero_points: Vec<i64>,
+    /// Elements per step of the channel index: the product of the dims after the axis.
+    inner: usize,
+}
+
+impl Dequantized {
+    /// `scales` has 1 (per tensor) or `channels` entries; `zero_points` none, 1 or as many as
+    /// `scales`; `inner` is the number of elements per channel step (the dims after the axis).
+    pub fn new(codes: Codes, scales: Vec<f32>, zero_points: Vec<i64>, inner: usize) -> Result<Dequantized, ShapeError> {
+        let channels = scales.len();
+        if channels == 0 || ![0, 1, channels].contains(&zero_points.len()) {
+            bail!("dequantized constant: {channels} scales and {} zero points", zero_points.len());
+        }
+        if channels > 1 && (inner == 0 || !codes.len().is_multiple_of(channels * inner)) {
+            bail!("dequantized constant: {} codes are not {channels} channels of {inner}", codes.len());
+        }
+        Ok(Dequantized { codes, scales, zero_points, inner: inner.max(1) })
+    }
+
+    pub fn len(&self) -> usize {
+        self.codes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.codes.is_empty()
+    }
+
+    /// The scale and zero point of channel `c`.
+    #[inline(always)]
+    fn params(&self, c: usize) -> (f32, i64) {
+        let z = match self.zero_points.len() {
+            0 => 0,
+            1 => self.zero_points[0],
+            _ => self.zero_points[c],
+        };
+        (self.scales[c], z)
+    }
+
+    /// Elements `start .. start + out.len()`, decoded into `out`: one channel's run at a time, so
+    /// the channel index is computed once per run, not per element.
+    pub fn decode(&self, start: usize, out: &mut [f32]) {
+        let channels = self.scales.len();
+        let (mut i, mut o) = (start, 0);
+        while o < out.len() {
+            let (c, run) = if channels == 1 { (0, out.len() - o) } else { ((i / self.inner) % channels, (self.inner - i % self.inner).min(out.len() - o)) };
+            let (s, z) = self.params(c);
+            let dst = &mut out[o..o + run];
+            match &self.codes {
+                // q − zp is exact in i32 for 8-bit codes and any zero point DequantizeLinear allows.
+                Codes::U8(v) => dst.iter_mut().zip(&v[i..i + run]).for_each(|(d, &q)| *d = (i32::from(q) - z as i32) as f32 * s),
+                Codes::I8(v) => dst.iter_mut().zip(&v[i..i + run]).for_each(|(d, &q)| *d = (i32::from(q) - z as i32) as f32 * s),
+                Codes::I32(v) => dst.iter_mut().zip(&v[i..i + run]).for_each(|(d, &q)| *d = (i64::from(q) - z) as f32 * s),
+            }
+            i += run;
+            o += run;
+        }
+    }
+
+    /// Every element, decoded: for a kernel that takes f32 slices, a buffer of one call (the
+    /// generator does this only for scalars and per-channel vectors, `Kind::decodes_per_call`).
+    pub fn to_vec(&self) -> Vec<f32> {
+        let mut v = vec![0f32; self.len()];
+        self.decode(0, &mut v);
+        v
+    }
+
+    /// Element `i`, decoded.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        let mut v = [0f32];
+        self.decode(i, &mut v);
+        v[0]
+    }
+}
+
+/// A float operand as a kernel reads it: f32 elements, or codes decoded on the fly.
+#[derive(Clone, Copy, Debug)]
+pub enum Operand<'a> {
+    F32(&'a [f32]),
+    Codes(&'a Dequantized),
+}
+
+impl Operand<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Operand::F32(v) => v.len(),
+            Operand::Codes(d) => d.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Operand::F32(v) => v[i],
+            Operand::Codes(d) => d.get(i),
+        }
+    }
+
+    /// Elements `start .. start + out.len()` into `out`.
+    pub fn decode(&self, start: usize, out: &mut [f32]) {
+        match self {
+            Operand::F32(v) => out.copy_from_slice(&v[start..start + out.len()]),
+            Operand::Codes(d) => d.decode(start, out),
+        }
+    }
+}
+
+impl<'a> From<&'a [f32]> for Operand<'a> {
+    fn from(v: &'a [f32]) -> Operand<'a> {
+        Operand::F32(v)
+    }
+}
+
+impl<'a> From<&'a Dequantized> for Operand<'a> {
+    fn from(d: &'a Dequantized) -> Operand<'a> {
+        Operand::Codes(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generator's fold (`codegen/src/rust/values.rs` `dequantize`), written out: what every
+    /// decoded element must equal bit for bit.
+    fn folded(q: &[i64], scales: &[f32], zps: &[i64], inner: usize) -> Vec<u32> {
+        let zp = |c: usize| zps.get(if zps.len() == 1 { 0 } else { c }).copied().unwrap_or(0);
+        q.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = if scales.len() == 1 { 0 } else { (i / inner) % scales.len() };
+                ((v - zp(c)) as f32 * scales[c]).to_bits()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decoding_equals_the_fold_per_tensor_and_per_channel() {
+        let q: Vec<i64> = (0..60).map(|i| (i * 37 + 11) % 256).collect();
+        let scales = [0.0173f32, 3.1e-3, 0.5, 7.7e-5];
+        for (scales, zps, inner) in
+            [(&scales[..1], vec![128], 1), (&scales[..], vec![3, 250, 0, 128], 5), (&scales[..3], vec![], 20), (&scales[..], vec![7], 15)]
+        {
+            let d = Dequantized::new(Codes::U8(q.iter().map(|&v| v as u8).collect()), scales.to_vec(), zps.clone(), inner).unwrap();
+            let want = folded(&q, scales, &zps, inner);
+            for start in [0, 1, 4, 13, 59] {
+                for len in [0, 1, 6, 60 - start].into_iter().filter(|&l| start + l <= 60) {
+                    let mut out = vec![f32::NAN; len];
+                    d.decode(start, &mut out);
+                    let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want[start..start + len], "start {start} len {len} inner {inner}");
+                }
+            }
+            assert_eq!(d.get(17).to_bits(), want[17]);
+        }
+    }
+
+    #[test]
+    fn int8_and_int32_codes_decode_as_the_fold() {
+        let q8: Vec<i64> = (-128..128).collect();
+        let d = Dequantized::new(Codes::I8(q8.iter().map(|&v| v as i8).collect()), vec![0.01, 0.3], vec![-5, 9], 128).unwrap();
+        let mut out = vec![0f32; 256];
+        d.decode(0, &mut out);
+        assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q8, &[0.01, 0.3], &[-5, 9], 128));
+        // int32 codes beyond f32's 24-bit integers: q − zp rounds once to f32, as the fold.
+        let q32: Vec<i64> = vec![i64::from(i32::MAX), i64::from(i32::MIN), 16_777_217, -3, 0];
+        let d = Dequantized::new(Codes::I32(q32.iter().map(|&v| v as i32).collect()), vec![1.3e-6], vec![], 1).unwrap();
+        let mut out = vec![0f32; 5];
+        d.decode(0, &mut out);
+        assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q32, &[1.3e-6], &[], 1));
+    }
+
+    #[test]
+    fn inconsistent_parameters_are_refused() {
+        assert!(Dequantized::new(Codes::U8(vec![0; 6]), vec![], vec![], 1).is_err());
+        assert!(Dequantized::new(Codes::U8(vec![0; 6]), vec![1.0, 2.0], vec![1, 2, 3], 3).is_err());
+        assert!(Dequantized::new(Codes::U8(vec![0; 7]), vec![1.0, 2.0], vec![], 3).is_err());
+    }
+}
