@@ -17,11 +17,13 @@ weights), under `--contract exact` and `--contract real`:
   The program may be no further from ORT_DISABLE_ALL than ORT_ENABLE_ALL is (max over the feeds,
   with MARGIN): a wrong kernel, layout or parameter moves the output by its own magnitude.
 
-Every fused group of the program, recomputed exactly from its own input codes, is checked by
+No float copy of a quantized constant is made (`groups.json`'s `float_copies` empty: the crate
+keeps codes and its kernels decode them). Every fused group of the program, recomputed exactly from its own input codes, is checked by
 test_rust_exact_groups.py (TRANSFORMERS).
 """
 from __future__ import annotations
 
+import json
 import subprocess
 
 import numpy as np
@@ -51,6 +53,8 @@ def test_generated_crate_against_onnx_runtime(name, contract):
     crate = tmp / "crate"
     r, report = generate(pin(entry, tmp, label), crate, contract)
     assert r.returncode == 0, f"{name} --contract {contract}: {r.stderr.strip()}"
+    copies = json.loads((crate / "groups.json").read_text())["float_copies"]
+    assert not copies, f"{name} {contract}: float copies of quantized constants: {copies}"
     harness = build(crate)
     original = REAL_CORPUS_DIR / entry["file"]
     plain = ort_session(original, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)

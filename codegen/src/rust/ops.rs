@@ -178,12 +178,14 @@ impl Kind {
     /// Whether a dequantized constant the op reads as input `i` is stored as its codes and decoded
     /// whole into a buffer of the call (freed when it returns) because the kernel takes f32
     /// slices: element-wise arithmetic (a constant that broadcasts: a scalar, a per-channel
-    /// vector) and BatchNormalization's per-channel parameters. Any other reader holds a float
+    /// vector), BatchNormalization's per-channel parameters and LayerNormalization's scale and bias
+    /// (one row's worth). Any other reader holds a float
     /// copy (`groups.json`'s `float_copies`).
     pub fn decodes_per_call(&self, i: usize) -> bool {
         match self {
             Kind::FloatBinary { .. } => i <= 1,
             Kind::BatchNorm { .. } => (1..=4).contains(&i),
+            Kind::LayerNorm { .. } => (1..=2).contains(&i),
             _ => false,
         }
     }
