@@ -100,9 +100,16 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    rows_generic(acc, bias, plans, out, codes)
+    let n = bias.len();
+    let cs = columns(bias, plans, out);
+    let mut fallbacks = 0;
+    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+        // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
+        fallbacks += unsafe { row_avx512_either(cs.unclamped, acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
+    }
+    fallbacks
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -131,6 +138,9 @@ pub(crate) struct Columns<'a> {
     bias: &'a [i32],
     plans: &'a [Certified],
     out: Output,
+    /// `2^33·|r| + 2·|ρ| ≤ 2^40` in every column: |p + ρ| stays within 2^40 (|t| ≤ 2^32), so the
+    /// clamp to ±2^40 is the identity there and the vectorized form leaves it out.
+    unclamped: bool,
 }
 
 /// One range of columns of [`Columns`].
@@ -157,6 +167,7 @@ pub(crate) fn columns<'a>(bias: &'a [i32], plans: &'a [Certified], out: Output) 
         bias,
         plans,
         out,
+        unclamped: plans.iter().all(|p| p.r.abs() * 2f64.powi(33) + 2.0 * p.rho.abs() <= LIMIT),
     }
 }
 
@@ -213,9 +224,115 @@ pub(crate) fn block<C: CodeOut>(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, columns: (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
-    block_generic(acc, n, rows, columns, cs, codes)
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(c0, cols);
+    rows.map(|row| {
+        // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
+        unsafe { row_avx512_either(cs.unclamped, &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols]) }
+    })
+    .sum()
+}
+
+/// [`row_columns`] on AVX-512, 16 columns at a time (two halves of 8 f64 lanes): the same IEEE
+/// operations as [`approximate`] in the same order, lane by lane (`vmaxpd`/`vminpd` equal
+/// `f64::max`/`min` here: no operand is NaN, and where both are zeros the result is a zero
+/// either way), so the same lanes are sent to the exact fallback; the code is taken in the
+/// integer domain: `v + 1.5·2^52` has ulp 1 for |v| ≤ 2^40, so its bits minus those of
+/// `1.5·2^52` are rne(v) exactly, and `clamp(rne(v) + zy)` on i64 lanes is the integer the scalar
+/// form computes in f64. The codes are the low bytes of the lanes (`vpmovqb`).
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
+#[inline]
+unsafe fn row_avx512_either<C: CodeOut>(
+    unclamped: bool,
+    acc: &[i32],
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if unclamped { row_avx512::<C, false>(acc, cs, bias, plans, c0, out, codes) } else { row_avx512::<C, true>(acc, cs, bias, plans, c0, out, codes) }
+    }
+}
+
+/// One row; `CLAMP` false only where [`Columns::unclamped`] holds.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
+unsafe fn row_avx512<C: CodeOut, const CLAMP: bool>(
+    acc: &[i32],
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    assert!(cs.b.len() == n && cs.r.len() == n && cs.rho.len() == n && codes.len() == n);
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let bytes = C::bytes_mut(codes);
+    // `rne(v) + zy` from the bits of `v + 1.5·2^52`.
+    let zy = _mm512_set1_epi64(i64::from(out.zero_point()) - MAGIC.to_bits() as i64);
+    let (lo, hi) = (_mm512_set1_epi64(i64::from(out.code().min())), _mm512_set1_epi64(i64::from(out.code().max())));
+    let (limit, magic, half, bound) = (_mm512_set1_pd(LIMIT), _mm512_set1_pd(MAGIC), _mm512_set1_pd(0.5), _mm512_set1_pd(BOUND));
+    let neg_limit = _mm512_set1_pd(-LIMIT);
+    let mut fallbacks = 0;
+    let mut j = 0;
+    while j < n {
+        let lanes = (n - j).min(16);
+        let mask: __mmask16 = if lanes == 16 { 0xffff } else { (1 << lanes) - 1 };
+        // SAFETY: masked loads read only lanes j..j + lanes of slices of n ≥ j + lanes elements
+        // (masked-off lanes are not accessed; `wrapping_add` keeps the address arithmetic defined).
+        let (y, near) = unsafe {
+            let a = _mm512_maskz_loadu_epi32(mask, acc.as_ptr().wrapping_add(j));
+            let mut near: u16 = 0;
+            let mut y = [_mm_setzero_si128(); 2];
+            for (h, y) in y.iter_mut().enumerate() {
+                let m8 = (mask >> (8 * h)) as __mmask8;
+                let ah = if h == 0 { _mm512_castsi512_si256(a) } else { _mm512_extracti64x4_epi64::<1>(a) };
+                let at = |v: &[f64]| _mm512_maskz_loadu_pd(m8, v.as_ptr().wrapping_add(j + 8 * h));
+                let (b, r, rho) = (at(cs.b), at(cs.r), at(cs.rho));
+                let p = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(ah), b), r);
+                let mut v = _mm512_add_pd(p, rho);
+                if CLAMP {
+                    v = _mm512_min_pd(_mm512_max_pd(v, neg_limit), limit);
+                }
+                let shifted = _mm512_add_pd(v, magic);
+                let rounded = _mm512_sub_pd(shifted, magic);
+                let d = _mm512_abs_pd(_mm512_sub_pd(v, rounded));
+                let tol = _mm512_mul_pd(_mm512_add_pd(_mm512_abs_pd(p), _mm512_abs_pd(rho)), bound);
+                near |= u16::from(_mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(m8, _mm512_sub_pd(half, d), tol)) << (8 * h);
+                let code = _mm512_min_epi64(_mm512_max_epi64(_mm512_add_epi64(_mm512_castpd_si512(shifted), zy), lo), hi);
+                *y = _mm512_cvtepi64_epi8(code);
+            }
+            (_mm_unpacklo_epi64(y[0], y[1]), near)
+        };
+        // SAFETY: bytes j..j + lanes are inside `bytes` (n of them); masked-off lanes are not written.
+        unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
+        let mut near = near;
+        while near != 0 {
+            let i = j + near.trailing_zeros() as usize;
+            near &= near - 1;
+            bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+            fallbacks += 1;
+        }
+        j += lanes;
+    }
+    fallbacks
 }
 
 #[inline(always)]
