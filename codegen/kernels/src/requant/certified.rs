@@ -107,7 +107,7 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
     let mut fallbacks = 0;
     for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
         // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
-        fallbacks += unsafe { row_avx512_either(cs.unclamped, acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
+        fallbacks += unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
     }
     fallbacks
 }
@@ -138,9 +138,13 @@ pub(crate) struct Columns<'a> {
     bias: &'a [i32],
     plans: &'a [Certified],
     out: Output,
-    /// `2^33·|r| + 2·|ρ| ≤ 2^40` in every column: |p + ρ| stays within 2^40 (|t| ≤ 2^32), so the
-    /// clamp to ±2^40 is the identity there and the vectorized form leaves it out.
-    unclamped: bool,
+    /// Every column has `2^33·|r| ≤ 2^40` and ρ = +0 (no bias offset): |p| stays within 2^40
+    /// (|t| ≤ 2^32), so the clamp to ±2^40 is the identity, and `p + ρ` differs from p only by
+    /// the sign of a zero, which no later step sees (`v + 1.5·2^52`, `|v − rounded|` and
+    /// `|p| + |ρ|` are the same); the vectorized form leaves both steps out.
+    narrow: bool,
+    /// Every bias is 0: `f64(acc) + 0` is `f64(acc)` (never −0), so the addition is left out.
+    unbiased: bool,
 }
 
 /// One range of columns of [`Columns`].
@@ -167,7 +171,8 @@ pub(crate) fn columns<'a>(bias: &'a [i32], plans: &'a [Certified], out: Output) 
         bias,
         plans,
         out,
-        unclamped: plans.iter().all(|p| p.r.abs() * 2f64.powi(33) + 2.0 * p.rho.abs() <= LIMIT),
+        narrow: plans.iter().all(|p| p.r.abs() * 2f64.powi(33) <= LIMIT && p.rho == 0.0),
+        unbiased: bias.iter().all(|&b| b == 0),
     }
 }
 
@@ -229,7 +234,9 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
     let slice = cs.slice(c0, cols);
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
-        unsafe { row_avx512_either(cs.unclamped, &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols]) }
+        unsafe {
+            row_avx512_either((cs.narrow, cs.unbiased), &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])
+        }
     })
     .sum()
 }
@@ -239,8 +246,8 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
 /// `f64::max`/`min` here: no operand is NaN, and where both are zeros the result is a zero
 /// either way), so the same lanes are sent to the exact fallback; the code is taken in the
 /// integer domain: `v + 1.5·2^52` has ulp 1 for |v| ≤ 2^40, so its bits minus those of
-/// `1.5·2^52` are rne(v) exactly, and `clamp(rne(v) + zy)` on i64 lanes is the integer the scalar
-/// form computes in f64. The codes are the low bytes of the lanes (`vpmovqb`).
+/// `1.5·2^52` are rne(v) exactly, and `rne(v) + zy` narrowed with saturation (`vpmovusqb` after a
+/// max with 0 for u8, `vpmovsqb` for i8) is the clamped integer the scalar form computes in f64.
 ///
 /// # Safety
 /// AVX-512 F and BW present.
@@ -249,7 +256,7 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
 #[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
 #[inline]
 unsafe fn row_avx512_either<C: CodeOut>(
-    unclamped: bool,
+    (narrow, unbiased): (bool, bool),
     acc: &[i32],
     cs: ColumnSlice<'_>,
     bias: &[i32],
@@ -260,18 +267,24 @@ unsafe fn row_avx512_either<C: CodeOut>(
 ) -> u64 {
     // SAFETY: forwarded from the caller.
     unsafe {
-        if unclamped { row_avx512::<C, false>(acc, cs, bias, plans, c0, out, codes) } else { row_avx512::<C, true>(acc, cs, bias, plans, c0, out, codes) }
+        match (narrow, unbiased) {
+            (true, true) => row_avx512::<C, false, false>(acc, cs, bias, plans, c0, out, codes),
+            (true, false) => row_avx512::<C, false, true>(acc, cs, bias, plans, c0, out, codes),
+            (false, true) => row_avx512::<C, true, false>(acc, cs, bias, plans, c0, out, codes),
+            (false, false) => row_avx512::<C, true, true>(acc, cs, bias, plans, c0, out, codes),
+        }
     }
 }
 
-/// One row; `CLAMP` false only where [`Columns::unclamped`] holds.
+/// One row; `WIDE` (the clamp and ρ) false only where [`Columns::narrow`] holds, `BIAS` false
+/// only where [`Columns::unbiased`] does.
 ///
 /// # Safety
 /// AVX-512 F and BW present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 #[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
-unsafe fn row_avx512<C: CodeOut, const CLAMP: bool>(
+unsafe fn row_avx512<C: CodeOut, const WIDE: bool, const BIAS: bool>(
     acc: &[i32],
     cs: ColumnSlice<'_>,
     bias: &[i32],
@@ -287,7 +300,7 @@ unsafe fn row_avx512<C: CodeOut, const CLAMP: bool>(
     let bytes = C::bytes_mut(codes);
     // `rne(v) + zy` from the bits of `v + 1.5·2^52`.
     let zy = _mm512_set1_epi64(i64::from(out.zero_point()) - MAGIC.to_bits() as i64);
-    let (lo, hi) = (_mm512_set1_epi64(i64::from(out.code().min())), _mm512_set1_epi64(i64::from(out.code().max())));
+    let unsigned = out.code() == super::Code::U8;
     let (limit, magic, half, bound) = (_mm512_set1_pd(LIMIT), _mm512_set1_pd(MAGIC), _mm512_set1_pd(0.5), _mm512_set1_pd(BOUND));
     let neg_limit = _mm512_set1_pd(-LIMIT);
     let mut fallbacks = 0;
@@ -305,19 +318,25 @@ unsafe fn row_avx512<C: CodeOut, const CLAMP: bool>(
                 let m8 = (mask >> (8 * h)) as __mmask8;
                 let ah = if h == 0 { _mm512_castsi512_si256(a) } else { _mm512_extracti64x4_epi64::<1>(a) };
                 let at = |v: &[f64]| _mm512_maskz_loadu_pd(m8, v.as_ptr().wrapping_add(j + 8 * h));
-                let (b, r, rho) = (at(cs.b), at(cs.r), at(cs.rho));
-                let p = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(ah), b), r);
-                let mut v = _mm512_add_pd(p, rho);
-                if CLAMP {
-                    v = _mm512_min_pd(_mm512_max_pd(v, neg_limit), limit);
+                let mut t = _mm512_cvtepi32_pd(ah);
+                if BIAS {
+                    t = _mm512_add_pd(t, at(cs.b));
                 }
+                let p = _mm512_mul_pd(t, at(cs.r));
+                let (v, tol) = if WIDE {
+                    let rho = at(cs.rho);
+                    let v = _mm512_min_pd(_mm512_max_pd(_mm512_add_pd(p, rho), neg_limit), limit);
+                    (v, _mm512_mul_pd(_mm512_add_pd(_mm512_abs_pd(p), _mm512_abs_pd(rho)), bound))
+                } else {
+                    (p, _mm512_mul_pd(_mm512_abs_pd(p), bound))
+                };
                 let shifted = _mm512_add_pd(v, magic);
                 let rounded = _mm512_sub_pd(shifted, magic);
                 let d = _mm512_abs_pd(_mm512_sub_pd(v, rounded));
-                let tol = _mm512_mul_pd(_mm512_add_pd(_mm512_abs_pd(p), _mm512_abs_pd(rho)), bound);
                 near |= u16::from(_mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(m8, _mm512_sub_pd(half, d), tol)) << (8 * h);
-                let code = _mm512_min_epi64(_mm512_max_epi64(_mm512_add_epi64(_mm512_castpd_si512(shifted), zy), lo), hi);
-                *y = _mm512_cvtepi64_epi8(code);
+                // Saturating narrowing to the code type's range, which is the clamp's.
+                let code = _mm512_add_epi64(_mm512_castpd_si512(shifted), zy);
+                *y = if unsigned { _mm512_cvtusepi64_epi8(_mm512_max_epi64(code, _mm512_setzero_si512())) } else { _mm512_cvtsepi64_epi8(code) };
             }
             (_mm_unpacklo_epi64(y[0], y[1]), near)
         };
