@@ -160,7 +160,7 @@ impl Clone for PackedB {
     fn clone(&self) -> PackedB {
         let bytes = self.data();
         let (mut data, start) = aligned(bytes.len());
-        data[start..].copy_from_slice(bytes);
+        data[start..][..bytes.len()].copy_from_slice(bytes);
         PackedB { k: self.k, n: self.n, data, start, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone() }
     }
 }
