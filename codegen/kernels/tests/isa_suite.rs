@@ -32,9 +32,9 @@ fn random_shapes(isa: Isa) {
     let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
     // Row strides that are multiples of 1 KiB (A is re-strided on VNNI against L1 set conflicts).
     let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64)];
-    // K around the K blocks (96 groups on VNNI, 128 on AVX2) with K not a multiple of 4, and
+    // K around the K blocks (128 groups on both paths) with K not a multiple of 4, and
     // panels of exactly 4 KiB (K in 253..=256: packed with a padding row).
-    let blocks = [(9, 385, 70), (8, 513, 33), (14, 1543, 100), (2, 515, 20), (6, 256, 80), (1, 255, 300), (19, 253, 17)];
+    let blocks = [(9, 1025, 70), (8, 513, 33), (14, 1543, 100), (2, 515, 20), (6, 256, 80), (1, 255, 300), (19, 253, 17)];
     for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided).chain(&blocks) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);
