@@ -14,6 +14,10 @@
 //! the check passes there (d = 0, bound ≥ 2^-9). Every intermediate is a normal f64 or zero (|r|
 //! lies in [2^-426, 2^405], |ρ| in [2^-277, 2^190]), so flush-to-zero modes do not matter; the
 //! default round-to-nearest mode is assumed (as by every float kernel).
+//!
+//! On AVX-512 (the VNNI path) a row runs 16 lanes at a time by hand (`row_avx512`: the same IEEE
+//! steps lane by lane, steps that are identities for the block's columns left out), the lanes
+//! near a boundary then settled one by one by the exact form.
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
@@ -89,8 +93,8 @@ fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
 pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
-        // function only lets the compiler use AVX-512F instructions for safe code.
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
+        // the instructions `row_avx512` uses.
         Isa::Avx512Vnni => unsafe { rows_avx512(acc, bias, plans, out, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
@@ -221,8 +225,8 @@ pub(crate) fn block<C: CodeOut>(
 ) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
-        // function only lets the compiler use AVX-512F instructions for safe code.
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
+        // the instructions `row_avx512` uses.
         Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
         _ => block_generic(acc, n, rows, (c0, cols), cs, codes),
     }
