@@ -2,7 +2,7 @@
 """qdqc-kernels' u8×s8 GEMM against ONNX Runtime's MatMulInteger and QLinearMatMul, same run.
 
     PY=$(bash tests/oracle/setup.sh | tail -n1)
-    "$PY" bench/kernels_gemm.py [--rounds 3] [--reps 7] [--json]
+    "$PY" bench/kernels_gemm.py [--rounds 3] [--reps 7] [--json] [--paths avx2,avx512vnni]
 
 Shapes M ∈ {1, 64, 256} × K = N ∈ {1024, 4096}; A uniform u8 (zero point 3), B constant s8 in
 [−127, 127] (zero point 0), scales 0.0213 · 0.00391 → 0.0517 (zero point 128). One thread
@@ -72,7 +72,10 @@ def median_secs(run, reps: int) -> float:
     return statistics.median(samples)
 
 
-def rust(args: list[str], reps: int) -> dict:
+def rust(args: list[str], reps: int, paths: list[str] | None = None) -> dict:
+    """The binary's rows: every path the host has, or one run per path of `paths`, in that order."""
+    if paths:
+        return {"rows": [row for p in paths for row in rust([*args, "--isa", p], reps)["rows"]]}
     out = subprocess.run([str(BENCH), *args, "--json", "--reps", str(reps)], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -83,7 +86,9 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-build", action="store_true", help="use the existing target/release/examples/gemm_bench")
+    ap.add_argument("--paths", help="comma-separated kernel paths to run (default: every path the host has), e.g. avx2,avx512vnni")
     args = ap.parse_args()
+    paths = args.paths.split(",") if args.paths else None
     import onnxruntime as ort
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "qdqc-kernels", "--example", "gemm_bench"], cwd=REPO, check=True)
@@ -103,11 +108,11 @@ def main():
     peaks: dict[str, list[float]] = {}
     l1: dict[str, list[float]] = {}
     for _ in range(args.rounds):
-        for row in rust(["--peak"], args.reps)["rows"]:
+        for row in rust(["--peak"], args.reps, paths)["rows"]:
             l1.setdefault(row["isa"], []).append(2 * row["m"] * row["k"] * row["n"] / row["gemm_s"] / 1e9)
         for s in SHAPES:
             m, k, n = s
-            rounds[s]["rust"].append(rust(["--shape", str(m), str(k), str(n)], args.reps)["rows"])
+            rounds[s]["rust"].append(rust(["--shape", str(m), str(k), str(n)], args.reps, paths)["rows"])
             for name, sess in sessions[s].items():
                 feed = feeds[s]
                 rounds[s]["ort"][name].append(median_secs(lambda: sess.run(None, feed), args.reps))

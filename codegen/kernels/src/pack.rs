@@ -5,6 +5,11 @@
 //! portable paths read the same bytes, so one packing serves every path. K is padded to a multiple
 //! of 4 and N to a multiple of 16 with zero weights, which add nothing to any sum.
 //!
+//! The bytes start on a 64-byte boundary (each packed row one cache line, not two), and panels
+//! whose size is a multiple of 4 KiB are followed by one unused row: the microkernels read
+//! several panels at the same depth at once, and rows exactly 4 KiB apart would compete for the
+//! same L1 sets.
+//!
 //! uint8 weights are stored shifted to int8 (`b − 128`) with their zero points shifted the same
 //! way: `(a − za)(b − zb) = (a − za)((b − 128) − (zb − 128))`, the same integer, so u8×u8 runs
 //! on the u8×i8 kernels exactly.
@@ -53,11 +58,13 @@ impl fmt::Display for PackError {
 impl std::error::Error for PackError {}
 
 /// Packed weights with their column sums and zero points (shifted to the int8 domain).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PackedB {
     k: usize,
     n: usize,
+    /// The packed bytes from `start` on (`start` aligns them to 64 bytes).
     data: Vec<i8>,
+    start: usize,
     col_sums: Vec<i32>,
     zero_points: Vec<i32>,
 }
@@ -87,7 +94,9 @@ impl PackedB {
         }
         let k4 = k.div_ceil(KR);
         let panels = n.div_ceil(NR);
-        let mut data = vec![0i8; panels * k4 * NR * KR];
+        let stride = stride(k4);
+        let (mut data, start) = aligned(panels * stride);
+        let packed = &mut data[start..];
         let mut col_sums = vec![0i32; n];
         for (col, sum) in col_sums.iter_mut().enumerate() {
             let (panel, lane) = (col / NR, col % NR);
@@ -96,13 +105,13 @@ impl PackedB {
                     Layout::KN => row * n + col,
                     Layout::NK => col * k + row,
                 });
-                data[((panel * k4 + row / KR) * NR + lane) * KR + row % KR] = v;
+                packed[panel * stride + ((row / KR) * NR + lane) * KR + row % KR] = v;
                 // |Σ| ≤ 2^24 · 128: no overflow.
                 *sum += i32::from(v);
             }
         }
         let zero_points = (0..n).map(|c| zp[if zp.len() == 1 { 0 } else { c }]).collect();
-        Ok(PackedB { k, n, data, col_sums, zero_points })
+        Ok(PackedB { k, n, data, start, col_sums, zero_points })
     }
 
     /// Reduction depth K.
@@ -125,14 +134,14 @@ impl PackedB {
         self.n.div_ceil(NR)
     }
 
-    /// The packed bytes, `[panel][k4][NR][KR]`.
+    /// The packed bytes, `[panel][k4][NR][KR]`, panel `p` at `p·`[`Self::panel_stride`].
     pub fn data(&self) -> &[i8] {
-        &self.data
+        &self.data[self.start..][..self.panels() * self.panel_stride()]
     }
 
-    /// Bytes from one panel to the next.
+    /// Bytes from one panel to the next: `k4·64`, plus one row when that is a multiple of 4 KiB.
     pub fn panel_stride(&self) -> usize {
-        self.k4() * NR * KR
+        stride(self.k4())
     }
 
     /// `Σ_k b[k][n]` in the int8 domain.
@@ -144,4 +153,27 @@ impl PackedB {
     pub fn zero_points(&self) -> &[i32] {
         &self.zero_points
     }
+}
+
+impl Clone for PackedB {
+    /// A copy with its own alignment (a derived clone would keep the original's offset).
+    fn clone(&self) -> PackedB {
+        let bytes = self.data();
+        let (mut data, start) = aligned(bytes.len());
+        data[start..][..bytes.len()].copy_from_slice(bytes);
+        PackedB { k: self.k, n: self.n, data, start, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone() }
+    }
+}
+
+/// Bytes per panel for `k4` groups (see the module's header).
+fn stride(k4: usize) -> usize {
+    let bytes = k4 * NR * KR;
+    if bytes.is_multiple_of(4096) { bytes + NR * KR } else { bytes }
+}
+
+/// `len` zero bytes from a 64-byte boundary: the buffer and the offset of that boundary.
+fn aligned(len: usize) -> (Vec<i8>, usize) {
+    let data = vec![0i8; len + 63];
+    let start = data.as_ptr().align_offset(64).min(63);
+    (data, start)
 }

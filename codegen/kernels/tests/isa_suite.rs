@@ -32,7 +32,10 @@ fn random_shapes(isa: Isa) {
     let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
     // Row strides that are multiples of 1 KiB (A is re-strided on VNNI against L1 set conflicts).
     let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64)];
-    for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided) {
+    // K around the K blocks (128 groups on both paths) with K not a multiple of 4, and
+    // panels of exactly 4 KiB (K in 253..=256: packed with a padding row).
+    let blocks = [(9, 1025, 70), (8, 513, 33), (14, 1543, 100), (2, 515, 20), (6, 256, 80), (1, 255, 300), (19, 253, 17)];
+    for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided).chain(&blocks) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);
             let b = rng.i8s(k * n);
@@ -249,16 +252,19 @@ fn paths_agree_byte_for_byte() {
         let zb = rng.i8s(n);
         let za = rng.next() as u8;
         let packed = PackedB::from_i8(&b, k, n, Layout::KN, &zb).unwrap();
+        // A clone (its own 64-byte alignment) computes the same on every path.
+        let copy = packed.clone();
         let outs: Vec<Vec<i32>> = paths
             .iter()
-            .map(|&kern| {
+            .flat_map(|&kern| [&packed, &copy].map(|p| (kern, p)))
+            .map(|(kern, p)| {
                 let mut c = vec![0i32; m * n];
-                gemm_u8(kern, &a, m, za, &packed, &mut c).unwrap();
+                gemm_u8(kern, &a, m, za, p, &mut c).unwrap();
                 c
             })
             .collect();
-        for (kern, out) in paths.iter().zip(&outs).skip(1) {
-            assert!(out == &outs[0], "{} differs from {} at m={m} k={k} n={n}", kern.isa(), paths[0].isa());
+        for (i, out) in outs.iter().enumerate().skip(1) {
+            assert!(out == &outs[0], "{} (copy: {}) differs from {} at m={m} k={k} n={n}", paths[i / 2].isa(), i % 2 == 1, paths[0].isa());
         }
     }
 }

@@ -237,3 +237,55 @@ fn wide_blocks_on_every_path() {
         assert!(stats.fallbacks > 10, "{isa}: {} fallbacks", stats.fallbacks);
     }
 }
+
+/// The vectorized certified form at the ends of its range, on every path: extreme accumulators
+/// and biases (|t| up to 2^32), no bias at all, ratios large enough that the ±2^40 clamp matters (and ties of a
+/// half-integer ratio among them), tiny ones, bias offsets off the accumulator's scale (ρ ≠ 0),
+/// both code types, rows whose length is not a multiple of the 16-lane step; the same fallback
+/// count on every path.
+#[test]
+fn extremes_on_every_path() {
+    let mut rng = Rng::new(17);
+    let n = 37;
+    let specials = [i32::MIN, i32::MIN + 1, -1 << 30, -1, 0, 1, 1 << 30, i32::MAX - 1, i32::MAX];
+    for (sx, sw, sy) in [(0.5f32, 257.0f32, 1.0f32), (1.0, 3.0e6, 1.0e-3), (0.5, 0.0625, 0.5), (1.0e-3, 2.0e-4, 7.0)] {
+        // No bias, bias codes on the accumulator's scale, biases off it (an offset ρ).
+        for bias_kind in ["none", "codes", "offset"] {
+            let base = Ratio::new(sx, sw, sy).unwrap();
+            let (bias, ratios): (Vec<i32>, Vec<Ratio>) = (0..n)
+                .map(|c| {
+                    let code = specials[c % specials.len()].wrapping_add(c as i32);
+                    match bias_kind {
+                        "none" => (0, base),
+                        "codes" => (code, base),
+                        _ => base.with_bias(code % 1_000_000, 0.75 * sx * sw).unwrap(),
+                    }
+                })
+                .unzip();
+            let acc: Vec<i32> = (0..6 * n).map(|i| if i % 3 == 0 { specials[i % specials.len()] } else { rng.below(2001) as i32 - 1000 }).collect();
+            let plan_forms: Vec<Certified> = ratios.iter().map(|&r| Certified::new(r)).collect();
+            for (zy, code) in [(0, Code::U8), (200, Code::U8), (-3, Code::I8)] {
+                let out = output(zy, code);
+                let plan = Plan { output: out, form: Form::Certified(plan_forms.clone()) };
+                let want: Vec<i32> = (0..acc.len()).map(|i| requant_exact(acc[i], bias[i % n], &ratios[i % n], out)).collect();
+                let mut fallbacks = Vec::new();
+                for isa in Isa::available() {
+                    let kern = Kernels::new(isa).unwrap();
+                    let (got, stats): (Vec<i32>, _) = if code == Code::U8 {
+                        let mut y = vec![0u8; acc.len()];
+                        let stats = requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
+                        (y.iter().map(|&v| i32::from(v)).collect(), stats)
+                    } else {
+                        let mut y = vec![0i8; acc.len()];
+                        let stats = requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
+                        (y.iter().map(|&v| i32::from(v)).collect(), stats)
+                    };
+                    assert_eq!(got, want, "{isa}: scales {sx} {sw} {sy}, bias {bias_kind}, zy {zy}");
+                    fallbacks.push(stats.fallbacks);
+                }
+                // The same lanes go to the exact fallback on every path (the same f64 operations).
+                assert!(fallbacks.windows(2).all(|w| w[0] == w[1]), "fallbacks per path {fallbacks:?}");
+            }
+        }
+    }
+}

@@ -5,11 +5,17 @@
 //! pairs to int16 and is not used.) Each i32 lane holds half of one column's sum; the halves are
 //! added when the tile is stored.
 //!
+//! K runs in blocks of [`KC`] groups (the tile adds to `c` after the first).
+//!
 //! Tiles: 6 rows × 8 columns (12 accumulators, 2 weight vectors, 1 broadcast: 15 of 16 ymm), or
 //! for one or two rows 16 columns, so that GEMV keeps 8 independent accumulators per row.
 
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
+
+/// Groups of 4 k per block: a 6-row tile's activations (6 × 1 KiB × 2) and 16 columns' weights
+/// (16 KiB) stay in L1 while the tile runs; the activations of all rows stay in L2 across the columns.
+const KC: usize = 128;
 
 /// Raw sums of rows `a` (`m` rows of `lda ≥ k4·4` i16, zero-padded) into `c` (`m × n`).
 ///
@@ -22,20 +28,42 @@ pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     let chunks = if m <= 2 { 4 } else { 2 };
     let mr_max = if m <= 2 { 2 } else { 6 };
     let width = chunks * 4;
-    let mut c0 = 0;
-    while c0 < n {
+    let mut q0 = 0;
+    while q0 < k4 {
+        let kq = KC.min(k4 - q0);
+        let mut c0 = 0;
+        while c0 < n {
+            // SAFETY: forwarded from the caller (AVX2); the asserts above bound the block.
+            unsafe { raw_block(a, lda, m, b, c, (q0, kq), c0, (chunks, mr_max)) };
+            c0 += width;
+        }
+        q0 += kq;
+    }
+}
+
+/// Groups `q0..q0 + kq` of columns `c0..c0 + 4·chunks` (added to `c` after the first block), all rows.
+///
+/// # Safety
+/// As [`raw`], whose asserts bound the reads and writes.
+#[allow(clippy::too_many_arguments)] // one block's coordinates
+#[inline(always)]
+unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], (q0, kq): (usize, usize), c0: usize, (chunks, mr_max): (usize, usize)) {
+    let n = b.n();
+    let width = chunks * 4;
+    {
         let (panel, lane) = (c0 / NR, c0 % NR);
         let mut r0 = 0;
         while r0 < m {
             let mr = mr_max.min(m - r0);
             let t = Tile {
-                a: a[r0 * lda..].as_ptr(),
+                a: a[r0 * lda + q0 * KR..].as_ptr(),
                 lda,
-                b: b.data()[panel * b.panel_stride() + lane * KR..].as_ptr(),
-                k4,
+                b: b.data()[panel * b.panel_stride() + q0 * NR * KR + lane * KR..].as_ptr(),
+                k4: kq,
                 c: c[r0 * n + c0..].as_mut_ptr(),
                 ldc: n,
                 cols: (n - c0).min(width),
+                accumulate: q0 > 0,
             };
             // SAFETY: AVX2 is guaranteed by the caller; the asserts and loop bounds keep reads
             // inside rows r0..r0+mr of `a` and inside one packed panel (columns lane..lane+width
@@ -55,7 +83,6 @@ pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
             }
             r0 += mr;
         }
-        c0 += width;
     }
 }
 
@@ -67,6 +94,8 @@ struct Tile {
     c: *mut i32,
     ldc: usize,
     cols: usize,
+    /// Add to `c` (a later K block) rather than overwrite it.
+    accumulate: bool,
 }
 
 /// # Safety
@@ -97,7 +126,8 @@ unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
             }
             let row = t.c.add(r * t.ldc);
             for col in 0..t.cols {
-                *row.add(col) = halves[2 * col].wrapping_add(halves[2 * col + 1]);
+                let sum = halves[2 * col].wrapping_add(halves[2 * col + 1]);
+                *row.add(col) = if t.accumulate { (*row.add(col)).wrapping_add(sum) } else { sum };
             }
         }
     }

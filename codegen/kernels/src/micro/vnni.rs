@@ -6,7 +6,7 @@
 //!
 //! A is packed once per call, per tile of 6 rows, `[tile][k4][row][4]`: the broadcasts of a tile
 //! read one contiguous stream (and the row sums for the zero-point corrections come from the same
-//! pass). K runs in blocks of [`KC`] groups, so that the 4 panels' block of weights (24 KiB) stays
+//! pass). K runs in blocks of [`KC`] groups, so that the 4 panels' block of weights (32 KiB) stays
 //! in L1 while every row tile of A streams past it from L2. The zero-point corrections
 //! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after the last
 //! K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other paths),
@@ -20,8 +20,10 @@ const MR: usize = 6;
 const NP: usize = 4;
 /// Panels per tile when the whole product has one row.
 const NP_GEMV: usize = 8;
-/// Groups of 4 k per block: 4 panels × 96 × 64 bytes = 24 KiB of weights, half of L1.
-const KC: usize = 96;
+/// Groups of 4 k per block: 4 panels × 128 × 64 bytes = 32 KiB of weights, two thirds of L1
+/// (48 KiB here), the rest for a tile's activations (3 KiB) and its block of C: K = 1024 runs in
+/// two blocks (each block reloads and stores the tile's accumulators).
+const KC: usize = 128;
 
 /// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major) into `c` (`m × n`), then
 /// `epilogue` on each finished block.
@@ -39,8 +41,8 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
         let rows = MR.min(m - t * MR);
         for (r, sum) in sums.iter_mut().enumerate().take(rows) {
             let src = &a[(t * MR + r) * k..][..k];
-            // |Σ| ≤ 2^24·255 < 2^32: wrapping keeps it exact modulo 2^32 like every sum here.
-            *sum = src.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+            // SAFETY: the caller guarantees AVX-512 F/BW.
+            *sum = unsafe { byte_sum(src) };
             // Whole groups as 4-byte moves (a constant length: no memcpy call per group), then the tail.
             let full = src.chunks_exact(KR);
             let (tail, q_tail) = (full.remainder(), k / KR);
@@ -96,6 +98,23 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
         }
         p0 += np;
     }
+}
+
+/// `Σ v` as i32, wrapping like every sum here (|Σ| ≤ 2^24·255 < 2^32: the exact sum modulo
+/// 2^32): `vpsadbw` against zero adds 8 bytes per u64 lane.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn byte_sum(v: &[u8]) -> i32 {
+    let chunks = v.chunks_exact(64);
+    let tail: u64 = chunks.remainder().iter().map(|&x| u64::from(x)).sum();
+    let mut acc = _mm512_setzero_si512();
+    for c in chunks {
+        // SAFETY: `c` holds 64 bytes, one zmm (unaligned load).
+        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(unsafe { _mm512_loadu_si512(c.as_ptr().cast()) }, _mm512_setzero_si512()));
+    }
+    (_mm512_reduce_add_epi64(acc) as u64 + tail) as u32 as i32
 }
 
 /// The zero-point corrections' operands.

@@ -14,6 +14,10 @@
 //! the check passes there (d = 0, bound ≥ 2^-9). Every intermediate is a normal f64 or zero (|r|
 //! lies in [2^-426, 2^405], |ρ| in [2^-277, 2^190]), so flush-to-zero modes do not matter; the
 //! default round-to-nearest mode is assumed (as by every float kernel).
+//!
+//! On AVX-512 (the VNNI path) a row runs 16 lanes at a time by hand (`row_avx512`: the same IEEE
+//! steps lane by lane, steps that are identities for the block's columns left out), the lanes
+//! near a boundary then settled one by one by the exact form.
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
@@ -89,8 +93,8 @@ fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
 pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
-        // function only lets the compiler use AVX-512F instructions for safe code.
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
+        // the instructions `row_avx512` uses.
         Isa::Avx512Vnni => unsafe { rows_avx512(acc, bias, plans, out, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
@@ -100,9 +104,16 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    rows_generic(acc, bias, plans, out, codes)
+    let n = bias.len();
+    let cs = columns(bias, plans, out);
+    let mut fallbacks = 0;
+    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+        // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
+        fallbacks += unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
+    }
+    fallbacks
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -131,6 +142,13 @@ pub(crate) struct Columns<'a> {
     bias: &'a [i32],
     plans: &'a [Certified],
     out: Output,
+    /// Every column has `2^33·|r| ≤ 2^40` and ρ = +0 (no bias offset): |p| stays within 2^40
+    /// (|t| ≤ 2^32), so the clamp to ±2^40 is the identity, and `p + ρ` differs from p only by
+    /// the sign of a zero, which no later step sees (`v + 1.5·2^52`, `|v − rounded|` and
+    /// `|p| + |ρ|` are the same); the vectorized form leaves both steps out.
+    narrow: bool,
+    /// Every bias is 0: `f64(acc) + 0` is `f64(acc)` (never −0), so the addition is left out.
+    unbiased: bool,
 }
 
 /// One range of columns of [`Columns`].
@@ -157,6 +175,8 @@ pub(crate) fn columns<'a>(bias: &'a [i32], plans: &'a [Certified], out: Output) 
         bias,
         plans,
         out,
+        narrow: plans.iter().all(|p| p.r.abs() * 2f64.powi(33) <= LIMIT && p.rho == 0.0),
+        unbiased: bias.iter().all(|&b| b == 0),
     }
 }
 
@@ -205,17 +225,137 @@ pub(crate) fn block<C: CodeOut>(
 ) -> u64 {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
-        // function only lets the compiler use AVX-512F instructions for safe code.
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
+        // the instructions `row_avx512` uses.
         Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
         _ => block_generic(acc, n, rows, (c0, cols), cs, codes),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, columns: (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
-    block_generic(acc, n, rows, columns, cs, codes)
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(c0, cols);
+    rows.map(|row| {
+        // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
+        unsafe {
+            row_avx512_either((cs.narrow, cs.unbiased), &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])
+        }
+    })
+    .sum()
+}
+
+/// [`row_columns`] on AVX-512, 16 columns at a time (two halves of 8 f64 lanes): the same IEEE
+/// operations as [`approximate`] in the same order, lane by lane (`vmaxpd`/`vminpd` equal
+/// `f64::max`/`min` here: no operand is NaN, and where both are zeros the result is a zero
+/// either way), so the same lanes are sent to the exact fallback; the code is taken in the
+/// integer domain: `v + 1.5·2^52` has ulp 1 for |v| ≤ 2^40, so its bits minus those of
+/// `1.5·2^52` are rne(v) exactly, and `rne(v) + zy` narrowed with saturation (`vpmovusqb` after a
+/// max with 0 for u8, `vpmovsqb` for i8) is the clamped integer the scalar form computes in f64.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
+#[inline]
+unsafe fn row_avx512_either<C: CodeOut>(
+    (narrow, unbiased): (bool, bool),
+    acc: &[i32],
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (narrow, unbiased) {
+            (true, true) => row_avx512::<C, false, false>(acc, cs, bias, plans, c0, out, codes),
+            (true, false) => row_avx512::<C, false, true>(acc, cs, bias, plans, c0, out, codes),
+            (false, true) => row_avx512::<C, true, false>(acc, cs, bias, plans, c0, out, codes),
+            (false, false) => row_avx512::<C, true, true>(acc, cs, bias, plans, c0, out, codes),
+        }
+    }
+}
+
+/// One row; `WIDE` (the clamp and ρ) false only where [`Columns::narrow`] holds, `BIAS` false
+/// only where [`Columns::unbiased`] does.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
+unsafe fn row_avx512<C: CodeOut, const WIDE: bool, const BIAS: bool>(
+    acc: &[i32],
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    assert!(cs.b.len() == n && cs.r.len() == n && cs.rho.len() == n && codes.len() == n);
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let bytes = C::bytes_mut(codes);
+    // `rne(v) + zy` from the bits of `v + 1.5·2^52`.
+    let zy = _mm512_set1_epi64(i64::from(out.zero_point()) - MAGIC.to_bits() as i64);
+    let unsigned = out.code() == super::Code::U8;
+    let (limit, magic, half, bound) = (_mm512_set1_pd(LIMIT), _mm512_set1_pd(MAGIC), _mm512_set1_pd(0.5), _mm512_set1_pd(BOUND));
+    let neg_limit = _mm512_set1_pd(-LIMIT);
+    let mut fallbacks = 0;
+    let mut j = 0;
+    while j < n {
+        let lanes = (n - j).min(16);
+        let mask: __mmask16 = if lanes == 16 { 0xffff } else { (1 << lanes) - 1 };
+        // SAFETY: masked loads read only lanes j..j + lanes of slices of n ≥ j + lanes elements
+        // (masked-off lanes are not accessed; `wrapping_add` keeps the address arithmetic defined).
+        let (y, near) = unsafe {
+            let a = _mm512_maskz_loadu_epi32(mask, acc.as_ptr().wrapping_add(j));
+            let mut near: u16 = 0;
+            let mut y = [_mm_setzero_si128(); 2];
+            for (h, y) in y.iter_mut().enumerate() {
+                let m8 = (mask >> (8 * h)) as __mmask8;
+                let ah = if h == 0 { _mm512_castsi512_si256(a) } else { _mm512_extracti64x4_epi64::<1>(a) };
+                let at = |v: &[f64]| _mm512_maskz_loadu_pd(m8, v.as_ptr().wrapping_add(j + 8 * h));
+                let mut t = _mm512_cvtepi32_pd(ah);
+                if BIAS {
+                    t = _mm512_add_pd(t, at(cs.b));
+                }
+                let p = _mm512_mul_pd(t, at(cs.r));
+                let (v, tol) = if WIDE {
+                    let rho = at(cs.rho);
+                    let v = _mm512_min_pd(_mm512_max_pd(_mm512_add_pd(p, rho), neg_limit), limit);
+                    (v, _mm512_mul_pd(_mm512_add_pd(_mm512_abs_pd(p), _mm512_abs_pd(rho)), bound))
+                } else {
+                    (p, _mm512_mul_pd(_mm512_abs_pd(p), bound))
+                };
+                let shifted = _mm512_add_pd(v, magic);
+                let rounded = _mm512_sub_pd(shifted, magic);
+                let d = _mm512_abs_pd(_mm512_sub_pd(v, rounded));
+                near |= u16::from(_mm512_mask_cmp_pd_mask::<_CMP_LE_OQ>(m8, _mm512_sub_pd(half, d), tol)) << (8 * h);
+                // Saturating narrowing to the code type's range, which is the clamp's.
+                let code = _mm512_add_epi64(_mm512_castpd_si512(shifted), zy);
+                *y = if unsigned { _mm512_cvtusepi64_epi8(_mm512_max_epi64(code, _mm512_setzero_si512())) } else { _mm512_cvtsepi64_epi8(code) };
+            }
+            (_mm_unpacklo_epi64(y[0], y[1]), near)
+        };
+        // SAFETY: bytes j..j + lanes are inside `bytes` (n of them); masked-off lanes are not written.
+        unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
+        let mut near = near;
+        while near != 0 {
+            let i = j + near.trailing_zeros() as usize;
+            near &= near - 1;
+            bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+            fallbacks += 1;
+        }
+        j += lanes;
+    }
+    fallbacks
 }
 
 #[inline(always)]

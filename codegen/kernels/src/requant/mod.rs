@@ -126,6 +126,9 @@ pub trait CodeOut: Copy {
     const CODE: Code;
     /// `v` is already inside the type's range.
     fn from_code(v: i32) -> Self;
+    /// The codes as their bytes, where the byte of code `v` is `v as u8` (the vectorized
+    /// requantization stores the low byte of each lane).
+    fn bytes_mut(codes: &mut [Self]) -> &mut [u8];
 }
 
 impl CodeOut for u8 {
@@ -133,12 +136,20 @@ impl CodeOut for u8 {
     fn from_code(v: i32) -> u8 {
         v as u8
     }
+    fn bytes_mut(codes: &mut [u8]) -> &mut [u8] {
+        codes
+    }
 }
 
 impl CodeOut for i8 {
     const CODE: Code = Code::I8;
     fn from_code(v: i32) -> i8 {
         v as i8
+    }
+    fn bytes_mut(codes: &mut [i8]) -> &mut [u8] {
+        // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid in
+        // both; the slice's lifetime and length carry over.
+        unsafe { std::slice::from_raw_parts_mut(codes.as_mut_ptr().cast(), codes.len()) }
     }
 }
 
