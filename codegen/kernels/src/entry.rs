@@ -73,8 +73,8 @@ macro_rules! binary {
 
         /// [`Binary::apply`] for these codes.
         #[inline(never)]
-        pub fn $name(t: &Binary<$a, $b, $y>, a: &[$a], a_shape: &[usize], b: &[$b], b_shape: &[usize], out: &mut [$y]) -> Result<(), CodesError> {
-            t.apply(a, a_shape, b, b_shape, out)
+        pub fn $name(t: &Binary<$a, $b, $y>, kernels: Kernels, a: &[$a], a_shape: &[usize], b: &[$b], b_shape: &[usize], out: &mut [$y]) -> Result<(), CodesError> {
+            t.apply(kernels, a, a_shape, b, b_shape, out)
         }
     )*};
 }

@@ -1,13 +1,15 @@
 //! QLinearAdd / QLinearMul on codes against an independent exact-rational evaluation (i128
 //! numerators and denominators, no float arithmetic), exhaustively over all 65,536 code pairs per
 //! scale set and type combination; the huge-exponent-gap path against hand-derived results;
-//! broadcasting against index arithmetic.
+//! broadcasting against index arithmetic; `Binary::apply` on every kernel path this host runs
+//! against `Binary::code`, pair by pair.
 
 mod common;
 
 use common::{Rng, as_fraction, rne};
 use qdqc_kernels::codes::binary::{Binary, BinaryOp, binary_exact};
 use qdqc_kernels::codes::{QCode, Quant};
+use qdqc_kernels::{Isa, Kernels};
 
 /// The exact value `num/den` for centred inputs `a`, `b` (scales within 2^-16..2^8 keep i128 exact).
 fn exact_value(op: BinaryOp, a: i128, b: i128, (sa, sb, sy): (f32, f32, f32)) -> (i128, i128) {
@@ -43,8 +45,32 @@ fn exhaustive<A: QCode, B: QCode, Y: QCode>(sa: f32, sb: f32, sy: f32, za: i32, 
                 }
             }
         }
+        every_path_gives_code(&t);
     }
     ties
+}
+
+/// The kernel paths this host runs (portable first).
+fn paths() -> Vec<Kernels> {
+    Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()).collect()
+}
+
+/// `apply` over all 65,536 pairs on every path, as one run of equal shapes (strides 1, 1) and
+/// as `[256, 1] × [256]` (strides 0, 1), equals `code` pair by pair.
+fn every_path_gives_code<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>) {
+    let a: Vec<A> = (0..1 << 16).map(|k| A::from_index(k >> 8)).collect();
+    let b: Vec<B> = (0..1 << 16).map(|k| B::from_index(k & 255)).collect();
+    let want: Vec<Y> = a.iter().zip(&b).map(|(&a, &b)| t.code(a, b)).collect();
+    let column: Vec<A> = (0..256).map(A::from_index).collect();
+    let row: Vec<B> = (0..256).map(B::from_index).collect();
+    for k in paths() {
+        let mut out = vec![Y::default(); 1 << 16];
+        t.apply(k, &a, &[1 << 16], &b, &[1 << 16], &mut out).unwrap();
+        assert!(out == want, "{} path, equal shapes", k.isa());
+        let mut out = vec![Y::default(); 1 << 16];
+        t.apply(k, &column, &[256, 1], &row, &[256], &mut out).unwrap();
+        assert!(out == want, "{} path, broadcast", k.isa());
+    }
 }
 
 const SCALE_SETS: [(f32, f32, f32); 9] = [
@@ -166,10 +192,14 @@ fn refuses_bad_parameters() {
     assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, ok, ok, Quant::new(-1.0, 0)).is_err());
     assert!(Binary::<u8, u8, u8>::new(BinaryOp::Add, Quant::new(0.5, -1), ok, ok).is_err());
     assert!(Binary::<i8, i8, i8>::new(BinaryOp::Mul, ok, ok, Quant::new(0.5, 128)).is_err());
-    let t = Binary::<u8, u8, u8>::new(BinaryOp::Add, ok, ok, ok).unwrap();
-    let mut out = [0u8; 6];
-    assert!(t.apply(&[0; 6], &[2, 3], &[0; 2], &[2], &mut out).is_err(), "3 vs 2 does not broadcast");
-    assert!(t.apply(&[0; 6], &[2, 3], &[0; 3], &[3], &mut out[..5]).is_err(), "output too short");
+    for op in [BinaryOp::Add, BinaryOp::Mul] {
+        let t = Binary::<u8, u8, u8>::new(op, ok, ok, ok).unwrap();
+        let mut out = [0u8; 6];
+        for k in paths() {
+            assert!(t.apply(k, &[0; 6], &[2, 3], &[0; 2], &[2], &mut out).is_err(), "3 vs 2 does not broadcast");
+            assert!(t.apply(k, &[0; 6], &[2, 3], &[0; 3], &[3], &mut out[..5]).is_err(), "output too short");
+        }
+    }
 }
 
 /// Row-major index of the broadcast source for output index `o`.
@@ -190,8 +220,16 @@ fn source(o: usize, out_shape: &[usize], shape: &[usize]) -> usize {
 #[test]
 fn broadcasting() {
     let mut rng = Rng::new(5);
-    let t = Binary::<u8, i8, u8>::new(BinaryOp::Add, Quant::new(0.03, 100), Quant::new(0.05, -3), Quant::new(0.07, 90)).unwrap();
-    let cases: [(&[usize], &[usize]); 9] = [
+    for op in [BinaryOp::Add, BinaryOp::Mul] {
+        for k in paths() {
+            broadcast_cases(&mut rng, op, k);
+        }
+    }
+}
+
+fn broadcast_cases(rng: &mut Rng, op: BinaryOp, k: Kernels) {
+    let t = Binary::<u8, i8, u8>::new(op, Quant::new(0.03, 100), Quant::new(0.05, -3), Quant::new(0.07, 90)).unwrap();
+    let cases: [(&[usize], &[usize]); 10] = [
         (&[2, 3, 4], &[2, 3, 4]),
         (&[2, 3, 4], &[4]),
         (&[2, 3, 4], &[3, 1]),
@@ -201,17 +239,19 @@ fn broadcasting() {
         (&[2, 1, 4, 1], &[3, 1, 6]),
         (&[0, 3], &[3]),
         (&[4, 1], &[1]),
+        (&[2, 150], &[2, 1]),
     ];
+    let cases: Vec<(&[usize], &[usize])> = cases.iter().flat_map(|&(a, b)| [(a, b), (b, a)]).collect();
     for (sa, sb) in cases {
         let out_shape: Vec<usize> = qdqc_kernels::codes::broadcast_shape(sa, sb).unwrap();
         let n = qdqc_kernels::codes::numel(&out_shape);
         let a = rng.u8s(qdqc_kernels::codes::numel(sa));
         let b = rng.i8s(qdqc_kernels::codes::numel(sb));
         let mut out = vec![0u8; n];
-        t.apply(&a, sa, &b, sb, &mut out).unwrap();
+        t.apply(k, &a, sa, &b, sb, &mut out).unwrap();
         for (o, &y) in out.iter().enumerate() {
             let want = t.code(a[source(o, &out_shape, sa)], b[source(o, &out_shape, sb)]);
-            assert_eq!(y, want, "{sa:?} + {sb:?} at {o}");
+            assert_eq!(y, want, "{op:?} {sa:?} with {sb:?} at {o}, {} path", k.isa());
         }
     }
 }

@@ -186,6 +186,13 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(4, 4, 4, &[7], &[2], &[3], &[9], &[0]), 3, &[30], true);
     // Depthwise with stride 2 and dilation 2 along the last axis (the phases of a framed line).
     conv_case(kern, &mut rng, params(4, 4, 4, &[3, 3], &[2, 2], &[2, 2], &[2, 1], &[1, 2]), 1, &[9, 13], true);
+    // Depthwise over planes of many 64-output runs (full and partial ones, the taps summed in
+    // registers): 3×3 and 5×5 stride 1 on 24×48 (OCR's shapes), 5×5 stride 2, and 3-D stride 1
+    // (one flat run per depth slice, the last one past the spare line).
+    conv_case(kern, &mut rng, params(3, 3, 3, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 1, &[24, 48], true);
+    conv_case(kern, &mut rng, params(2, 4, 2, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[24, 48], false);
+    conv_case(kern, &mut rng, params(3, 3, 3, &[5, 5], &[2, 2], &[1, 1], &[2, 2], &[2, 2]), 1, &[24, 47], true);
+    conv_case(kern, &mut rng, params(2, 2, 2, &[3, 3, 3], &[1, 1, 1], &[1, 1, 1], &[1, 0, 1], &[1, 2, 0]), 1, &[3, 9, 20], true);
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
     conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
     conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);

@@ -460,7 +460,7 @@ impl Emitter<'_, '_> {
                     format!("entry::binary_new_{at}_{bt}_{yt}({bop}, {}, {}, {}).map_err(codes_err({node}))?", q_expr(*a), q_expr(*b), q_expr(*y)),
                 ));
                 format!(
-                    "entry::binary_{at}_{bt}_{yt}(&self.{field}, {}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
+                    "entry::binary_{at}_{bt}_{yt}(&self.{field}, self.k, {}, &{}, {}, &{}, &mut y).map_err(codes_err({node}))?;",
                     self.slice(&op.inputs[0])?,
                     self.shape(&op.inputs[0])?,
                     self.slice(&op.inputs[1])?,

@@ -31,7 +31,8 @@
 use super::rational::{LIMIT, dyadic, rne_clamped};
 use super::shape::{broadcast_strides, check_len};
 use super::{CodesError, QCode, Quant, broadcast_shape};
-use crate::requant::{Certified, Code, Output, Ratio, requant_certified};
+use crate::isa::{Isa, Kernels};
+use crate::requant::{Certified, Code, Output, Ratio, count_fallbacks, requant_certified, row_uniform};
 use std::marker::PhantomData;
 
 /// The elementwise operation.
@@ -134,12 +135,112 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
     }
 
     /// `out = op(a, b)` with numpy broadcasting; `out` holds `broadcast_shape(a_shape, b_shape)`.
-    pub fn apply(&self, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y]) -> Result<(), CodesError> {
+    /// A Mul runs on `kernels`' path (every path gives [`Binary::code`]'s bits: the same IEEE
+    /// operations element by element, see `requant::row_uniform`).
+    pub fn apply(&self, kernels: Kernels, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y]) -> Result<(), CodesError> {
         // One dispatch per call, not per element.
         match &self.repr {
-            Repr::Table(t) => each(a, a_shape, b, b_shape, out, |a, b| t[(a.index() << 8) | b.index()]),
-            Repr::Product { za, zb, plan, out: o } => each(a, a_shape, b, b_shape, out, |a, b| product(a, b, *za, *zb, plan, *o)),
+            Repr::Table(t) => each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+                strided(y, a, la, b, lb, |a, b| t[(a.index() << 8) | b.index()]);
+            }),
+            Repr::Product { za, zb, plan, out: o } => {
+                let mut fallbacks = 0;
+                each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+                    let run = Run { a, la, b, lb, zeros: (*za, *zb), plan, out: *o };
+                    fallbacks += match kernels.isa() {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
+                        // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
+                        Isa::Avx512Vnni => unsafe { products_avx512(&run, y) },
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above, AVX2 was checked.
+                        Isa::Avx2 => unsafe { products_avx2(&run, y) },
+                        _ => products(&run, y),
+                    };
+                })?;
+                count_fallbacks(fallbacks);
+                Ok(())
+            }
         }
+    }
+}
+
+/// One run of a Mul's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
+struct Run<'a, A, B> {
+    a: &'a [A],
+    la: usize,
+    b: &'a [B],
+    lb: usize,
+    zeros: (i32, i32),
+    plan: &'a Certified,
+    out: Output,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn products_avx512<A: QCode, B: QCode, Y: QCode>(run: &Run<'_, A, B>, y: &mut [Y]) -> u64 {
+    products(run, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn products_avx2<A: QCode, B: QCode, Y: QCode>(run: &Run<'_, A, B>, y: &mut [Y]) -> u64 {
+    products(run, y)
+}
+
+/// A Mul's run, per 64 outputs: the centred products as i32, then their certified
+/// requantization (`row_uniform`: the operations of `requant_certified` element by element,
+/// vectorized where the caller's instance allows; the exact fallback where it decides). Returns
+/// the fallback count. No closures: they would be compiled apart, without the caller's features.
+#[inline(always)]
+fn products<A: QCode, B: QCode, Y: QCode>(run: &Run<'_, A, B>, y: &mut [Y]) -> u64 {
+    const CH: usize = 64;
+    let (za, zb) = run.zeros;
+    let mut fallbacks = 0;
+    for (c, y) in y.chunks_mut(CH).enumerate() {
+        let mut acc = [0i32; CH];
+        let acc = &mut acc[..y.len()];
+        let n = acc.len();
+        let (a, b) = (&run.a[c * CH * run.la..], &run.b[c * CH * run.lb..]);
+        match (run.la, run.lb) {
+            (1, 1) => {
+                for ((p, &a), &b) in acc.iter_mut().zip(&a[..n]).zip(&b[..n]) {
+                    *p = (a.value() - za) * (b.value() - zb);
+                }
+            }
+            (1, 0) => {
+                let b = b[0].value() - zb;
+                for (p, &a) in acc.iter_mut().zip(&a[..n]) {
+                    *p = (a.value() - za) * b;
+                }
+            }
+            (0, 1) => {
+                let a = a[0].value() - za;
+                for (p, &b) in acc.iter_mut().zip(&b[..n]) {
+                    *p = a * (b.value() - zb);
+                }
+            }
+            (la, lb) => {
+                for (k, p) in acc.iter_mut().enumerate() {
+                    *p = (a[k * la].value() - za) * (b[k * lb].value() - zb);
+                }
+            }
+        }
+        fallbacks += row_uniform(acc, 0, run.plan, run.out, y);
+    }
+    fallbacks
+}
+
+/// `y[k] = f(a[k·la], b[k·lb])`, the strides 0 or 1 spelled out (so the common cases compile to
+/// plain loops).
+#[inline(always)]
+fn strided<A: Copy, B: Copy, Y>(y: &mut [Y], a: &[A], la: usize, b: &[B], lb: usize, f: impl Fn(A, B) -> Y) {
+    let n = y.len();
+    match (la, lb) {
+        (1, 1) => y.iter_mut().zip(&a[..n]).zip(&b[..n]).for_each(|((y, &a), &b)| *y = f(a, b)),
+        (1, 0) => y.iter_mut().zip(&a[..n]).for_each(|(y, &a)| *y = f(a, b[0])),
+        (0, 1) => y.iter_mut().zip(&b[..n]).for_each(|(y, &b)| *y = f(a[0], b)),
+        _ => y.iter_mut().enumerate().for_each(|(k, y)| *y = f(a[k * la], b[k * lb])),
     }
 }
 
@@ -149,9 +250,17 @@ fn product<A: QCode, B: QCode, Y: QCode>(a: A, b: B, za: i32, zb: i32, plan: &Ce
     Y::saturate(i64::from(requant_certified((a.value() - za) * (b.value() - zb), 0, plan, out)))
 }
 
-/// `out[i] = f(a[·], b[·])` over the broadcast shape.
+/// `row(out_row, a, la, b, lb)` for every run of outputs along the last axis, `out_row[k]`
+/// being the pair `a[k·la]`, `b[k·lb]` (a stride 0 on a broadcast axis), over the broadcast shape.
 #[inline(always)]
-fn each<A: QCode, B: QCode, Y: QCode>(a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y], f: impl Fn(A, B) -> Y) -> Result<(), CodesError> {
+fn each<A: QCode, B: QCode, Y: QCode>(
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &mut [Y],
+    mut row: impl FnMut(&mut [Y], &[A], usize, &[B], usize),
+) -> Result<(), CodesError> {
     let shape = broadcast_shape(a_shape, b_shape)?;
     check_len("binary input A", a.len(), a_shape)?;
     check_len("binary input B", b.len(), b_shape)?;
@@ -160,26 +269,22 @@ fn each<A: QCode, B: QCode, Y: QCode>(a: &[A], a_shape: &[usize], b: &[B], b_sha
         return Ok(());
     }
     if a_shape == b_shape {
-        for ((y, &a), &b) in out.iter_mut().zip(a).zip(b) {
-            *y = f(a, b);
-        }
+        row(out, a, 1, b, 1);
         return Ok(());
     }
     if shape.is_empty() {
-        out[0] = f(a[0], b[0]);
+        row(out, a, 0, b, 0);
         return Ok(());
     }
     let (sa, sb) = (broadcast_strides(a_shape, &shape), broadcast_strides(b_shape, &shape));
     let rank = shape.len();
     let (inner, la, lb) = (shape[rank - 1], sa[rank - 1], sb[rank - 1]);
-    // An odometer over every axis but the last; the last runs in the inner loop.
+    // An odometer over every axis but the last; the last is one run.
     let mut idx = vec![0usize; rank - 1];
-    for row in out.chunks_exact_mut(inner) {
+    for y in out.chunks_exact_mut(inner) {
         let oa: usize = idx.iter().zip(&sa).map(|(i, s)| i * s).sum();
         let ob: usize = idx.iter().zip(&sb).map(|(i, s)| i * s).sum();
-        for (k, y) in row.iter_mut().enumerate() {
-            *y = f(a[oa + k * la], b[ob + k * lb]);
-        }
+        row(y, &a[oa..], la, &b[ob..], lb);
         for ax in (0..rank - 1).rev() {
             idx[ax] += 1;
             if idx[ax] < shape[ax] {

@@ -25,10 +25,11 @@ mod shape;
 
 pub use shape::{broadcast_shape, numel};
 
+use crate::requant::CodeOut;
 use std::fmt;
 
 /// A code type: u8 or i8. Tables are indexed by the code's bit pattern ([`QCode::index`]).
-pub trait QCode: Copy + Default + PartialOrd + fmt::Debug + 'static {
+pub trait QCode: CodeOut + Default + PartialOrd + fmt::Debug + 'static {
     const MIN: i32;
     const MAX: i32;
     /// The bit pattern as a table index, 0..=255 (`-1i8` is 255).

@@ -1,7 +1,7 @@
 //! Depthwise convolution (one input channel per group, any channel multiplier), direct: each
-//! output plane accumulates `(x − zx)·(w − zw)` tap by tap over a copy of the input framed with
-//! `zx` (padded taps add `(zx − zx)·w = 0`, as in DQ→Conv), the inner loop running along the
-//! output (one flat loop per tap when the stride is 1). No im2col and no GEMM panel holding one
+//! output plane sums `(x − zx)·(w − zw)` over the taps, read from a copy of the input framed with
+//! `zx` (padded taps add `(zx − zx)·w = 0`, as in DQ→Conv), 64 outputs along the output at a
+//! time held in registers across the taps (one flat run per depth slice when the stride is 1). No im2col and no GEMM panel holding one
 //! useful column. Exact products (|·| ≤ 255·255) and i32 sums wrapping modulo 2^32, like the GEMM
 //! path: the same integers.
 
@@ -49,10 +49,10 @@ pub(super) fn inside(output: usize, input: usize, stride: usize, offset: usize, 
 
 /// The input plane copied into `padded`, framed with `zx` so that every tap of every output reads
 /// inside it (`pitch`-wide lines, one spare line so that the flat stride-1 loop below may run past
-/// a line's end); then, tap by tap, `out[line·pitch + x] += (padded[…] − zx)·w`. With stride 1
-/// along the two inner axes the update of a tap is one flat loop over the depth slice (columns
-/// past `ow` are computed and never read); otherwise one loop per output line, reading a phase
-/// of the lines when the last axis' stride exceeds 1.
+/// a line's end); then `out[line·pitch + x] = Σ_taps (padded[…] − zx)·w` ([`sum_taps`]). With
+/// stride 1 along the two inner axes each tap reads one flat run per depth slice (columns past
+/// `ow` are computed and never read); otherwise one run per output line, reading a phase of the
+/// lines when the last axis' stride exceeds 1.
 #[inline(always)]
 fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
     let [id, ih, iw] = g.input;
@@ -91,34 +91,82 @@ fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32
     out.clear();
     out.resize(lines * pitch, 0);
     let zx = i32::from(zx);
-    for tz in 0..kd {
-        for ty in 0..kh {
-            for tx in 0..kw {
-                let w = taps[(tz * kh + ty) * kw + tx];
-                if w == 0 {
-                    continue;
-                }
-                for z in 0..od {
-                    let base = ((z * sd + tz * dd) * ey + ty * dh) * pitch + tx * dw;
-                    let dst = &mut out[z * oh * pitch..][..oh * pitch];
-                    if sh == 1 && sw == 1 {
-                        for (o, &v) in dst.iter_mut().zip(&padded[base..]) {
-                            *o = o.wrapping_add((i32::from(v) - zx) * w);
-                        }
-                    } else {
-                        // Column x·sw + tx·dw of a framed line: phase (tx·dw) mod sw, index x + (tx·dw) div sw.
-                        let (r, c0) = (tx * dw % sw, tx * dw / sw);
-                        for (y, dst) in dst.chunks_exact_mut(pitch).enumerate() {
-                            let line = (z * sd + tz * dd) * ey + ty * dh + y * sh;
-                            let src = if sw == 1 { &padded[line * pitch + tx * dw..][..ow] } else { &padded[framed + (line * sw + r) * phase + c0..][..ow] };
-                            for (o, &v) in dst[..ow].iter_mut().zip(src) {
-                                *o = o.wrapping_add((i32::from(v) - zx) * w);
-                            }
-                        }
-                    }
-                }
+    // The nonzero taps: (tz, ty, tx), w − zw, and their offsets in `padded` for the run at hand
+    // (on the stack up to 64 taps: this runs once per channel).
+    const STACK: usize = 64;
+    let (mut at_stack, mut w_stack, mut o_stack) = ([[0usize; 3]; STACK], [0i32; STACK], [0usize; STACK]);
+    let (mut at_heap, mut w_heap, mut o_heap) = (Vec::new(), Vec::new(), Vec::new());
+    let all = kd * kh * kw;
+    let (coords, weights, offsets) = if all <= STACK {
+        (&mut at_stack[..], &mut w_stack[..], &mut o_stack[..])
+    } else {
+        at_heap.resize(all, [0; 3]);
+        w_heap.resize(all, 0);
+        o_heap.resize(all, 0);
+        (&mut at_heap[..], &mut w_heap[..], &mut o_heap[..])
+    };
+    let mut n = 0;
+    for (t, &w) in taps[..all].iter().enumerate().filter(|(_, w)| **w != 0) {
+        (coords[n], weights[n]) = ([t / (kh * kw), t / kw % kh, t % kw], w);
+        n += 1;
+    }
+    let (live, weights, offsets) = (&coords[..n], &weights[..n], &mut offsets[..n]);
+    if sh == 1 && sw == 1 {
+        // Every tap's run over a depth slice is flat: `oh·pitch` framed bytes from its offset.
+        // The last slice's runs may end past the spare line: framed with more `zx` (adding
+        // (zx − zx)·w = 0).
+        let at = |z: usize, [tz, ty, tx]: [usize; 3]| ((z * sd + tz * dd) * ey + ty * dh) * pitch + tx * dw;
+        let need = live.iter().map(|&t| at(od - 1, t) + oh * pitch).max().unwrap_or(0);
+        if padded.len() < need {
+            padded.resize(need, zx as u8);
+        }
+        for (z, dst) in out.chunks_exact_mut(oh * pitch).enumerate() {
+            for (o, &t) in offsets.iter_mut().zip(live) {
+                *o = at(z, t);
             }
+            sum_taps(dst, padded, offsets, weights, zx);
+        }
+    } else {
+        // Column x·sw + tx·dw of a framed line: phase (tx·dw) mod sw, index x + (tx·dw) div sw.
+        for (l, dst) in out.chunks_exact_mut(pitch).enumerate() {
+            let (z, y) = (l / oh, l % oh);
+            for (o, &[tz, ty, tx]) in offsets.iter_mut().zip(live) {
+                let line = (z * sd + tz * dd) * ey + ty * dh + y * sh;
+                *o = if sw == 1 { line * pitch + tx * dw } else { framed + (line * sw + tx * dw % sw) * phase + tx * dw / sw };
+            }
+            sum_taps(&mut dst[..ow], padded, offsets, weights, zx);
         }
     }
     pitch
+}
+
+/// `dst[i] = Σ_t (src[offsets[t] + i] − zx)·weights[t]`, wrapping, per 64 outputs held in
+/// registers across the taps (one store per output, not one per tap). Every product is exact and
+/// the wrapping sum is the same integer in any order.
+#[inline(always)]
+fn sum_taps(dst: &mut [i32], src: &[u8], offsets: &[usize], weights: &[i32], zx: i32) {
+    const CH: usize = 64;
+    let n = dst.len();
+    for (c, d) in dst.chunks_mut(CH).enumerate() {
+        let base = c * CH;
+        if let Ok(d) = <&mut [i32; CH]>::try_from(&mut *d) {
+            let mut acc = [0i32; CH];
+            for (&off, &w) in offsets.iter().zip(weights) {
+                let s: &[u8; CH] = src[off + base..][..CH].try_into().expect("64 bytes");
+                for (a, &v) in acc.iter_mut().zip(s) {
+                    *a = a.wrapping_add((i32::from(v) - zx) * w);
+                }
+            }
+            *d = acc;
+        } else {
+            let m = n - base;
+            let mut acc = [0i32; CH];
+            for (&off, &w) in offsets.iter().zip(weights) {
+                for (a, &v) in acc[..m].iter_mut().zip(&src[off + base..][..m]) {
+                    *a = a.wrapping_add((i32::from(v) - zx) * w);
+                }
+            }
+            d.copy_from_slice(&acc[..m]);
+        }
+    }
 }

@@ -177,15 +177,26 @@ fn group_generic<S: Sink>(
     let need_sums = w.zero_points.iter().any(|&z| z != 0);
     s.sums.clear();
     if need_sums {
-        let cell_sums: Vec<i32> = (0..cells + PANEL)
-            .map(|u| (0..c4n).flat_map(|c4| &s.padded[(c4 * cells + u) * KR..][..KR]).fold(0i32, |a, &v| a.wrapping_add(i32::from(v))))
-            .collect();
-        for &[base, _, _] in &s.spans {
-            for lane in 0..PANEL {
-                let u = base / KR + lane;
-                let sum = (0..kd * kh * kw).fold(0i32, |a, t| a.wrapping_add(cell_sums[u + (t / (kh * kw) * dd * hp + t / kw % kh * dh) * wp + t % kw * dw]));
-                s.sums.push(sum);
+        // Per framed cell, the sum over the channel groups (the same cells as the panels read,
+        // `cells + PANEL` from each group's start); then per panel, the taps' cells added 16
+        // positions at a time (the taps' cell offsets: group 0's entries of `s.offsets`).
+        let mut cell_sums = vec![0i32; cells + PANEL];
+        for c4 in 0..c4n {
+            let group = &s.padded[c4 * cells * KR..][..(cells + PANEL) * KR];
+            for (a, c) in cell_sums.iter_mut().zip(group.chunks_exact(KR)) {
+                *a = c.iter().fold(*a, |a, &v| a.wrapping_add(i32::from(v)));
             }
+        }
+        let taps = &s.offsets.list()[..kd * kh * kw];
+        for &[base, _, _] in &s.spans {
+            let mut lanes = [0i32; PANEL];
+            for &off in taps {
+                let cs: &[i32; PANEL] = cell_sums[base / KR + off / KR..][..PANEL].try_into().expect("one panel");
+                for (a, &c) in lanes.iter_mut().zip(cs) {
+                    *a = a.wrapping_add(c);
+                }
+            }
+            s.sums.extend_from_slice(&lanes);
         }
     }
     let zxi = i32::from(zx);
