@@ -281,11 +281,31 @@ fn subnormal_scales() {
     }
 }
 
-/// A Mul holds no table (its codes are requantized products, checked on every pair above); an
-/// Add holds its 64 KiB table.
+/// Neither op holds a table (a Mul's codes are requantized products, an Add's certified f64
+/// sums, both checked on every pair above).
 #[test]
-fn a_mul_holds_no_table() {
+fn no_op_holds_a_table() {
     let (qa, qb, qy) = (Quant::new(0.1, 3), Quant::new(0.2, 250), Quant::new(0.3, 7));
     assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Mul, qa, qb, qy).unwrap().bytes(), 0);
-    assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Add, qa, qb, qy).unwrap().bytes(), 1 << 16);
+    assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Add, qa, qb, qy).unwrap().bytes(), 0);
+}
+
+/// The Add's exact fallback is taken where the f64 value sits on a tie (and only near one):
+/// sa = sb = sy/2 puts every odd A + B exactly on a half-integer.
+#[test]
+fn an_adds_ties_take_the_exact_form() {
+    let (qa, qb, qy) = (Quant::new(0.5, 0), Quant::new(0.5, 0), Quant::new(1.0, 0));
+    let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, qa, qb, qy).unwrap();
+    let before = qdqc_kernels::requant::fallback_hits();
+    let (a, b): (Vec<i8>, Vec<i8>) = (-128i32..=127).flat_map(|a| (-128i32..=127).map(move |b| (a as i8, b as i8))).unzip();
+    let mut y = vec![0i8; a.len()];
+    t.apply(paths()[0], &a, &[a.len()], &b, &[b.len()], &mut y).unwrap();
+    for ((&a, &b), &y) in a.iter().zip(&b).zip(&y) {
+        let s = i32::from(a) + i32::from(b);
+        let want = (s.div_euclid(2) + i32::from(s.rem_euclid(2) == 1 && s.div_euclid(2) % 2 != 0)).clamp(-128, 127);
+        assert_eq!(i32::from(y), want, "a={a} b={b}");
+    }
+    // Odd sums are the ties: half of the 65,536 pairs (the counter is global: other tests' calls
+    // may add to it, hence "at least").
+    assert!(qdqc_kernels::requant::fallback_hits() - before >= 32_768);
 }

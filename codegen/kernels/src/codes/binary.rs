@@ -4,9 +4,9 @@
 //! - Mul: `y = sat(rne(sa·sb·(a − za)·(b − zb) / sy) + zy)`
 //!
 //! of the exact real values (f32 scales taken as the dyadic rationals they are), ties to even.
-//! [`binary_exact`] is the definition. [`Binary`] computes it two ways: an Add tabulates it for
-//! all 256×256 code pairs once (one table load per element, the definition by construction); a
-//! Mul needs no 64 KiB table: its value is the integer product `A·B` (|A·B| ≤ 65,025) times the
+//! [`binary_exact`] is the definition. [`Binary`] computes it without a 64 KiB table per node: an
+//! Add evaluates `A·sa/sy + B·sb/sy` in f64 and certifies each element (the exact form where the
+//! f64 value is within its error bound of a tie: `Sum`); a Mul needs no table either: its value is the integer product `A·B` (|A·B| ≤ 65,025) times the
 //! one ratio `sa·sb/sy`, which is the requantization of an accumulator, so it runs the certified
 //! requantization (`requant::requant_certified`, equal to `requant_exact` by its own proof) per
 //! element. Both are `sat(rne(A·B·sa·sb/sy) + zy)` exactly (the clamp to ±2^10 below changes no
@@ -16,6 +16,7 @@
 //! |---|---|
 //! | every scale positive finite, zero points codes of their types | refused otherwise ([`CodesError`]) |
 //! | Mul without a table: `Ratio::new(sa, sb, sy)` exists (positive finite scales, checked above) | the requantization's exact form is defined for it |
+//! | Add: the f64 value is used only farther than `4u·(\|A·ra\| + \|B·rb\|)` from every half-integer (`Sum`) | its error bound: off a tie by more than it, the f64 value rounds as the exact one does; otherwise the exact form below |
 //! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
 //! | Add, exponent gap `g = p − q ≤ 91` between the terms `n1·2^p`, `n2·2^q` (over `my`) | `N = n1·2^g + n2`, `\|N\| < 2^124`, exact |
 //! | Add, `g > 91`, both terms nonzero: `n2` replaced by `sign(n2)` at exponent `p − 91` | below |
@@ -88,6 +89,61 @@ enum Repr<Y> {
     Table(Box<[Y; 1 << 16]>),
     /// A Mul: `(a − za)·(b − zb)` requantized by `sa·sb/sy` to the output's zero point and type.
     Product { za: i32, zb: i32, plan: Certified, out: Output },
+    /// An Add: `A·ra + B·rb` in f64 (`ra = fl64(sa/sy)`, `rb = fl64(sb/sy)`), rounded where it
+    /// is provably off a tie, the exact [`centred`] where it is not ([`Sum`]).
+    Sum(Sum),
+}
+
+/// An Add evaluated in f64 and certified per element. With `u = 2^-53`, `ra = (sa/sy)(1 + e1)`,
+/// the two products and the sum each rounded once: `|v64 − v| ≤ 4u·(|A·ra| + |B·rb|)` (three
+/// roundings and the ratio's, second-order terms inside the factor 4 for |e| ≤ 2^-50). Where
+/// `v64` is farther than that bound from every half-integer, `rne(v64) = rne(v)`; the outputs
+/// saturate at half-integers too, so the clamp agrees. Elsewhere the exact form decides. Values
+/// beyond ±2^20 saturate every code type either way: they are clamped there before rounding
+/// (the 1.5·2^52 addition then rounds to nearest even exactly). The Rust target's P1 checks
+/// [`Binary::apply`] against the definition on all 65,536 pairs, on every path.
+#[derive(Clone, Debug)]
+struct Sum {
+    za: i32,
+    zb: i32,
+    zy: i32,
+    ra: f64,
+    rb: f64,
+    exact: (Dyadic, Dyadic, Dyadic),
+}
+
+impl Sum {
+    /// `v64` clamped to ±2^20, and whether it is near enough a tie for the exact form to decide.
+    #[inline(always)]
+    fn value(&self, a: i32, b: i32) -> (f64, bool) {
+        const U4: f64 = 4.0 * f64::EPSILON / 2.0; // 4u, u = 2^-53
+        let (x, y) = (f64::from(a) * self.ra, f64::from(b) * self.rb);
+        let v = (x + y).clamp(-1_048_576.0, 1_048_576.0);
+        let r = rne64(v);
+        (r, ((v - r).abs() - 0.5).abs() <= U4 * (x.abs() + y.abs()))
+    }
+
+    #[inline(always)]
+    fn exact<Y: QCode>(&self, a: i32, b: i32) -> Y {
+        let (da, db, dy) = self.exact;
+        Y::saturate((centred(BinaryOp::Add, a, b, da, db, dy) + i128::from(self.zy)) as i64)
+    }
+
+    #[inline(always)]
+    fn code<Y: QCode>(&self, a: i32, b: i32) -> Y {
+        match self.value(a, b) {
+            (_, true) => self.exact(a, b),
+            (r, false) => Y::saturate(r as i64 + i64::from(self.zy)),
+        }
+    }
+}
+
+/// `v.round_ties_even()` for |v| ≤ 2^20 without the libm call: `v + 1.5·2^52` lies where f64's
+/// spacing is 1, so the addition rounds to nearest even and the subtraction is exact.
+#[inline(always)]
+fn rne64(v: f64) -> f64 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0;
+    (v + SHIFT) - SHIFT
 }
 
 impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
@@ -103,6 +159,11 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             }
         }
         let (da, db, dy) = (dyadic(qa.scale)?, dyadic(qb.scale)?, dyadic(qy.scale)?);
+        if op == BinaryOp::Add {
+            let (sy, zy) = (f64::from(qy.scale), qy.zero_point);
+            let sum = Sum { za: qa.zero_point, zb: qb.zero_point, zy, ra: f64::from(qa.scale) / sy, rb: f64::from(qb.scale) / sy, exact: (da, db, dy) };
+            return Ok(Binary { repr: Repr::Sum(sum), _inputs: PhantomData });
+        }
         let mut table = Vec::with_capacity(1 << 16);
         for i in 0..256 {
             let a = A::from_index(i).value() - qa.zero_point;
@@ -121,7 +182,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
     pub fn bytes(&self) -> usize {
         match &self.repr {
             Repr::Table(t) => std::mem::size_of_val(&**t),
-            Repr::Product { .. } => 0,
+            Repr::Product { .. } | Repr::Sum(_) => 0,
         }
     }
 
@@ -131,6 +192,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
         match &self.repr {
             Repr::Table(t) => t[(a.index() << 8) | b.index()],
             Repr::Product { za, zb, plan, out } => product(a, b, *za, *zb, plan, *out),
+            Repr::Sum(sum) => sum.code(a.value() - sum.za, b.value() - sum.zb),
         }
     }
 
@@ -161,8 +223,77 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                 count_fallbacks(fallbacks);
                 Ok(())
             }
+            Repr::Sum(sum) => {
+                let mut fallbacks = 0;
+                each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+                    let run = SumRun { a, la, b, lb, sum };
+                    fallbacks += match kernels.isa() {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
+                        // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
+                        Isa::Avx512Vnni => unsafe { sums_avx512(&run, y) },
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above, AVX2 was checked.
+                        Isa::Avx2 => unsafe { sums_avx2(&run, y) },
+                        _ => sums(&run, y),
+                    };
+                })?;
+                count_fallbacks(fallbacks);
+                Ok(())
+            }
         }
     }
+}
+
+/// One run of an Add's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
+struct SumRun<'a, A, B> {
+    a: &'a [A],
+    la: usize,
+    b: &'a [B],
+    lb: usize,
+    sum: &'a Sum,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn sums_avx512<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
+    sums(run, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sums_avx2<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
+    sums(run, y)
+}
+
+/// An Add's run, per 64 outputs: the f64 values and their flags (one IEEE computation per
+/// element, the same on every path), the codes, then the exact form where a flag is set.
+/// Returns the fallback count.
+#[inline(always)]
+fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
+    const CH: usize = 64;
+    let s = run.sum;
+    let mut fallbacks = 0;
+    for (c, y) in y.chunks_mut(CH).enumerate() {
+        let n = y.len();
+        let (mut ca, mut cb) = ([0i32; CH], [0i32; CH]);
+        let (a, b) = (&run.a[c * CH * run.la..], &run.b[c * CH * run.lb..]);
+        for k in 0..n {
+            ca[k] = a[k * run.la].value() - s.za;
+            cb[k] = b[k * run.lb].value() - s.zb;
+        }
+        let mut near = [false; CH];
+        for k in 0..n {
+            let (r, flag) = s.value(ca[k], cb[k]);
+            near[k] = flag;
+            y[k] = Y::saturate(r as i64 + i64::from(s.zy));
+        }
+        for k in (0..n).filter(|&k| near[k]) {
+            y[k] = s.exact(ca[k], cb[k]);
+            fallbacks += 1;
+        }
+    }
+    fallbacks
 }
 
 /// One run of a Mul's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
