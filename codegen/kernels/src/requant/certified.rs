@@ -74,8 +74,9 @@ fn approximate(t: f64, r: f64, rho: f64, out: Output) -> (i32, bool) {
     ((y + MAGIC).to_bits() as u32 as i32, near)
 }
 
-/// The code, and whether the exact fallback decided it.
-fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
+/// The code, and whether the exact fallback decided it (not counted in [`fallback_hits`]): for a
+/// caller that keeps its own count (`crate::dynamic`, whose ratios are made at run time).
+pub fn evaluate(acc: i32, bias: i32, plan: &Certified, out: Output) -> (i32, bool) {
     match approximate(f64::from(acc) + f64::from(bias), plan.r, plan.rho, out) {
         (_, true) => (requant_exact(acc, bias, &plan.ratio, out), true),
         (y, false) => (y, false),
