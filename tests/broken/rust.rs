@@ -5,11 +5,11 @@ use crate::Broken;
 use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use qdqc_kernels::dynamic::certified_f32;
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
 use qdqc_ort::pool::PoolParams;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
-use qdqc_kernels::dynamic::certified_f32;
 use qdqc_target_rust::{binary, dynamic, gemm, pool};
 
 pub fn rules() -> Vec<Broken> {

@@ -162,7 +162,7 @@ fn codes_adversarial(kern: Kernels, rows: usize) -> Part {
     let mut p = Part::new("adversarial, codes u8/i8");
     for start in (0..rows).step_by(BATCH) {
         let m = BATCH.min(rows - start);
-        let (code, zy) = if start / BATCH % 2 == 0 { (Code::U8, rng.below(256) as i32) } else { (Code::I8, rng.below(256) as i32 - 128) };
+        let (code, zy) = if (start / BATCH).is_multiple_of(2) { (Code::U8, rng.below(256) as i32) } else { (Code::I8, rng.below(256) as i32 - 128) };
         let output = Output::new(zy, code).expect("output");
         let batch: Vec<_> = (0..m).map(|i| codes_row(&mut rng, (start + i) as u64, N, (zy, code.min(), code.max()))).collect();
         let mut got = vec![0i32; m * N];
@@ -186,9 +186,11 @@ fn codes_adversarial(kern: Kernels, rows: usize) -> Part {
         let want: Vec<i32> = batch
             .iter()
             .flat_map(|row| {
-                row.acc.iter().zip(&row.sw).map(move |(&c, &sw)| {
-                    if row.sx == 0.0 { zy } else { requant_exact(c, 0, &Ratio::new(row.sx, sw, row.sy).expect("ratio"), output) }
-                })
+                row.acc.iter().zip(&row.sw).map(
+                    move |(&c, &sw)| {
+                        if row.sx == 0.0 { zy } else { requant_exact(c, 0, &Ratio::new(row.sx, sw, row.sy).expect("ratio"), output) }
+                    },
+                )
             })
             .collect();
         p.exact_ns.push(t.elapsed().as_nanos() as f64 / (m * N) as f64);

@@ -53,12 +53,12 @@
 //! constructed ties, double-rounding cases, subnormal and overflow boundaries, saturation
 //! edges) and the 10^6-row run `examples/dynamic_rows.rs`.
 
+use crate::Kernels;
 use crate::a8w8::rne_f32;
 use crate::codes::qdq::quantize;
 use crate::gemm::{GemmError, accumulator_bound, gemm_u8};
 use crate::pack::PackedB;
 use crate::requant::{Certified, CodeOut, Output, Ratio, count_fallbacks, requant_certified_hit};
-use crate::Kernels;
 
 /// ORT's DynamicQuantizeLinear parameters of `x`: `(sx, zx)`; `None` when `x` holds a NaN.
 pub fn dynamic_parameters(x: &[f32]) -> Option<(f32, u8)> {
@@ -216,12 +216,14 @@ impl DynamicMatMul {
     /// Quantizes the row-major `m × K` activation `x` into `codes` and returns `(sx, zx)` per row
     /// (one entry for [`Granularity::Tensor`]).
     pub fn quantize(&self, x: &[f32], k: usize, codes: &mut [u8]) -> Result<Vec<(f32, u8)>, DynamicError> {
-        if k == 0 || x.len() % k != 0 || codes.len() != x.len() {
+        if k == 0 || !x.len().is_multiple_of(k) || codes.len() != x.len() {
             return Err(DynamicError::Shape(format!("{} activations, {} codes, K = {k}", x.len(), codes.len())));
         }
         let params = match self.granularity {
             Granularity::Tensor => vec![dynamic_quantize(x, codes).ok_or(DynamicError::Nan)?],
-            Granularity::Row => x.chunks_exact(k).zip(codes.chunks_exact_mut(k)).map(|(x, q)| dynamic_quantize(x, q).ok_or(DynamicError::Nan)).collect::<Result<_, _>>()?,
+            Granularity::Row => {
+                x.chunks_exact(k).zip(codes.chunks_exact_mut(k)).map(|(x, q)| dynamic_quantize(x, q).ok_or(DynamicError::Nan)).collect::<Result<_, _>>()?
+            }
         };
         if !matches!(self.epilogue, Epilogue::Graph)
             && let Some(&(s, _)) = params.iter().find(|(s, _)| !s.is_finite())
@@ -265,6 +267,7 @@ impl DynamicMatMul {
 
     /// The float-output group on the row-major `m × K` activation `x`; `codes` and `c` are the
     /// caller's scratch (`m × K`, `m × N`).
+    #[allow(clippy::too_many_arguments)] // the group's operands and scratch
     pub fn run_f32(&self, kernels: Kernels, x: &[f32], m: usize, b: &PackedB, codes: &mut [u8], c: &mut [i32], out: &mut [f32]) -> Result<Stats, DynamicError> {
         let n = self.n();
         if matches!(self.epilogue, Epilogue::Codes { .. }) || out.len() != m * n {
@@ -282,7 +285,16 @@ impl DynamicMatMul {
 
     /// The codes-output group (as [`DynamicMatMul::run_f32`]).
     #[allow(clippy::too_many_arguments)] // the group's operands and scratch
-    pub fn run<C: CodeOut>(&self, kernels: Kernels, x: &[f32], m: usize, b: &PackedB, codes: &mut [u8], c: &mut [i32], out: &mut [C]) -> Result<Stats, DynamicError> {
+    pub fn run<C: CodeOut>(
+        &self,
+        kernels: Kernels,
+        x: &[f32],
+        m: usize,
+        b: &PackedB,
+        codes: &mut [u8],
+        c: &mut [i32],
+        out: &mut [C],
+    ) -> Result<Stats, DynamicError> {
         let n = self.n();
         if out.len() != m * n {
             return Err(DynamicError::Shape(format!("{} outputs for m = {m}, n = {n}", out.len())));

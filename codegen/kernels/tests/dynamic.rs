@@ -99,7 +99,11 @@ fn certificate_codes() {
                 .acc
                 .iter()
                 .zip(&row.sw)
-                .map(|(&c, &sw)| if row.sx == 0.0 { zy.clamp(code.min(), code.max()) } else { requant_exact(c, 0, &Ratio::new(row.sx, sw, row.sy).unwrap(), output) })
+                .map(
+                    |(&c, &sw)| {
+                        if row.sx == 0.0 { zy.clamp(code.min(), code.max()) } else { requant_exact(c, 0, &Ratio::new(row.sx, sw, row.sy).unwrap(), output) }
+                    },
+                )
                 .collect();
             let got: Vec<i32> = if code == Code::U8 {
                 let mut out = vec![0u8; 24];

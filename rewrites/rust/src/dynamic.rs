@@ -111,7 +111,7 @@ fn validate(g: &DynamicGroup) -> Result<i64, String> {
         return Err(format!("weight code {w} outside {}", g.w_code.name()));
     }
     if let DynamicOutput::Codes(y) = g.output {
-        if !matches!(y.code, CodeType::U8 | CodeType::I8) || !(y.scale.is_finite() && y.scale > 0.0) {
+        if !(matches!(y.code, CodeType::U8 | CodeType::I8) && y.scale.is_finite() && y.scale > 0.0) {
             return Err(format!("output {} with scale {:e}: the kernels write 8-bit codes at a positive finite scale", y.code.name(), y.scale));
         }
         let (ylo, yhi) = y.code.range();
@@ -172,8 +172,9 @@ pub fn check_float_epilogue(f: impl Fn(i32, f32, f32) -> f32) -> Verdict {
         };
         let Ok(c) = i32::try_from(c) else { continue };
         let c = if (r >> 61) & 1 == 0 { c } else { -c };
-        let sx = (mx as f64 * 2f64.powi(-40)) as f32;
-        let sw = 2f32.powi(-20 + (r >> 40) as i32 % 16);
+        // mx < 2^24: exact in f32, and so is its product by a power of two.
+        let sx = mx as f32 * 2f32.powi(-40);
+        let sw = 2f32.powi(-20 + i32::try_from((r >> 40) % 16).unwrap_or(0));
         let (got, want) = (f(c, sx, sw), exact_f32(c, sx, sw));
         if got.to_bits() != want.to_bits() {
             let counterexample = Counterexample {
@@ -239,7 +240,13 @@ mod tests {
             assert!(matches!(&v, Verdict::Unknown { reason } if reason.contains("made at run time")), "{v:?}");
         }
         // 2^31 / 255 / 255 ≈ 33,000 weights at ±255 from the zero point overflow i32.
-        let wide = DynamicGroup { w_code: CodeType::U8, weights: vec![vec![255; 34_000]], w_scales: vec![0.01], w_zero_points: vec![0], output: DynamicOutput::GraphFloat };
+        let wide = DynamicGroup {
+            w_code: CodeType::U8,
+            weights: vec![vec![255; 34_000]],
+            w_scales: vec![0.01],
+            w_zero_points: vec![0],
+            output: DynamicOutput::GraphFloat,
+        };
         assert!(matches!(prove(&wide, Contract::Real), Verdict::Unknown { reason } if reason.contains("beyond i32")));
         let sixteen = DynamicGroup { w_code: CodeType::I16, ..group(DynamicOutput::GraphFloat) };
         assert!(matches!(prove(&sixteen, Contract::Real), Verdict::Unknown { reason } if reason.contains("8-bit")));
@@ -250,12 +257,15 @@ mod tests {
     #[test]
     fn the_certificate_and_a_plain_f64_product() {
         assert!(check_float_epilogue(|c, sx, sw| certified_f32(c, f64::from(sx) * f64::from(sw), sx, sw).0).is_exact());
+        #[allow(clippy::cast_possible_truncation)] // the broken claim: the f64 product rounded to f32
         let plain = check_float_epilogue(|c, sx, sw| (f64::from(c) * (f64::from(sx) * f64::from(sw))) as f32);
         let Verdict::Refuted { counterexample, .. } = plain else { panic!("the plain f64 product must be refuted: {plain:?}") };
         // The counterexample reproduces: recompute both sides from its inputs.
         let [(_, c), (_, sx), (_, sw)] = &counterexample.inputs[..] else { panic!("{counterexample:?}") };
-        let (c, sx, sw) = (*c as i32, f32::from_bits(*sx as u32), f32::from_bits(*sw as u32));
+        let (c, sx, sw) = (i32::try_from(*c).unwrap(), f32::from_bits(u32::try_from(*sx).unwrap()), f32::from_bits(u32::try_from(*sw).unwrap()));
         assert_eq!(i64::from(exact_f32(c, sx, sw).to_bits()), counterexample.unfused);
-        assert_ne!(((f64::from(c) * (f64::from(sx) * f64::from(sw))) as f32).to_bits(), exact_f32(c, sx, sw).to_bits());
+        #[allow(clippy::cast_possible_truncation)]
+        let plain = (f64::from(c) * (f64::from(sx) * f64::from(sw))) as f32;
+        assert_ne!(plain.to_bits(), exact_f32(c, sx, sw).to_bits());
     }
 }

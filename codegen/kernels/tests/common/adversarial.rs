@@ -77,7 +77,7 @@ pub fn float_row(rng: &mut Rng, i: u64, n: usize) -> FloatRow {
                 let lo = (1u64 << 24).div_ceil(mx);
                 let hi = (1u64 << 25) / mx;
                 let mut c = lo + rng.below(hi - lo);
-                if (c * mx) % 2 == 0 {
+                if (c * mx).is_multiple_of(2) {
                     c += 1;
                 }
                 // The value C·mx·2^(ex+ew) at a chosen binade: normal, subnormal or the top.
