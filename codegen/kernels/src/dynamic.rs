@@ -22,9 +22,9 @@
 //!    - `Real`: the correctly rounded f32 of the exact `C·sx·sw` (contract `real`), by the
 //!      certified f64 product with an exact fallback ([`certified_f32`], theorem P4-f below).
 //!    - `Codes`: `sat(rne(C·sx·sw/sy) + zy)` of the exact value, by [`crate::requant`]'s certified
-//!      f64 form ([`crate::requant::Certified`], its error bound in `requant/certified.rs`) on a
-//!      ratio made per row at run time, with [`crate::requant::requant_exact`] as the fallback
-//!      (theorem P4-q below).
+//!      f64 form ([`crate::requant::certified_step`]: [`crate::requant::Certified`]'s operations
+//!      and error bound, `requant/certified.rs`) on the ratio of the run-time `sx`, with
+//!      [`crate::requant::requant_exact`] as the fallback (theorem P4-q below).
 //!
 //! **P4-f (certified f32 of a product).** For an integer `C` with |C| < 2^31 and positive
 //! finite f32 `sx`, `sw` (or `sx = 0`), let `x = C·sx·sw` (exact real) and
@@ -58,7 +58,7 @@ use crate::a8w8::rne_f32;
 use crate::codes::qdq::quantize;
 use crate::gemm::{GemmError, accumulator_bound, gemm_u8};
 use crate::pack::PackedB;
-use crate::requant::{Certified, CodeOut, Output, Ratio, count_fallbacks, requant_certified_hit};
+use crate::requant::{CodeOut, Output, Ratio, certified_step, count_fallbacks, requant_exact};
 
 /// ORT's DynamicQuantizeLinear parameters of `x`: `(sx, zx)`; `None` when `x` holds a NaN.
 pub fn dynamic_parameters(x: &[f32]) -> Option<(f32, u8)> {
@@ -343,14 +343,22 @@ pub fn codes_row<C: CodeOut>(_kernels: Kernels, sx: f32, col_scales: &[f32], sy:
         out.iter_mut().for_each(|y| *y = C::from_code(output.saturate(0)));
         return Ok(0);
     }
+    let positive = |s: f32| s.is_finite() && s > 0.0;
+    if let Some(&s) = [sx, sy].iter().chain(col_scales).find(|s| !positive(**s)) {
+        return Err(DynamicError::Scale(s));
+    }
     let mut fallbacks = 0;
     for ((&c, y), &sw) in acc.iter().zip(out.iter_mut()).zip(col_scales) {
-        // One ratio per element: no per-row table to allocate, and `Certified::new` is one f64
-        // division.
-        let plan = Ratio::new(sx, sw, sy).map(Certified::new).map_err(|e| DynamicError::Shape(format!("dynamic requantization: {e}")))?;
-        let (v, fell) = requant_certified_hit(c, 0, &plan, output);
+        // The f64 step on the run-time ratio; a Ratio is made only where the exact form decides.
+        let v = match certified_step(c, sx, sw, sy, output) {
+            Some(v) => v,
+            None => {
+                fallbacks += 1;
+                let ratio = Ratio::new(sx, sw, sy).map_err(|e| DynamicError::Shape(format!("dynamic requantization: {e}")))?;
+                requant_exact(c, 0, &ratio, output)
+            }
+        };
         *y = C::from_code(v);
-        fallbacks += u64::from(fell);
     }
     count_fallbacks(fallbacks);
     Ok(fallbacks)
