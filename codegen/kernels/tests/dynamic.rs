@@ -84,6 +84,42 @@ fn certificate_float() {
     assert!(fallbacks >= naive_wrong);
 }
 
+/// P4-f exhaustively over windows of accumulators — every `C` in `[−2^16, 2^16]`, around ±2^24
+/// (where the Cast of the graph form starts rounding) and at the ends of i32 — for scale pairs
+/// sampled at the corners of the f32 space: significands 1, 3, 2^24 − 1 and a random odd one;
+/// exponents that put `C·sx·sw` among the subnormals, at the normal/subnormal edge, mid-range and
+/// at the overflow boundary.
+#[test]
+fn certificate_float_windows() {
+    let significands = [1u64 << 23, 3 << 22, (1 << 24) - 1, 0xB7_5A_C3];
+    // sx·sw = m·2^(e − 46): C·sx·sw lands around 2^(e − 46 + log2 C + 48).
+    let exponents = [(-149, -60), (-126, -40), (-60, -60), (-20, 10), (40, 50), (100, -9), (120, -20), (-149, 127)];
+    let mut windows: Vec<i32> = (-(1 << 16)..=(1 << 16)).collect();
+    for centre in [1i64 << 24, i64::from(i32::MAX) - (1 << 12)] {
+        for c in centre - (1 << 12)..=(centre + (1 << 12)).min(i64::from(i32::MAX)) {
+            windows.extend([c as i32, -(c as i32)]);
+        }
+    }
+    let (mut checked, mut fallbacks) = (0u64, 0u64);
+    for (i, &(ex, ew)) in exponents.iter().enumerate() {
+        for j in 0..2 {
+            let (mx, mw) = (significands[(i + j) % 4], significands[(i + 2 * j + 1) % 4]);
+            let scale = |m: u64, e: i32| (m as f64 * 2f64.powi(e - 23)) as f32;
+            let (sx, sw) = (scale(mx, ex), scale(mw, ew));
+            assert!(sx > 0.0 && sw > 0.0 && sx.is_finite() && sw.is_finite(), "{sx:e} {sw:e}");
+            let s = f64::from(sx) * f64::from(sw);
+            for &c in &windows {
+                let (got, fell) = certified_f32(c, s, sx, sw);
+                assert_eq!(got.to_bits(), exact_f32(c, sx, sw).to_bits(), "C = {c}, sx = {sx:e}, sw = {sw:e}");
+                fallbacks += u64::from(fell);
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("P4-f windows: {checked} values, {fallbacks} exact fallbacks");
+    assert!(fallbacks > 0);
+}
+
 /// P4-q with ratios made per row at run time, on every path: the codes equal `requant_exact`.
 #[test]
 fn certificate_codes() {
