@@ -190,3 +190,20 @@ movement! {
     concat_i32, transpose_i32, pad_i32, resize_nearest_i32, slice_i32, expand_i32, gather_i32: i32;
     concat_i64, transpose_i64, pad_i64, resize_nearest_i64, slice_i64, expand_i64, gather_i64: i64;
 }
+
+/// [`crate::dynamic::DynamicMatMul::run_f32`]: the `quantize_dynamic` group on the row-major
+/// `m × K` activation `x` (`codes`, `c`: scratch of `m × K` and `m × N`).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // the group's operands and scratch, as run_f32 takes them
+pub fn dynamic_matmul_f32(
+    plan: &crate::dynamic::DynamicMatMul,
+    kernels: Kernels,
+    x: &[f32],
+    m: usize,
+    b: &PackedB,
+    codes: &mut [u8],
+    c: &mut [i32],
+    out: &mut [f32],
+) -> Result<crate::dynamic::Stats, crate::dynamic::DynamicError> {
+    plan.run_f32(kernels, x, m, b, codes, c, out)
+}
