@@ -35,11 +35,14 @@ CASES = {
     "dyn_rank3_bias": ([3, 64, 256], 256, 128, True, False),
     "dyn_rank2_pc": ([64, 256], 256, 96, False, True),
 }
+# The refused case: weights ±1 quantized to ±127, K · 127 · 255 > 2^31 (the accumulator bound fails).
+WIDE = ([1, 66400], 66400, 2, False, False)
 CONTRACTS = ["exact", "real"]
 
 
 def quantized(name: str, d) -> onnx.ModelProto:
-    """The float model `x·W (+ B)` and ORT's quantize_dynamic of it (weights QInt8)."""
+    """The float model `x·W (+ B)` and ORT's quantize_dynamic of it (weights QInt8); a name not in
+    CASES is the WIDE case."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     shape, k, n, bias, per_channel = CASES[name] if name in CASES else WIDE
@@ -59,9 +62,6 @@ def quantized(name: str, d) -> onnx.ModelProto:
     quantize_dynamic(d / "float.onnx", d / f"{name}.onnx", weight_type=QuantType.QInt8, per_channel=per_channel)
     return onnx.load(d / f"{name}.onnx")
 
-
-# K · 127 · 255 > 2^31: the accumulator bound fails.
-WIDE = ([1, 66400], 66400, 2, False, False)
 
 
 def compile_rust(name: str, contract: str):
