@@ -3,7 +3,10 @@
 //! A region grows from the Q/DQ structure (TVM FQ2I's unit): a QuantizeLinear joins the node that
 //! produces its input, a DequantizeLinear joins every consumer of its output, and a float op of the
 //! contract's op classes (docs/contract.md §2.1) joins its single float-op or Q consumer, so that
-//! chains like DQ→Relu→Reshape→Q land in one region. Regions stop at [`MAX_REGION`] nodes, which
+//! chains like DQ→Relu→Reshape→Q land in one region. A DynamicQuantizeLinear (an activation
+//! quantized at run time) seeds a region as a DequantizeLinear does, joining every consumer of its
+//! three outputs, and a MatMulInteger it feeds joins its consumer (the Cast of `quantize_dynamic`'s
+//! graph), so that the whole group lands in one region. Regions stop at [`MAX_REGION`] nodes, which
 //! keeps each e-graph small however large the model: a 10 000-node model is a few thousand
 //! independent little e-graphs.
 
@@ -40,6 +43,11 @@ pub fn kind(node: &NodeProto) -> NodeKind {
     }
 }
 
+/// Whether `node` is ONNX's DynamicQuantizeLinear.
+fn dynamic_quantize(node: &NodeProto) -> bool {
+    node.op_type.as_deref() == Some("DynamicQuantizeLinear") && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx")
+}
+
 pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
     let n = proto.node.len();
     let mut sets = UnionFind::new(n);
@@ -61,6 +69,19 @@ pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
                 if let [c] = consumers(0)[..]
                     && node.output.len() == 1
                     && matches!(kind(&proto.node[c]), NodeKind::Float(_) | NodeKind::Quantize)
+                {
+                    sets.union(pos, c);
+                }
+            }
+            NodeKind::Opaque if dynamic_quantize(node) => {
+                for c in (0..node.output.len()).flat_map(consumers) {
+                    sets.union(pos, c);
+                }
+            }
+            NodeKind::Opaque if node.op_type.as_deref() == Some("MatMulInteger") && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx") => {
+                let fed = node.input.first().and_then(|i| graph.producer(i)).is_some_and(|p| dynamic_quantize(&proto.node[p]));
+                if let [c] = consumers(0)[..]
+                    && fed
                 {
                     sets.union(pos, c);
                 }

@@ -1280,3 +1280,43 @@ fn float_along_k(r: &Run) {
 
 rule_test!(rust_a8w8_matmul_float_refutes_scales_along_k: without_q(matmul_per_k_scales()), rust(Contract::Real) => "a8w8-matmul-float" refused "refuted",
     float_along_k);
+
+// ------------------------------------------------------------------------------------------------
+// MatMul on activations quantized at run time, as ORT's `quantize_dynamic` writes it
+// (`dynamic.rs`, the Rust target only).
+
+/// f32 x[3, K] → DynamicQuantizeLinear → MatMulInteger with i8 W[K, 2] (scale 0.02, zero point 0)
+/// → Cast(float) → Mul by Mul(sx, sw): `quantize_dynamic`'s graph.
+fn dynamic_matmul(w: &[i64]) -> ModelProto {
+    let k = w.len() as i64 / 2;
+    let mut cast = node("Cast", &["c"], &["cf"]);
+    cast.attribute.push(AttributeProto { name: Some("to".into()), r#type: Some(AttributeType::Int as i32), i: Some(F32 as i64), ..Default::default() });
+    let nodes = vec![
+        node("DynamicQuantizeLinear", &["x"], &["x_q", "x_s", "x_z"]),
+        node("Mul", &["x_s", "s_w"], &["s"]),
+        node("MatMulInteger", &["x_q", "w", "x_z", "z_w"], &["c"]),
+        cast,
+        node("Mul", &["cf", "s"], &["y"]),
+    ];
+    let inits = vec![i8s("w", &[k, 2], w), f32s("s_w", &[], &[0.02]), i8s("z_w", &[], &[0])];
+    model(nodes, vec![value("x", F32, &[3, k])], vec![value("y", F32, &[3, 2])], inits)
+}
+
+rule_test!(rust_dynamic_matmul_exact: dynamic_matmul(&SMALL.map(i64::from)), rust(Contract::Exact) => "dynamic-matmul" fired);
+rule_test!(rust_dynamic_matmul_real: dynamic_matmul(&SMALL.map(i64::from)), rust(Contract::Real) => "dynamic-matmul" fired);
+// 66,400 rows at ±127: 255·127·66,400 > 2^31.
+rule_test!(rust_dynamic_matmul_refuses_an_accumulator_beyond_i32: dynamic_matmul(&[127, -127].repeat(66_400)), rust(Contract::Real) => "dynamic-matmul" refused "unknown",
+    reason("beyond i32"));
+/// [`dynamic_matmul`] with MatMulInteger's weight zero point omitted (zero).
+fn dynamic_matmul_no_wzp() -> ModelProto {
+    let mut m = dynamic_matmul(&SMALL.map(i64::from));
+    let graph = m.graph.as_mut().unwrap();
+    graph.node[2].input.truncate(3);
+    graph.initializer.retain(|t| t.name.as_deref() != Some("z_w"));
+    m
+}
+
+rule_test!(rust_dynamic_matmul_no_wzp: dynamic_matmul_no_wzp(), rust(Contract::Real) => "dynamic-matmul-no-wzp" fired, |run: &Run| {
+    assert!(run.created.iter().any(|(name, ..)| name.ends_with("qdqc_w_zero_point")), "the omitted zero point is made explicit: {:?}", run.created)
+});
+rule_test!(dynamic_matmul_is_not_an_ort_rule: dynamic_matmul(&SMALL.map(i64::from)) => "dynamic-matmul" absent);

@@ -5,15 +5,23 @@ use crate::Broken;
 use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use qdqc_kernels::dynamic::certified_f32;
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
 use qdqc_ort::matmul_dynamic::DynamicMatMul;
 use qdqc_ort::pool::PoolParams;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
-use qdqc_target_rust::{binary, gemm, matmul_dynamic, pool};
+use qdqc_target_rust::{binary, dynamic, gemm, matmul_dynamic, pool};
 
 pub fn rules() -> Vec<Broken> {
     vec![
+        Broken {
+            name: "rust_dynamic_f64_product_rounded_to_f32",
+            claim: "with a run-time activation scale, the f64 product C·(sx·sw) rounded to f32 is the correctly rounded f32 of C·sx·sw: it rounds twice, and a 54/55-bit product can round in f64 onto an f32 midpoint it is not on",
+            broken: || super::as_f32(dynamic::check_float_epilogue(|c, sx, sw| (f64::from(c) * (f64::from(sx) * f64::from(sw))) as f32)),
+            // The certificate: the same product, the exact value wherever it lands on a midpoint (P4-f).
+            twin: Some(|| dynamic::check_float_epilogue(|c, sx, sw| certified_f32(c, f64::from(sx) * f64::from(sw), sx, sw).0)),
+        },
         Broken {
             name: "rust_bias_code_on_accumulator_scale_claimed_real",
             claim: "requant_exact(acc, b) meets `real` whatever the bias DequantizeLinear's scale: the kernel adds the bias code at sx·sw, the unfused graph adds b·sb",

@@ -212,3 +212,20 @@ matmul_codes! {
     matmul_codes_i8_i8_u8: i8, i8 => u8;
     matmul_codes_i8_i8_i8: i8, i8 => i8;
 }
+
+/// [`crate::dynamic::DynamicMatMul::run_f32`]: the `quantize_dynamic` group on the row-major
+/// `m × K` activation `x` (`codes`, `c`: scratch of `m × K` and `m × N`).
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // the group's operands and scratch, as run_f32 takes them
+pub fn dynamic_matmul_f32(
+    plan: &crate::dynamic::DynamicMatMul,
+    kernels: Kernels,
+    x: &[f32],
+    m: usize,
+    b: &PackedB,
+    codes: &mut [u8],
+    c: &mut [i32],
+    out: &mut [f32],
+) -> Result<crate::dynamic::Stats, crate::dynamic::DynamicError> {
+    plan.run_f32(kernels, x, m, b, codes, c, out)
+}

@@ -7,6 +7,8 @@
 //!   points on both sides), requantized per element by the exact rational.
 //! - [`matmul_codes`]: MatMul of two code tensors (attention), i32 sums bounded by K, requantized
 //!   by the certified form.
+//! - [`dynamic`]: MatMul on activations quantized at run time (ORT's DynamicQuantizeLinear, per
+//!   tensor or per row), the float output correctly rounded by a certified f64 product.
 //! - [`requant`]: i32 accumulators to u8/i8 codes, correctly rounded (`requant_exact` is the
 //!   definition; `requant_fixed` a per-instance proven fixed-point form; `requant_certified` a
 //!   wider evaluation with an exact fallback).
@@ -26,6 +28,7 @@
 pub mod a8w8;
 pub mod codes;
 pub mod conv;
+pub mod dynamic;
 pub mod entry;
 pub mod float;
 pub mod gemm;

@@ -6,7 +6,7 @@
 //! in the generated crate is glue, in functions of bounded size.
 
 use super::blob::Blob;
-use super::ops::{A8W8, Integer, Kind, Op, Q, Window};
+use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
 use std::cell::RefCell;
@@ -352,6 +352,37 @@ impl Emitter<'_, '_> {
         ))
     }
 
+    /// qdqc's DynamicMatMul: the packed weights and the group's constant part as one field
+    /// (`qdqc_kernels::dynamic::DynamicMatMul`), then one call of `entry::dynamic_matmul_f32` on
+    /// the f32 activation, which it quantizes itself.
+    fn dynamic(&mut self, i: usize, op: &Op, d: &Dynamic) -> Result<String, String> {
+        let node = str_lit(&op.node);
+        let x0 = op.inputs[0].as_str();
+        if let Place::Field(_) = self.place(x0)? {
+            return Err("DynamicMatMul of a constant activation".into());
+        }
+        let w = self.p.values.constant(&d.weights)?;
+        let (_, data) = self.load(&w)?;
+        let ctor = if d.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
+        let field = format!("p{}.n{i}_dynamic", self.part);
+        let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+        let epilogue = if d.correctly_rounded { "Real" } else { "Graph" };
+        let init = format!(
+            "{{ let b = PackedB::{ctor}(&{data}, {}, {}, Layout::KN, &{}).map_err({err})?; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::Tensor, qdqc_kernels::dynamic::Epilogue::{epilogue}).map_err({err})?; (b, plan) }}",
+            d.k,
+            d.n,
+            list(&d.weight_zps),
+            self.f32_init(&d.weight_scales)
+        );
+        self.fields.push((field.clone(), "(PackedB, qdqc_kernels::dynamic::DynamicMatMul)".into(), init));
+        let x = self.slice(x0)?;
+        Ok(format!(
+            "{{ let x = {x}; let s = &mut ws.scratch; s.codes.resize(x.len(), 0); s.acc.resize(y.len(), 0); entry::dynamic_matmul_f32(&self.{field}.1, self.k, x, ({}) / {}, &self.{field}.0, &mut s.codes, &mut s.acc, &mut y).map_err({err})?; }}",
+            self.numel(x0)?,
+            d.k
+        ))
+    }
+
     /// One op: field initializers (pushed) and the statement block.
     fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
         self.per_call.clear();
@@ -450,6 +481,7 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::A8W8(a) => self.a8w8(i, op, a)?,
+            Kind::Dynamic(d) => self.dynamic(i, op, d)?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
                 let field = format!("p{}.n{i}_table", self.part);

@@ -63,6 +63,20 @@ pub struct A8W8 {
     pub float_output: bool,
 }
 
+/// The `quantize_dynamic` group's constant part ([`Kind::Dynamic`]): weights `[k][n]` and their
+/// parameters; the activation's come from DynamicQuantizeLinear at run time.
+#[derive(Clone, Debug)]
+pub struct Dynamic {
+    pub weights: String,
+    pub weight_elem: Elem,
+    pub weight_zps: Vec<i64>,
+    pub weight_scales: Vec<u32>,
+    pub k: usize,
+    pub n: usize,
+    /// `real`: the correctly rounded f32 of `C·sx·sw`; else the graph's `fl(f32(C)·fl(sx·sw))`.
+    pub correctly_rounded: bool,
+}
+
 #[derive(Clone, Debug)]
 pub enum Kind {
     /// QuantizeLinear: f32 → codes, ONNX Runtime's arithmetic.
@@ -79,6 +93,9 @@ pub enum Kind {
     /// QLinearMatMul of two code tensors (attention; neither a constant): ONNX MatMul shapes,
     /// i32 sums bounded by K, the certified requantization (`qdqc_kernels::matmul_codes`).
     MatMulCodes { a: Q, b: Q, y: Q },
+    /// qdqc's DynamicMatMul: DynamicQuantizeLinear of the f32 activation, the exact i32 GEMM,
+    /// the float epilogue (`codegen/kernels/src/dynamic.rs`).
+    Dynamic(Box<Dynamic>),
     /// QLinearAdd / QLinearMul.
     Binary { mul: bool, a: Q, b: Q, y: Q },
     /// QLinearAveragePool.
@@ -367,6 +384,20 @@ fn a8w8(n: &Node) -> Result<A8W8, String> {
     })
 }
 
+/// qdqc's DynamicMatMul (`rewrites/src/rules/dynamic.rs`): inputs x (f32), w, sw, zw.
+fn dynamic(n: &Node) -> Result<Dynamic, String> {
+    n.only(&["correctly_rounded"])?;
+    let w = n.constant(1)?;
+    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+    let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
+    let weight_scales = n.scales(2)?;
+    let weight_zps = n.constant(3)?.ints;
+    if ![1, nn].contains(&weight_scales.len()) || ![1, nn].contains(&weight_zps.len()) {
+        return Err(format!("{} weight scales and {} zero points for {nn} columns", weight_scales.len(), weight_zps.len()));
+    }
+    Ok(Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded: n.int("correctly_rounded", 0)? != 0 })
+}
+
 fn code_elem(dt: DataType) -> Option<Elem> {
     Elem::of(dt).filter(|e| e.is_code())
 }
@@ -480,6 +511,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let elem = if a.float_output { Elem::F32 } else { n.zero_point(7)?.1 };
             (Kind::A8W8(Box::new(a)), vec![tensor(0)?], elem)
         }
+        "DynamicMatMul" => (Kind::Dynamic(Box::new(dynamic(n)?)), vec![tensor(0)?], Elem::F32),
         "QLinearAdd" | "QLinearMul" => {
             n.only(&[])?;
             let (a, _) = n.q(1, 2)?;

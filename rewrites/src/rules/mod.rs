@@ -9,6 +9,7 @@
 mod a8w8;
 pub mod binary;
 mod drop;
+mod dynamic;
 mod fold;
 mod gather;
 mod gemm;
@@ -167,7 +168,7 @@ fn always(_: &RuleOptions) -> bool {
 /// options ask (`--fold-weights`, `--allow matmulnbits`; MatMulNBits is ORT's kernel, so only on
 /// the ORT target).
 #[rustfmt::skip]
-pub const FAMILIES: [Family; 10] = [
+pub const FAMILIES: [Family; 11] = [
     Family { file: "binary.rs", build: binary::rules, enabled: always },
     Family { file: "gemm.rs",   build: gemm::rules,   enabled: always },
     Family { file: "drop.rs",   build: drop::rules,   enabled: always },
@@ -177,6 +178,7 @@ pub const FAMILIES: [Family; 10] = [
     Family { file: "pool.rs",   build: pool::rules,   enabled: always },
     Family { file: "fold.rs",   build: fold::rules,   enabled: |o| o.fold_weights },
     Family { file: "a8w8.rs",   build: a8w8::rules,   enabled: a8w8::enabled },
+    Family { file: "dynamic.rs", build: dynamic::rules, enabled: dynamic::enabled },
     Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() && matches!(o.target, Target::Ort(_)) },
 ];
 

@@ -396,6 +396,19 @@ const LIMIT: f64 = (1u64 << 40) as f64;
 /// 1.5·2^52: adding and subtracting it rounds to an integer, ties to even.
 const MAGIC: f64 = (3u64 << 51) as f64;
 
+/// The f64 step alone for scales known only at run time (`crate::dynamic`: no [`Ratio`] is made
+/// unless the exact form must decide): `Some(code)` where `v = fl64(acc·fl64(fl64(sx·sw)/sy))`, the
+/// value [`Certified::new`]'s `r` gives, is farther than the bound from a rounding boundary;
+/// `None` where [`super::requant_exact`] must decide. `sx`, `sw`, `sy` must be positive finite
+/// f32 (the caller checks; the error argument above assumes them); no bias.
+#[inline(always)]
+pub fn certified_step(acc: i32, sx: f32, sw: f32, sy: f32, out: Output) -> Option<i32> {
+    match approximate(f64::from(acc), f64::from(sx) * f64::from(sw) / f64::from(sy), 0.0, out) {
+        (y, false) => Some(y),
+        (_, true) => None,
+    }
+}
+
 /// `sat(rne((acc + bias)·sx·sw/sy) + zy)`, correctly rounded; fallbacks are counted in [`fallback_hits`].
 pub fn requant_certified(acc: i32, bias: i32, plan: &Certified, out: Output) -> i32 {
     let (v, fell_back) = evaluate(acc, bias, plan, out);

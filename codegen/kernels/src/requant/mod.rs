@@ -15,7 +15,7 @@ mod exact;
 pub(crate) use exact::rne_div;
 mod fixed;
 
-pub use certified::{Certified, fallback_hits, requant_certified};
+pub use certified::{Certified, certified_step, fallback_hits, requant_certified};
 pub(crate) use certified::{block as requant_block, columns as requant_columns, count as count_fallbacks, row_uniform};
 pub use exact::{Ratio, requant_exact};
 pub use fixed::{Fixed, Rounding, first_disagreement, requant_fixed};

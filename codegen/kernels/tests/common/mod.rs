@@ -1,6 +1,8 @@
 //! Helpers shared by the test files: a seeded generator, the per-path kernel lookup and scale samplers.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod adversarial;
+
 use qdqc_kernels::{Isa, Kernels};
 
 /// Acknowledges, per path name (comma-separated), that this host lacks a path the suite instantiates.
