@@ -484,7 +484,7 @@ impl Emitter<'_, '_> {
             Kind::Dynamic(d) => self.dynamic(i, op, d)?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
-                let field = format!("p{}.n{i}_table", self.part);
+                let field = format!("p{}.n{i}_binary", self.part);
                 let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
                 self.fields.push((
                     field.clone(),
