@@ -329,7 +329,7 @@ fn arithmetic(g: &GemmGroup, isa: Isa) -> (Convert, bool) {
     (isa.arith().convert, g.pairs_saturate(isa))
 }
 
-/// [`prove`] over one group on several ISAs, run once per distinct [`arithmetic`]: every fused
+/// [`prove`] over one group on several ISAs, run once per distinct arithmetic (`arithmetic`): every fused
 /// output is the same function of the codes on two ISAs with equal arithmetic, so the later one
 /// takes the earlier's verdict with its own name in the texts. (`--ort-isa all` proved x86-sse2
 /// and x86-avx512vnni twice: a quarter of such a compile's time.)
