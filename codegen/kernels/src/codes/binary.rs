@@ -116,9 +116,9 @@ impl Sum {
     /// `v64` clamped to ±2^20, and whether it is near enough a tie for the exact form to decide.
     #[inline(always)]
     fn value(&self, a: i32, b: i32) -> (f64, bool) {
-        const U4: f64 = 4.0 * f64::EPSILON / 2.0; // 4u, u = 2^-53
+        const U4: f64 = 2.0 * f64::EPSILON; // 4u, u = 2^-53
         let (x, y) = (f64::from(a) * self.ra, f64::from(b) * self.rb);
-        let v = (x + y).clamp(-1_048_576.0, 1_048_576.0);
+        let v = (x + y).max(-1_048_576.0).min(1_048_576.0);
         let r = rne64(v);
         (r, ((v - r).abs() - 0.5).abs() <= U4 * (x.abs() + y.abs()))
     }
@@ -266,30 +266,66 @@ unsafe fn sums_avx2<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mu
     sums(run, y)
 }
 
-/// An Add's run, per 64 outputs: the f64 values and their flags (one IEEE computation per
-/// element, the same on every path), the codes, then the exact form where a flag is set.
-/// Returns the fallback count.
+/// An Add's run, per 64 outputs, in passes the compiler vectorizes on the caller's path: the
+/// centred codes as f64, the values and their flags ([`Sum::value`]'s operations element by
+/// element, the same IEEE steps on every path), the codes; then the exact form where a flag is
+/// set. Returns the fallback count. No closures: they would be compiled apart, without the
+/// caller's features.
 #[inline(always)]
 fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
     const CH: usize = 64;
+    const U4: f64 = 2.0 * f64::EPSILON; // 4u, u = 2^-53
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2^52: see `rne64`
     let s = run.sum;
+    let (za, zb, zy) = (f64::from(s.za), f64::from(s.zb), i64::from(s.zy));
     let mut fallbacks = 0;
     for (c, y) in y.chunks_mut(CH).enumerate() {
         let n = y.len();
-        let (mut ca, mut cb) = ([0i32; CH], [0i32; CH]);
+        let (mut x, mut z) = ([0f64; CH], [0f64; CH]);
         let (a, b) = (&run.a[c * CH * run.la..], &run.b[c * CH * run.lb..]);
-        for k in 0..n {
-            ca[k] = a[k * run.la].value() - s.za;
-            cb[k] = b[k * run.lb].value() - s.zb;
+        match (run.la, run.lb) {
+            (1, 1) => {
+                for ((x, z), (&a, &b)) in x.iter_mut().zip(z.iter_mut()).zip(a[..n].iter().zip(&b[..n])) {
+                    (*x, *z) = (f64::from(a.value()) - za, f64::from(b.value()) - zb);
+                }
+            }
+            (1, 0) => {
+                let b = f64::from(b[0].value()) - zb;
+                for ((x, z), &a) in x.iter_mut().zip(z.iter_mut()).zip(&a[..n]) {
+                    (*x, *z) = (f64::from(a.value()) - za, b);
+                }
+            }
+            (0, 1) => {
+                let a = f64::from(a[0].value()) - za;
+                for ((x, z), &b) in x.iter_mut().zip(z.iter_mut()).zip(&b[..n]) {
+                    (*x, *z) = (a, f64::from(b.value()) - zb);
+                }
+            }
+            (la, lb) => {
+                for k in 0..n {
+                    (x[k], z[k]) = (f64::from(a[k * la].value()) - za, f64::from(b[k * lb].value()) - zb);
+                }
+            }
         }
         let mut near = [false; CH];
+        let mut r = [0f64; CH];
         for k in 0..n {
-            let (r, flag) = s.value(ca[k], cb[k]);
-            near[k] = flag;
-            y[k] = Y::saturate(r as i64 + i64::from(s.zy));
+            let (p, q) = (x[k] * s.ra, z[k] * s.rb);
+            let v = (p + q).max(-1_048_576.0).min(1_048_576.0);
+            let rounded = (v + SHIFT) - SHIFT;
+            near[k] = ((v - rounded).abs() - 0.5).abs() <= U4 * (p.abs() + q.abs());
+            r[k] = rounded;
+        }
+        for (y, &r) in y.iter_mut().zip(&r) {
+            *y = Y::saturate(r as i64 + zy);
+        }
+        // Ties are rare: one vector test, then the scan.
+        if !near[..n].iter().fold(false, |acc, &f| acc | f) {
+            continue;
         }
         for k in (0..n).filter(|&k| near[k]) {
-            y[k] = s.exact(ca[k], cb[k]);
+            // The centred codes are small integers: exact in f64 and back.
+            y[k] = s.exact(x[k] as i32, z[k] as i32);
             fallbacks += 1;
         }
     }
