@@ -118,7 +118,7 @@ impl Sum {
     fn value(&self, a: i32, b: i32) -> (f64, bool) {
         const U4: f64 = 2.0 * f64::EPSILON; // 4u, u = 2^-53
         let (x, y) = (f64::from(a) * self.ra, f64::from(b) * self.rb);
-        let v = (x + y).max(-1_048_576.0).min(1_048_576.0);
+        let v = (x + y).clamp(-1_048_576.0, 1_048_576.0);
         let r = rne64(v);
         (r, ((v - r).abs() - 0.5).abs() <= U4 * (x.abs() + y.abs()))
     }
@@ -311,7 +311,7 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
         let mut r = [0f64; CH];
         for k in 0..n {
             let (p, q) = (x[k] * s.ra, z[k] * s.rb);
-            let v = (p + q).max(-1_048_576.0).min(1_048_576.0);
+            let v = (p + q).clamp(-1_048_576.0, 1_048_576.0);
             let rounded = (v + SHIFT) - SHIFT;
             near[k] = ((v - rounded).abs() - 0.5).abs() <= U4 * (p.abs() + q.abs());
             r[k] = rounded;
