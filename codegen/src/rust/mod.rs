@@ -20,7 +20,7 @@
 //! |---|---|
 //! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights; 3-D weights of the input's batch: one GEMM per batch, `batched.rs`); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearMatMul of two activations (attention's `QKᵀ`, `AV`), batch dims broadcast | `matmul_codes::MatMulCodes` (i32 sums, K checked against the bound its proof used, the certified requantization) |
-//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (the exact table) |
+//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (Add: certified f64 sums, the exact form at ties; Mul: requantized products; no table) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
@@ -60,7 +60,7 @@
 //! one copy per requantized QLinearConcat input, and the output tensors. `run` makes a fresh
 //! workspace each call.
 //!
-//! Weights: packed panels (`PackedB`, `PackedConv`), requantization forms and Add/Mul tables are
+//! Weights: packed panels (`PackedB`, `PackedConv`), requantization forms and Add/Mul plans are
 //! built once in `Model::new()` from the blob (the kernel crate has no constructor from packed
 //! bytes yet, so the blob holds the weights in ONNX layout). `include_bytes!` costs rustc little
 //! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
