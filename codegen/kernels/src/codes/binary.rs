@@ -116,8 +116,14 @@ impl Sum {
     /// `v64` clamped to ±2^20, and whether it is near enough a tie for the exact form to decide.
     #[inline(always)]
     fn value(&self, a: i32, b: i32) -> (f64, bool) {
+        self.centred_value(f64::from(a), f64::from(b))
+    }
+
+    /// [`Sum::value`] of centred codes already in f64 (the vector passes of `sums` call it).
+    #[inline(always)]
+    fn centred_value(&self, a: f64, b: f64) -> (f64, bool) {
         const U4: f64 = 2.0 * f64::EPSILON; // 4u, u = 2^-53
-        let (x, y) = (f64::from(a) * self.ra, f64::from(b) * self.rb);
+        let (x, y) = (a * self.ra, b * self.rb);
         let v = (x + y).clamp(-1_048_576.0, 1_048_576.0);
         let r = rne64(v);
         (r, ((v - r).abs() - 0.5).abs() <= U4 * (x.abs() + y.abs()))
@@ -274,8 +280,6 @@ unsafe fn sums_avx2<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mu
 #[inline(always)]
 fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
     const CH: usize = 64;
-    const U4: f64 = 2.0 * f64::EPSILON; // 4u, u = 2^-53
-    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2^52: see `rne64`
     let s = run.sum;
     let (za, zb, zy) = (f64::from(s.za), f64::from(s.zb), i64::from(s.zy));
     let mut fallbacks = 0;
@@ -310,11 +314,7 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
         let mut near = [false; CH];
         let mut r = [0f64; CH];
         for k in 0..n {
-            let (p, q) = (x[k] * s.ra, z[k] * s.rb);
-            let v = (p + q).clamp(-1_048_576.0, 1_048_576.0);
-            let rounded = (v + SHIFT) - SHIFT;
-            near[k] = ((v - rounded).abs() - 0.5).abs() <= U4 * (p.abs() + q.abs());
-            r[k] = rounded;
+            (r[k], near[k]) = s.centred_value(x[k], z[k]);
         }
         for (y, &r) in y.iter_mut().zip(&r) {
             *y = Y::saturate(r as i64 + zy);
