@@ -240,7 +240,8 @@ impl Emitter<'_, '_> {
         )
     }
 
-    fn requant(&mut self, i: usize, op: &Op, int: &Integer) -> Result<String, String> {
+    /// The node's requantization plan; `ctor` is `conv` or `gemm` (the shape its kernel reads).
+    fn requant(&mut self, i: usize, op: &Op, int: &Integer, ctor: &str) -> Result<String, String> {
         let bias = match &int.bias {
             Some(b) => {
                 let c = self.p.values.constant(b)?;
@@ -254,7 +255,7 @@ impl Emitter<'_, '_> {
         let field = format!("p{}.n{i}_rq", self.part);
         let code = if op.elem == Elem::U8 { "Code::U8" } else { "Code::I8" };
         let init = format!(
-            "Requant::new(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, &{}, {}, {code}, {}, {})?",
+            "Requant::{ctor}(f32::from_bits({:#010x}), &{}, f32::from_bits({:#010x}), {bias}, &{}, {}, {code}, {}, {})?",
             int.x.scale,
             self.f32_init(&int.weight_scales),
             int.y.scale,
@@ -452,7 +453,7 @@ impl Emitter<'_, '_> {
                     "PackedConv".into(),
                     format!("PackedConv::{ctor}({params}, &{data}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
                 ));
-                let rq = self.requant(i, op, int)?;
+                let rq = self.requant(i, op, int, "conv")?;
                 format!(
                     "qlinear_conv::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, &{}, {}, &mut y, &mut ws.scratch, {node})?;",
                     xt(self, x0)?,
@@ -471,7 +472,7 @@ impl Emitter<'_, '_> {
                     "PackedB".into(),
                     format!("PackedB::{ctor}(&{data}, {k}, {n}, {layout}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
                 ));
-                let rq = self.requant(i, op, int)?;
+                let rq = self.requant(i, op, int, "gemm")?;
                 format!(
                     "qlinear_gemm::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, ({}) / {k}, {}, &mut y, &mut ws.scratch, {node})?;",
                     xt(self, x0)?,
@@ -577,6 +578,32 @@ impl Emitter<'_, '_> {
                 format!("{pre}        entry::concat_{yt}(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
             }
             Kind::Reshape => format!("y.copy_from_slice({});", self.slice(x0)?),
+            Kind::UnaryTable { x, steps, y, pair } => {
+                let field = format!("p{}.n{i}_table", self.part);
+                let xt = xt(self, x0)?;
+                let calls: Vec<String> = steps.iter().map(|s| step_call(s, &node)).collect::<Result<_, _>>()?;
+                let mid = pair.map_or(yt.to_string(), |p| p.mid.rust().to_string());
+                let mut init = format!(
+                    "unary_table::<{xt}, {mid}>(quant({:#010x}, {}), quant({:#010x}, {}), |v: &mut [f32], t: &mut [f32]| -> Result<(), Error> {{ {} Ok(()) }}, {node})?",
+                    x.scale,
+                    x.zero_point,
+                    y.scale,
+                    y.zero_point,
+                    calls.join(" ")
+                );
+                if let Some(p) = pair {
+                    let bop = if p.mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+                    init = format!(
+                        "pair_table::<{xt}, {mid}, {yt}>(&{init}, {bop}, {}, {}, {}, {}, {node})?",
+                        q_expr(p.a),
+                        q_expr(p.b),
+                        q_expr(p.y),
+                        p.source_first
+                    );
+                }
+                self.fields.push((field.clone(), format!("[{yt}; 256]"), init));
+                format!("entry::apply_lut_{xt}_{yt}(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
+            }
             Kind::Lut { table } => {
                 let field = format!("p{}.n{i}_table", self.part);
                 self.fields.push((field.clone(), format!("[{yt}; 256]"), list(table)));
@@ -941,7 +968,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         writeln!(w, "}}\n").unwrap();
         writeln!(
             w,
-            "impl Part{part} {{\n    #[inline(never)]\n    fn new(blob: &Blob) -> Result<Part{part}, Error> {{\n        let _ = blob;\n        Ok(Part{part} {{"
+            "impl Part{part} {{\n    #[inline(never)]\n    fn new(blob: &Blob, k: Kernels) -> Result<Part{part}, Error> {{\n        let _ = (blob, k);\n        Ok(Part{part} {{"
         )
         .unwrap();
         for (f, _, init) in fields {
@@ -986,7 +1013,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "        let k = Kernels::from_env().map_err(|e| Error::Kernel(e.to_string()))?;").unwrap();
     writeln!(w, "        Ok(Model {{\n            k,").unwrap();
     for part in operands.keys() {
-        writeln!(w, "            p{part}: Part{part}::new(&blob)?,").unwrap();
+        writeln!(w, "            p{part}: Part{part}::new(&blob, k)?,").unwrap();
     }
     writeln!(w, "        }})\n    }}\n").unwrap();
     writeln!(w, "    /// Runs the model on `inputs` (in `INPUTS` order); the outputs come in `OUTPUTS` order.").unwrap();
@@ -1046,4 +1073,24 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     }
     writeln!(w, "}}").unwrap();
     Ok((src, e.blob.bytes))
+}
+
+/// One step of a `Kind::UnaryTable` chain as generated code: the step's kernel from `v` into `t`,
+/// then `t` back into `v` (256 values).
+fn step_call(step: &Kind, node: &str) -> Result<String, String> {
+    let call = match step {
+        Kind::FloatUnary { function } => format!("float::unary::map(k, float::unary::Function::{function}, v, t)"),
+        Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, v, t)"),
+        _ => return Err("a unary table step that is not an element-wise f32 map".into()),
+    };
+    Ok(format!("{call}.map_err(float_err({node}))?; v.copy_from_slice(t);"))
+}
+
+/// A `Kind::UnaryTable` step as `groups.json` names it.
+pub fn step_name(step: &Kind) -> String {
+    match step {
+        Kind::FloatUnary { function } => (*function).to_string(),
+        Kind::FloatMap { map } => map.clone(),
+        other => format!("{other:?}"),
+    }
 }

@@ -68,6 +68,11 @@ fn params(kind: &Kind) -> Option<(&'static str, Value)> {
         }
         Kind::Reshape => ("reshape", json!({})),
         Kind::Lut { table } => ("lut", json!({ "table": table })),
+        Kind::UnaryTable { x, steps, y, pair } => {
+            let steps: Vec<String> = steps.iter().map(super::emit::step_name).collect();
+            let pair = pair.map(|p| json!({ "mul": p.mul, "a": q(p.a), "b": q(p.b), "y": q(p.y), "source_first": p.source_first }));
+            ("unary_table", json!({ "x": q(*x), "steps": steps, "y": q(*y), "pair": pair }))
+        }
         Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
             ("resize_nearest", json!({ "transform": transform, "nearest": nearest, "scales": scales, "sizes": sizes }))
         }

@@ -25,6 +25,7 @@
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
 //! | `Gather(table, Cast(codes → int32))` (rule `lookup-table`; the Cast is read through) | `codes::lut::apply_lut` |
+//! | `DequantizeLinear → f32 Sigmoid/Tanh/Exp/Relu/HardSigmoid/… → QuantizeLinear` per tensor, and a QLinearAdd/Mul of those codes with the chain's (SiLU) | one 256-entry table per node, filled in `Model::new` by the chain's own kernels (`chains.rs`), then `codes::lut::apply_lut` |
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
 //! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
@@ -69,6 +70,7 @@
 
 mod batched;
 mod blob;
+mod chains;
 mod emit;
 mod fold;
 mod manifest;
@@ -267,6 +269,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     }
     let outputs: Vec<String> = g.output.iter().filter_map(|v| v.name.clone()).collect();
     let keep: BTreeSet<String> = outputs.iter().cloned().collect();
+    let ops = chains::tabulate(ops, &elems, &keep);
     let plan = slots::plan(&ops, &keep);
     let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let input_elems: Vec<(String, values::Elem)> = inputs.iter().map(|(n, e, _)| (n.clone(), *e)).collect();

@@ -14,6 +14,19 @@ pub struct Q {
     pub zero_point: i32,
 }
 
+/// A QLinearAdd/Mul whose operands are a code tensor and a unary table of it: `mul`, the
+/// operands' and the output's parameters, whether the source codes are operand A, and the table's
+/// code type.
+#[derive(Clone, Copy, Debug)]
+pub struct Pair {
+    pub mul: bool,
+    pub a: Q,
+    pub b: Q,
+    pub y: Q,
+    pub source_first: bool,
+    pub mid: Elem,
+}
+
 /// Window geometry of a convolution or a pool.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -112,6 +125,11 @@ pub enum Kind {
     /// codes indexed by the input code's bit pattern, which is where ONNX's Gather reads an int8
     /// code (a negative index counts from the end).
     Lut { table: Vec<i64> },
+    /// A unary chain on codes, `DequantizeLinear(x) → steps → QuantizeLinear(y)`, as a table the
+    /// generated `Model::new` fills by running the steps' kernels on the 256 codes (`chains.rs`).
+    /// `steps`: `FloatUnary` / `FloatMap` kinds in order; `pair`: a QLinearAdd/Mul of the source
+    /// codes with the chain's codes (SiLU's `x · sigmoid(x)`) folded into the same table.
+    UnaryTable { x: Q, steps: Vec<Kind>, y: Q, pair: Option<Pair> },
     /// Resize: nearest (codes or f32) or linear (f32), by constant scales or sizes; the
     /// coordinate transform and nearest mode as variant names of the kernel crate's enums.
     Resize { linear: bool, transform: &'static str, nearest: &'static str, scales: Option<Vec<u32>>, sizes: Option<Vec<i64>> },

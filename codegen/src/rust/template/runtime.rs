@@ -2,6 +2,7 @@
 //! generated crate): tensors, errors, the weight blob reader and thin wrappers that call the
 //! kernel crate `qdqc_kernels`.
 
+use qdqc_kernels::codes::binary::{Binary, BinaryOp};
 use qdqc_kernels::codes::{self, QCode, Quant};
 use qdqc_kernels::conv::{ConvError, ConvRequant, PackedConv, Scratch as ConvScratch};
 use qdqc_kernels::requant::{self, Certified, Form, Output, Plan};
@@ -258,19 +259,32 @@ impl CodeOut for i8 {
 /// `requantize` over the block: the same bits as `requant_certified` element by element,
 /// fallbacks counted the same way. A bias whose scale is not `sx·sw` (`bias_scales`) is its
 /// exact value, an offset of its channel's form (`Ratio::with_bias`, the function the proof ran).
-pub struct Requant {
-    pub forms: Vec<Certified>,
-    pub bias: Vec<i32>,
-    pub output: Output,
-    /// Per column (GEMMs: `[m][n]` blocks).
-    columns: Plan,
+/// One copy of the forms per node, in the shape its kernel reads (a 6,625-class head holds
+/// 6,625 forms: a second copy would be half a megabyte of resident memory).
+pub enum Requant {
     /// Per output channel (convolutions).
-    channels: ConvRequant,
+    Channels(ConvRequant),
+    /// Per column (GEMMs: `[m][n]` blocks), with the bias codes.
+    Columns(Plan, Vec<i32>),
 }
 
 impl Requant {
+    /// A convolution's plan.
     #[allow(clippy::too_many_arguments)] // the group's scales, bias, output and where it is
-    pub fn new(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
+    pub fn conv(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
+        let (forms, bias, output) = Self::parts(sx, sw, sy, bias, bias_scales, zy, code, channels, node)?;
+        Ok(Requant::Channels(ConvRequant { forms, bias, output }))
+    }
+
+    /// A GEMM's plan.
+    #[allow(clippy::too_many_arguments)] // as `conv`
+    pub fn gemm(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
+        let (forms, bias, output) = Self::parts(sx, sw, sy, bias, bias_scales, zy, code, channels, node)?;
+        Ok(Requant::Columns(Plan { output, form: Form::Certified(forms) }, bias))
+    }
+
+    #[allow(clippy::too_many_arguments)] // as `conv`
+    fn parts(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<(Vec<Certified>, Vec<i32>, Output), Error> {
         let e = kernel(node);
         let ratio = |c: usize| qdqc_kernels::requant::Ratio::new(sx, sw[if sw.len() == 1 { 0 } else { c }], sy).map_err(|x| e(x.to_string()));
         let mut bias = if bias.is_empty() { vec![0; channels] } else { bias };
@@ -289,10 +303,41 @@ impl Requant {
                 .collect::<Result<Vec<_>, Error>>()?
         };
         let output = Output::new(zy, code).map_err(|x| e(x.to_string()))?;
-        let columns = Plan { output, form: Form::Certified(forms.clone()) };
-        let channels = ConvRequant { forms: forms.clone(), bias: bias.clone(), output };
-        Ok(Requant { columns, channels, forms, bias, output })
+        Ok((forms, bias, output))
     }
+}
+
+/// A unary chain on codes as its table (`codegen/src/rust/chains.rs`): every code's
+/// DequantizeLinear, the chain's f32 steps (`steps(v, t)` leaves its result in `v`), then
+/// QuantizeLinear: the kernels the unfused ops run, each computing an element from that element
+/// alone, the same bits on every path. Indexed by the code's bit pattern (`apply_lut`).
+pub fn unary_table<X: QCode, Y: QCode>(x: Quant, y: Quant, steps: impl Fn(&mut [f32], &mut [f32]) -> Result<(), Error>, node: &str) -> Result<[Y; 256], Error> {
+    let code: Vec<X> = (0..256).map(X::from_index).collect();
+    let (mut v, mut t) = ([0f32; 256], [0f32; 256]);
+    codes::qdq::dequantize_linear(&code, &[256], 0, &[x.scale], &[x.zero_point], &mut v).map_err(codes_err(node))?;
+    steps(&mut v, &mut t)?;
+    let mut table = [Y::default(); 256];
+    codes::qdq::quantize_linear(&v, &[256], 0, &[y.scale], &[y.zero_point], &mut table).map_err(codes_err(node))?;
+    Ok(table)
+}
+
+/// A QLinearAdd/Mul of codes `x` with `table[x]` as one table (`codegen/src/rust/chains.rs`):
+/// `Binary::code` of each pair, the function every path of `Binary::apply` computes.
+#[allow(clippy::too_many_arguments)] // the op, its three parameter sets, the operand order, the node
+pub fn pair_table<X: QCode, T: QCode, Y: QCode>(table: &[T; 256], op: BinaryOp, a: Quant, b: Quant, y: Quant, source_first: bool, node: &str) -> Result<[Y; 256], Error> {
+    let mut out = [Y::default(); 256];
+    if source_first {
+        let bin = Binary::<X, T, Y>::new(op, a, b, y).map_err(codes_err(node))?;
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = bin.code(X::from_index(i), table[i]);
+        }
+    } else {
+        let bin = Binary::<T, X, Y>::new(op, a, b, y).map_err(codes_err(node))?;
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = bin.code(table[i], X::from_index(i));
+        }
+    }
+    Ok(out)
 }
 
 /// Scratch buffers of the integer kernels, reused across runs.
@@ -320,7 +365,8 @@ pub fn qlinear_conv<X: AsU8, Y: CodeOut>(
 ) -> Result<(), Error> {
     let e = kernel(node);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    Y::conv(conv, k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, &rq.channels, y, &mut s.conv).map_err(|x| e(x.to_string()))?;
+    let Requant::Channels(rq) = rq else { return Err(e("a GEMM's requantization given to a convolution".into())) };
+    Y::conv(conv, k, X::as_u8(x, &mut s.codes), shape[0], &shape[2..], zx, rq, y, &mut s.conv).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
@@ -331,7 +377,8 @@ pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, 
     let e = kernel(node);
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    Y::gemm(k, X::as_u8(x, &mut s.codes), m, zx, b, &rq.columns, Some(&rq.bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
+    let Requant::Columns(plan, bias) = rq else { return Err(e("a convolution's requantization given to a GEMM".into())) };
+    Y::gemm(k, X::as_u8(x, &mut s.codes), m, zx, b, plan, Some(bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 
