@@ -1,0 +1,32 @@
+//! A fixed GEMM workload for cycle counters: `perf stat -e cycles:u,instructions:u taskset -c 1
+//! target/release/examples/gemm_cycles ISA M K N CALLS` runs `gemm_u8` CALLS times (B packed
+//! once); `… ISA peak ITERATIONS` runs the path's instruction peak loop instead. It prints the
+//! operations done (2 per multiply-accumulate), so ops per cycle = printed ops / `cycles:u`
+//! (packing and setup are under 1 % of the count at the sizes used in bench/). Wall-clock GOPS on
+//! a shared host vary with the load; ops per cycle vary far less.
+
+use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, instruction_peak};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: gemm_cycles ISA (M K N CALLS | peak ITERATIONS)";
+    let isa = args.first().and_then(|s| Isa::parse(s)).unwrap_or_else(|| panic!("{usage}"));
+    let kern = Kernels::new(isa).unwrap_or_else(|e| panic!("{e}"));
+    let p = |i: usize| args.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(|| panic!("{usage}"));
+    if args.get(1).map(String::as_str) == Some("peak") {
+        let (macs, sum) = instruction_peak(kern, p(2));
+        println!("{} ops (checksum {sum})", 2 * macs);
+        return;
+    }
+    let (m, k, n, calls) = (p(1), p(2), p(3), p(4));
+    let a: Vec<u8> = (0..m * k).map(|i| (i * 7 + i / 13) as u8).collect();
+    let b: Vec<i8> = (0..k * n).map(|i| ((i * 11 + i / 17) % 255) as i8).collect();
+    let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
+    let mut c = vec![0i32; m * n];
+    let mut check = 0i32;
+    for _ in 0..calls {
+        gemm_u8(kern, &a, m, 3, &packed, &mut c).expect("gemm");
+        check = check.wrapping_add(c[c.len() / 2]);
+    }
+    println!("{} ops (checksum {check})", 2 * (m * k * n * calls) as u64);
+}
