@@ -6,16 +6,25 @@
 //! a shared host vary with the load; ops per cycle vary far less.
 
 use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, instruction_peak};
+use std::time::Instant;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: gemm_cycles ISA (M K N CALLS | peak ITERATIONS)";
+    let usage = "usage: gemm_cycles ISA (M K N CALLS | peak ITERATIONS CALLS)";
     let isa = args.first().and_then(|s| Isa::parse(s)).unwrap_or_else(|| panic!("{usage}"));
     let kern = Kernels::new(isa).unwrap_or_else(|e| panic!("{e}"));
     let p = |i: usize| args.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(|| panic!("{usage}"));
     if args.get(1).map(String::as_str) == Some("peak") {
-        let (macs, sum) = instruction_peak(kern, p(2));
-        println!("{} ops (checksum {sum})", 2 * macs);
+        let mut times = Vec::new();
+        let mut ops = 0;
+        for _ in 0..p(3) {
+            let t = Instant::now();
+            let (macs, sum) = instruction_peak(kern, p(2));
+            times.push(t.elapsed().as_secs_f64());
+            ops = 2 * macs;
+            std::hint::black_box(sum);
+        }
+        report(ops, &mut times);
         return;
     }
     let (m, k, n, calls) = (p(1), p(2), p(3), p(4));
@@ -23,10 +32,19 @@ fn main() {
     let b: Vec<i8> = (0..k * n).map(|i| ((i * 11 + i / 17) % 255) as i8).collect();
     let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
     let mut c = vec![0i32; m * n];
-    let mut check = 0i32;
+    let mut times = Vec::new();
     for _ in 0..calls {
+        let t = Instant::now();
         gemm_u8(kern, &a, m, 3, &packed, &mut c).expect("gemm");
-        check = check.wrapping_add(c[c.len() / 2]);
+        times.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(&c);
     }
-    println!("{} ops (checksum {check})", 2 * (m * k * n * calls) as u64);
+    report(2 * (m * k * n) as u64, &mut times);
+}
+
+/// GOPS of the fastest call (the one least disturbed by other processes) and of the median call.
+fn report(ops: u64, times: &mut [f64]) {
+    times.sort_by(f64::total_cmp);
+    let gops = |t: f64| ops as f64 / t / 1e9;
+    println!("{ops} ops per call: fastest {:.1} GOPS, median {:.1} GOPS", gops(times[0]), gops(times[times.len() / 2]));
 }
