@@ -4,9 +4,10 @@
 //! broadcast fit the 32 zmm registers. A single-row product (GEMV) takes 8 panels per tile, so
 //! that 8 independent accumulators cover `vpdpbusd`'s latency.
 //!
-//! A is packed once per call, per tile of 6 rows, `[tile][k4][row][4]`: the broadcasts of a tile
-//! read one contiguous stream (and the row sums for the zero-point corrections come from the same
-//! pass). K runs in blocks of [`KC`] groups, so that the 4 panels' block of weights (32 KiB) stays
+//! A's rows are copied once per call to 64-byte aligned rows (one memcpy each, the row sums for
+//! the zero-point corrections from the same pass); the broadcasts read them in place (an
+//! interleaving per tile cost more than it saved). K runs in blocks of [`KC`] groups, so that the
+//! 4 panels' block of weights (32 KiB) stays
 //! in L1 while every row tile of A streams past it from L2. The zero-point corrections
 //! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after the last
 //! K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other paths),
@@ -55,30 +56,38 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
     let (np_max, kc) = if m == 1 { (NP_GEMV, k4) } else { (NP, KC) };
     let tiles = m.div_ceil(MR);
     // Blocks in the order they run: panels p0..p0+np, groups q0..q0+kq.
-    let blocks: Vec<(usize, usize, usize, usize)> = (0..panels)
-        .step_by(np_max)
-        .flat_map(|p0| (0..k4).step_by(kc).map(move |q0| (p0, np_max.min(panels - p0), q0, kc.min(k4 - q0))))
-        .collect();
+    let blocks: Vec<(usize, usize, usize, usize)> =
+        (0..panels).step_by(np_max).flat_map(|p0| (0..k4).step_by(kc).map(move |q0| (p0, np_max.min(panels - p0), q0, kc.min(k4 - q0)))).collect();
     for (i, &(p0, np, q0, kq)) in blocks.iter().enumerate() {
         let cols = (n - p0 * NR).min(np * NR);
         let last = q0 + kq == k4;
-        // The next block's weights, one panel per tile of the first `np'` tiles (one line per
-        // group), into L2 while this block runs: its first tile then does not wait on L3.
+        // The next block's weights are prefetched into L2 while this block runs: its first tile
+        // then does not wait on L3 (K = N = 4096: 16 MiB of weights stream through each call).
         let next = blocks.get(i + 1).filter(|_| m > 1);
         for t in 0..tiles {
             let (r0, mr) = (t * MR, MR.min(m - t * MR));
-            let (pf, pf_lines) = match next {
-                Some(&(p1, np1, q1, kq1)) if t < np1 => (b.data()[(p1 + t) * pstride + q1 * NR * KR..].as_ptr(), kq1.min(kq)),
-                _ => (b.data().as_ptr(), 0),
+            let pf = match next {
+                // Lines ordered group-major (group g of panel p is line g·np1 + p), spread evenly
+                // over the tiles, at most one per group of this tile: a few prefetches in flight
+                // at a time, not a burst that would hold the fill buffers the tile's loads need.
+                Some(&(p1, np1, q1, kq1)) => {
+                    let (total, per) = (np1 * kq1, (np1 * kq1).div_ceil(tiles).min(kq));
+                    let first = (t * per).min(total);
+                    Prefetch { base: b.data()[p1 * pstride + q1 * NR * KR..].as_ptr(), stride: pstride, panels: np1, first, lines: per.min(total - first) }
+                }
+                _ => Prefetch { base: b.data().as_ptr(), stride: 0, panels: 1, first: 0, lines: 0 },
             };
+            // The next tile's block of C, into L1 (it is read back, or written, when that tile ends).
+            let (pc, pc_rows) = if t + 1 < tiles { (c[(r0 + MR) * n + p0 * NR..].as_ptr(), MR.min(m - r0 - MR)) } else { (c.as_ptr(), 0) };
             let tile = Tile {
+                pc,
+                pc_lines: pc_rows * np,
                 a: rows[r0 * lda + q0 * KR..].as_ptr(),
                 lda,
                 b: b.data()[p0 * pstride + q0 * NR * KR..].as_ptr(),
                 pstride,
                 k4: kq,
                 pf,
-                pf_lines,
                 c: c[r0 * n + p0 * NR..].as_mut_ptr(),
                 ldc: n,
                 cols,
@@ -87,10 +96,11 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
             };
             // SAFETY: the caller guarantees the CPU features; the assert above and the block
             // bounds keep every read inside the copied rows r0..r0+mr (groups q0..q0+kq), the
-            // packed panels p0..p0+np (groups q0..q0+kq of each), the prefetched panel (groups
-            // q1..q1+min(kq, kq1) of it), the column sums and zero points (columns
-            // p0·16..p0·16+cols) and the tile's row sums; `cols` keeps every read and write of
-            // `c` inside rows r0..r0+mr.
+            // packed panels p0..p0+np (groups q0..q0+kq of each), the column sums and zero points
+            // (columns p0·16..p0·16+cols) and the tile's row sums, and every prefetch inside the
+            // next block (`lines` ≤ its np1·kq1 lines, and ≤ kq) or the next tile's rows of `c`
+            // (`pc_rows` rows after r0+mr, `np` panels: (np − 1)·16 < cols); `cols` keeps every
+            // read and write of `c` inside rows r0..r0+mr.
             unsafe { dispatch(mr, np, &tile, &fix) };
             if last {
                 epilogue(c, r0, mr, p0 * NR, cols);
@@ -134,6 +144,16 @@ struct Fix {
     rows: bool,
 }
 
+/// Lines `first..first + lines` of `panels` panels at `stride` from `base`, group-major: line `l`
+/// is group `l / panels` of panel `l % panels`.
+struct Prefetch {
+    base: *const i8,
+    stride: usize,
+    panels: usize,
+    first: usize,
+    lines: usize,
+}
+
 struct Tile {
     /// The tile's first row of A at its first group; rows `lda` bytes apart.
     a: *const u8,
@@ -141,9 +161,12 @@ struct Tile {
     b: *const i8,
     pstride: usize,
     k4: usize,
-    /// One line per group `q < pf_lines` from here is prefetched into L2 (the next block's weights).
-    pf: *const i8,
-    pf_lines: usize,
+    /// Lines of the next block's weights to prefetch into L2, one per group.
+    pf: Prefetch,
+    /// Lines `q < pc_lines` of the next tile's C (row `q / NP`, panel `q % NP`, at `ldc`) are
+    /// prefetched into L1.
+    pc: *const i32,
+    pc_lines: usize,
     c: *mut i32,
     ldc: usize,
     cols: usize,
@@ -180,7 +203,8 @@ unsafe fn dispatch(mr: usize, np: usize, t: &Tile, f: &Fix) {
 /// # Safety
 /// AVX-512 F/BW/VNNI present; `t.a` readable for `MR` rows of `k4·4` bytes at stride `t.lda`; `t.b` readable for `NP`
 /// panels of `k4·64` bytes at stride `pstride`; `t.c` writable for `MR` rows of `t.cols` i32 at
-/// stride `ldc` (readable too when `t.accumulate`), `(NP − 1)·16 < t.cols ≤ NP·16`; with
+/// stride `ldc` (readable too when `t.accumulate`), `(NP − 1)·16 < t.cols ≤ NP·16`; `t.pf`'s
+/// lines and `t.pc`'s `pc_lines` lines inside their buffers, `t.pf.lines ≤ k4`; with
 /// `t.fix = Some((c0, rowsums))`, `f.col_sums`/`f.zero_points` readable at `c0..c0 + t.cols`
 /// and `rowsums` for `MR` values.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -202,8 +226,12 @@ unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile, f: &Fix) {
             }
         }
         for q in 0..t.k4 {
-            if q < t.pf_lines {
-                _mm_prefetch::<_MM_HINT_T1>(t.pf.add(q * NR * KR));
+            if q < t.pf.lines {
+                let line = t.pf.first + q;
+                _mm_prefetch::<_MM_HINT_T1>(t.pf.base.add((line % t.pf.panels) * t.pf.stride + (line / t.pf.panels) * NR * KR));
+            }
+            if q < t.pc_lines {
+                _mm_prefetch::<_MM_HINT_T0>(t.pc.add((q / NP) * t.ldc + (q % NP) * NR).cast());
             }
             let mut bv = [_mm512_setzero_si512(); NP];
             for (p, bv) in bv.iter_mut().enumerate() {
