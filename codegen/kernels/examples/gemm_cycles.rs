@@ -1,9 +1,14 @@
-//! A fixed GEMM workload for cycle counters: `perf stat -e cycles:u,instructions:u taskset -c 1
-//! target/release/examples/gemm_cycles ISA M K N CALLS` runs `gemm_u8` CALLS times (B packed
-//! once); `… ISA peak ITERATIONS` runs the path's instruction peak loop instead. It prints the
-//! operations done (2 per multiply-accumulate), so ops per cycle = printed ops / `cycles:u`
-//! (packing and setup are under 1 % of the count at the sizes used in bench/). Wall-clock GOPS on
-//! a shared host vary with the load; ops per cycle vary far less.
+//! A fixed GEMM workload, each call timed alone, for A/B comparisons on a loaded host:
+//!
+//!     taskset -c 1 target/release/examples/gemm_cycles ISA M K N CALLS
+//!     taskset -c 1 target/release/examples/gemm_cycles ISA peak ITERATIONS CALLS
+//!
+//! runs `gemm_u8` CALLS times (B packed once, outside the timing), or the path's instruction peak
+//! loop, and prints the GOPS of the fastest call and of the median call. On a host shared with
+//! other processes most calls are preempted or share the core's caches: the fastest call is the
+//! least disturbed one, and alternating two builds run by run compares them in the same minutes.
+//! Under `perf stat -e cycles:u` (where the hypervisor exposes the PMU) ops per cycle follow from
+//! the difference of two runs with different CALLS.
 
 use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, instruction_peak};
 use std::time::Instant;

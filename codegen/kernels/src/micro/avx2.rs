@@ -118,7 +118,7 @@ struct Tile {
 #[target_feature(enable = "avx2")]
 unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
     // SAFETY: the function's contract bounds every pointer offset below; unaligned loads only.
-    const { assert!(CH % 2 == 0, "chunks are summed in pairs") };
+    const { assert!(CH.is_multiple_of(2), "chunks are summed in pairs") };
     unsafe {
         let mut acc = [[_mm256_setzero_si256(); CH]; MR];
         for q in 0..t.k4 {
