@@ -52,14 +52,17 @@ unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32],
     let width = chunks * 4;
     {
         let (panel, lane) = (c0 / NR, c0 % NR);
-        // The first tile at a panel's first columns prefetches the next panel's block into L2
-        // (one line per group), so that its first tile does not wait on L3.
+        // At a panel's first columns the tiles prefetch the next panel's block into L2, its
+        // lines spread evenly over them (a few in flight at a time, not a burst holding the fill
+        // buffers the tiles' loads need), so that its first tile does not wait on L3.
         let next = (lane == 0 && panel + 1 < b.panels()).then(|| b.data()[(panel + 1) * b.panel_stride() + q0 * NR * KR..].as_ptr());
+        let per = kq.div_ceil(m.div_ceil(mr_max));
         let mut r0 = 0;
         while r0 < m {
             let mr = mr_max.min(m - r0);
+            let first = (r0 / mr_max * per).min(kq);
             let (pf, pf_lines) = match next {
-                Some(p) if r0 == 0 => (p, kq),
+                Some(p) => (p.wrapping_add(first * NR * KR), per.min(kq - first)),
                 _ => (b.data().as_ptr(), 0),
             };
             let t = Tile {
@@ -76,8 +79,8 @@ unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32],
             };
             // SAFETY: AVX2 is guaranteed by the caller; the asserts and loop bounds keep reads
             // inside rows r0..r0+mr of `a` and inside one packed panel (columns lane..lane+width
-            // ≤ 16 of it) and the next panel's block (groups q0..q0+kq), and `t.cols` keeps writes
-            // inside rows r0..r0+mr of `c`.
+            // ≤ 16 of it) and the next panel's block (groups q0..q0+kq: first + pf_lines ≤ kq),
+            // and `t.cols` keeps writes inside rows r0..r0+mr of `c`.
             unsafe {
                 match (chunks, mr) {
                     (4, 1) => tile::<1, 4>(&t),
