@@ -151,6 +151,9 @@ fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
+            // Widened rows a multiple of 4 KiB apart would share L1 sets (a tile reads 6 at once):
+            // one cache line more each then.
+            let lda = if (2 * lda).is_multiple_of(4096) { lda + 32 } else { lda };
             let mut wide = vec![0i16; m * lda];
             for (w, row) in wide.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
                 for (w, &v) in w.iter_mut().zip(row) {

@@ -52,10 +52,22 @@ unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32],
     let width = chunks * 4;
     {
         let (panel, lane) = (c0 / NR, c0 % NR);
+        // At a panel's first columns the tiles prefetch the next panel's block into L2, its
+        // lines spread evenly over them (a few in flight at a time, not a burst holding the fill
+        // buffers the tiles' loads need), so that its first tile does not wait on L3.
+        let next = (lane == 0 && panel + 1 < b.panels()).then(|| b.data()[(panel + 1) * b.panel_stride() + q0 * NR * KR..].as_ptr());
+        let per = kq.div_ceil(m.div_ceil(mr_max));
         let mut r0 = 0;
         while r0 < m {
             let mr = mr_max.min(m - r0);
+            let first = (r0 / mr_max * per).min(kq);
+            let (pf, pf_lines) = match next {
+                Some(p) => (p.wrapping_add(first * NR * KR), per.min(kq - first)),
+                _ => (b.data().as_ptr(), 0),
+            };
             let t = Tile {
+                pf,
+                pf_lines,
                 a: a[r0 * lda + q0 * KR..].as_ptr(),
                 lda,
                 b: b.data()[panel * b.panel_stride() + q0 * NR * KR + lane * KR..].as_ptr(),
@@ -67,7 +79,8 @@ unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32],
             };
             // SAFETY: AVX2 is guaranteed by the caller; the asserts and loop bounds keep reads
             // inside rows r0..r0+mr of `a` and inside one packed panel (columns lane..lane+width
-            // ≤ 16 of it), and `t.cols` keeps writes inside rows r0..r0+mr of `c`.
+            // ≤ 16 of it) and the next panel's block (groups q0..q0+kq: first + pf_lines ≤ kq),
+            // and `t.cols` keeps writes inside rows r0..r0+mr of `c`.
             unsafe {
                 match (chunks, mr) {
                     (4, 1) => tile::<1, 4>(&t),
@@ -91,6 +104,9 @@ struct Tile {
     lda: usize,
     b: *const i8,
     k4: usize,
+    /// One line per group `q < pf_lines` from here is prefetched into L2 (the next panel's block).
+    pf: *const i8,
+    pf_lines: usize,
     c: *mut i32,
     ldc: usize,
     cols: usize,
@@ -101,13 +117,17 @@ struct Tile {
 /// # Safety
 /// AVX2 present; `t.a` readable for `MR` rows of `k4·4` i16 at stride `lda`; `t.b` readable at
 /// `q·64 + 16·j` for `q < k4`, `j < CH` (within one panel); `t.c` writable for `MR` rows of
-/// `t.cols ≤ 4·CH` i32 at stride `ldc`.
+/// `t.cols ≤ 4·CH` i32 at stride `ldc` (readable too when `t.accumulate`); `CH` even.
 #[target_feature(enable = "avx2")]
 unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
     // SAFETY: the function's contract bounds every pointer offset below; unaligned loads only.
+    const { assert!(CH.is_multiple_of(2), "chunks are summed in pairs") };
     unsafe {
         let mut acc = [[_mm256_setzero_si256(); CH]; MR];
         for q in 0..t.k4 {
+            if q < t.pf_lines {
+                _mm_prefetch::<_MM_HINT_T1>(t.pf.add(q * NR * KR));
+            }
             let mut bv = [_mm256_setzero_si256(); CH];
             for (j, bv) in bv.iter_mut().enumerate() {
                 *bv = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.b.add(q * NR * KR + 16 * j).cast()));
@@ -119,15 +139,24 @@ unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
                 }
             }
         }
+        // Lanes 2c and 2c + 1 of chunk j hold column 4j + c's halves: `vphaddd` of chunks j, j + 1
+        // sums them as columns 4j + [0, 1, 4, 5, 2, 3, 6, 7], `vpermq` puts them in order.
+        let valid = |j: usize| -> __m256i {
+            // Columns 8j.. of the tile that exist (the rest are neither read nor written).
+            let cols = t.cols.saturating_sub(8 * j).min(8) as i32;
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+        };
         for (r, acc) in acc.iter().enumerate() {
-            let mut halves = [0i32; 32];
-            for (j, v) in acc.iter().enumerate() {
-                _mm256_storeu_si256(halves[8 * j..].as_mut_ptr().cast(), *v);
-            }
             let row = t.c.add(r * t.ldc);
-            for col in 0..t.cols {
-                let sum = halves[2 * col].wrapping_add(halves[2 * col + 1]);
-                *row.add(col) = if t.accumulate { (*row.add(col)).wrapping_add(sum) } else { sum };
+            for j in (0..CH / 2).take_while(|&j| 8 * j < t.cols) {
+                let pair = _mm256_hadd_epi32(acc[2 * j], acc[2 * j + 1]);
+                let mut sums = _mm256_permute4x64_epi64::<0b11_01_10_00>(pair);
+                let mask = valid(j);
+                let dst = row.add(8 * j);
+                if t.accumulate {
+                    sums = _mm256_add_epi32(sums, _mm256_maskload_epi32(dst, mask));
+                }
+                _mm256_maskstore_epi32(dst, mask, sums);
             }
         }
     }

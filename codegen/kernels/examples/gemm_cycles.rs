@@ -1,0 +1,55 @@
+//! A fixed GEMM workload, each call timed alone, for A/B comparisons on a loaded host:
+//!
+//!     taskset -c 1 target/release/examples/gemm_cycles ISA M K N CALLS
+//!     taskset -c 1 target/release/examples/gemm_cycles ISA peak ITERATIONS CALLS
+//!
+//! runs `gemm_u8` CALLS times (B packed once, outside the timing), or the path's instruction peak
+//! loop, and prints the GOPS of the fastest call and of the median call. On a host shared with
+//! other processes most calls are preempted or share the core's caches: the fastest call is the
+//! least disturbed one, and alternating two builds run by run compares them in the same minutes.
+//! Under `perf stat -e cycles:u` (where the hypervisor exposes the PMU) ops per cycle follow from
+//! the difference of two runs with different CALLS.
+
+use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, instruction_peak};
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: gemm_cycles ISA (M K N CALLS | peak ITERATIONS CALLS)";
+    let isa = args.first().and_then(|s| Isa::parse(s)).unwrap_or_else(|| panic!("{usage}"));
+    let kern = Kernels::new(isa).unwrap_or_else(|e| panic!("{e}"));
+    let p = |i: usize| args.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or_else(|| panic!("{usage}"));
+    if args.get(1).map(String::as_str) == Some("peak") {
+        let mut times = Vec::new();
+        let mut ops = 0;
+        for _ in 0..p(3) {
+            let t = Instant::now();
+            let (macs, sum) = instruction_peak(kern, p(2));
+            times.push(t.elapsed().as_secs_f64());
+            ops = 2 * macs;
+            std::hint::black_box(sum);
+        }
+        report(ops, &mut times);
+        return;
+    }
+    let (m, k, n, calls) = (p(1), p(2), p(3), p(4));
+    let a: Vec<u8> = (0..m * k).map(|i| (i * 7 + i / 13) as u8).collect();
+    let b: Vec<i8> = (0..k * n).map(|i| ((i * 11 + i / 17) % 255) as i8).collect();
+    let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
+    let mut c = vec![0i32; m * n];
+    let mut times = Vec::new();
+    for _ in 0..calls {
+        let t = Instant::now();
+        gemm_u8(kern, &a, m, 3, &packed, &mut c).expect("gemm");
+        times.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(&c);
+    }
+    report(2 * (m * k * n) as u64, &mut times);
+}
+
+/// GOPS of the fastest call (the one least disturbed by other processes) and of the median call.
+fn report(ops: u64, times: &mut [f64]) {
+    times.sort_by(f64::total_cmp);
+    let gops = |t: f64| ops as f64 / t / 1e9;
+    println!("{ops} ops per call: fastest {:.1} GOPS, median {:.1} GOPS", gops(times[0]), gops(times[times.len() / 2]));
+}
