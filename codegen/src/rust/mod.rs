@@ -364,10 +364,14 @@ fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribut
         qdqc_lang::attr::AttrValue::Int(v) => Ok(v),
         _ => Err("attribute axis is not an int".to_string()),
     })?;
-    if attrs.iter().any(|a| a.name != "axis") {
-        return Err("DequantizeLinear attributes other than axis are not supported by the Rust target".into());
+    let block = attrs.iter().find(|a| a.name == "block_size").map_or(Ok(0), |a| match a.value {
+        qdqc_lang::attr::AttrValue::Int(v) => Ok(v),
+        _ => Err("attribute block_size is not an int".to_string()),
+    })?;
+    if let Some(a) = attrs.iter().find(|a| a.name != "axis" && a.name != "block_size") {
+        return Err(format!("DequantizeLinear attribute {} is not supported by the Rust target", a.name));
     }
-    values::Quantized::new(q, &scales, zps.as_ref(), axis)
+    values::Quantized::new(q, &scales, zps.as_ref(), axis, block)
 }
 
 /// The package and harness name: the model file's stem in `[a-z0-9_]` (distinct crates sharing a
