@@ -171,7 +171,16 @@ impl<'a> From<&'a Dequantized> for Operand<'a> {
 /// (per axis, `block` 0), or `shape` with that dim divided by `block`, rounded up (blocked).
 /// Element i decodes to `fl32(fl32(q − zp)·s)` with its parameters, as [`Dequantized`].
 #[allow(clippy::too_many_arguments)] // DequantizeLinear's operands and attributes
-pub fn dequantize_by<T: Copy + Into<i32>>(x: &[T], shape: &[usize], scale: &[f32], scale_shape: &[usize], zero_point: Option<&[T]>, axis: usize, block: usize, out: &mut [f32]) -> Result<(), ShapeError> {
+pub fn dequantize_by<T: Copy + Into<i32>>(
+    x: &[T],
+    shape: &[usize],
+    scale: &[f32],
+    scale_shape: &[usize],
+    zero_point: Option<&[T]>,
+    axis: usize,
+    block: usize,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
     super::check_len("DequantizeLinear input", x.len(), shape)?;
     super::check_len("DequantizeLinear scale", scale.len(), scale_shape)?;
     super::check_len("DequantizeLinear output", out.len(), shape)?;
@@ -270,10 +279,12 @@ mod tests {
         let mut out = vec![0f32; 8];
         dequantize_by(&q, &[4, 1, 2], &s, &[2, 1, 2], Some(&z), 0, 2, &mut out).unwrap();
         // element (a, 0, c): block a / 2, column c.
-        let want: Vec<f32> = (0..8).map(|i| {
-            let c = (i / 2 / 2) * 2 + i % 2;
-            (i32::from(q[i]) - i32::from(z[c])) as f32 * s[c]
-        }).collect();
+        let want: Vec<f32> = (0..8)
+            .map(|i| {
+                let c = (i / 2 / 2) * 2 + i % 2;
+                (i32::from(q[i]) - i32::from(z[c])) as f32 * s[c]
+            })
+            .collect();
         assert_eq!(out, want);
         // The per-row form (one block spanning the axis) and per axis.
         dequantize_by(&q, &[4, 1, 2], &s[..1], &[1, 1, 1], None, 0, 4, &mut out).unwrap();

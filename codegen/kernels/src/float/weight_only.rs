@@ -97,7 +97,15 @@ pub struct WeightOnly {
 impl WeightOnly {
     /// `codes` as [`pack`] wrote them (borrowed from the program's weights: never copied),
     /// `scales` and `zero_points` as [`pack_params`] wrote them for `k.div_ceil(block)` blocks.
-    pub fn new(code: CodeType, k: usize, n: usize, block: usize, codes: &'static [u8], scales: Vec<f32>, zero_points: Vec<f32>) -> Result<WeightOnly, ShapeError> {
+    pub fn new(
+        code: CodeType,
+        k: usize,
+        n: usize,
+        block: usize,
+        codes: &'static [u8],
+        scales: Vec<f32>,
+        zero_points: Vec<f32>,
+    ) -> Result<WeightOnly, ShapeError> {
         let panels = n.div_ceil(PANEL);
         if block == 0 || k == 0 || n == 0 {
             bail!("weight-only operand: k {k}, n {n}, block {block}");
@@ -282,7 +290,7 @@ mod tests {
     fn every_path_equals_the_float_matmul_on_the_dequantized_copy() {
         let mut st = 7u64;
         for (code, lo, hi) in [(CodeType::U4, 0i64, 15i64), (CodeType::I4, -8, 7), (CodeType::U8, 0, 255), (CodeType::I8, -128, 127)] {
-            for (k, n, block) in [(64, 130, 32), (37, 64, 37), (96, 7, 16), (33, 200, 32)] {
+            for (k, n, block) in [(64usize, 130usize, 32usize), (37, 64, 37), (96, 7, 16), (33, 200, 32)] {
                 let blocks = k.div_ceil(block);
                 let q: Vec<i64> = (0..k * n).map(|_| lo + (lcg(&mut st) as i64).rem_euclid(hi - lo + 1)).collect();
                 let z: Vec<i64> = (0..blocks * n).map(|_| lo + (lcg(&mut st) as i64).rem_euclid(hi - lo + 1)).collect();
