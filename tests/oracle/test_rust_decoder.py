@@ -22,7 +22,8 @@ lm_head table, KV-cache Concat, Softmax, Gelu, LayerNormalization; under `--cont
   at K = 512 and N = 200 (a partial last panel): the generated program's output equals, bit for
   bit, the documented order evaluated independently in numpy — `w = fl32(fl32(q − zp)·s)`, then
   `acc = fl32(acc + fl32(x[k]·w[k]))` for k = 0 … K−1 from +0 (numpy's float32 ops round each
-  operation; no FMA). A sum in another order differs in some element's last bits at this size.
+  operation; no FMA). The same sum backwards differs in some element's last bits (asserted, so
+  the comparison can see a wrong order).
 """
 from __future__ import annotations
 
@@ -175,9 +176,9 @@ def test_weight_only_matmul_order(variant):
         got = run(harness, {"x": x}, tmp, t)["y"][0]
         want = documented_order(x[0], q, s, z)
         mismatches += int(np.sum(got.view(np.uint32) != want.view(np.uint32)))
-        # The check can fail: another order (pairwise float32 sum) changes some element's bits.
-        w = ((q - z).astype(np.float32) * s).astype(np.float32)
-        shuffled_differs |= bool(np.any((x[0][:, None] * w).sum(axis=0, dtype=np.float32).view(np.uint32) != want.view(np.uint32)))
+        # The check can fail: the same sum in reverse order changes some element's bits.
+        backwards = documented_order(x[0][::-1], q[::-1], s[::-1], z[::-1])
+        shuffled_differs |= bool(np.any(backwards.view(np.uint32) != want.view(np.uint32)))
     print(f"weight-only MatMul {variant} {k}x{n}: {mismatches} mismatching elements of {3 * n} against the documented order")
     assert shuffled_differs, "another summation order gives the same bits here: the check would not see a wrong order"
     assert mismatches == 0

@@ -161,7 +161,21 @@ impl Emitter<'_, '_> {
         }
         let c = self.p.values.constant(name)?;
         let field = format!("p{}.c{}", self.part, self.tensors.len());
-        let (ty, init) = self.load(&c)?;
+        // Code tables (an embedding's codes, lookup tables) are read where the blob holds them:
+        // no copy, and only the pages a Gather reads become resident.
+        let (ty, init) = match c.dtype {
+            qdqc_lang::onnx::DataType::Uint8 | qdqc_lang::onnx::DataType::Int8 => {
+                let signed = c.dtype == qdqc_lang::onnx::DataType::Int8;
+                let bytes: Vec<u8> = c.ints.iter().map(|&v| if signed { v as i8 as u8 } else { v as u8 }).collect();
+                let at = self.blob.add(&bytes);
+                if signed {
+                    ("&'static [i8]".into(), format!("entry::as_i8(blob.borrow({at}, {}))", bytes.len()))
+                } else {
+                    ("&'static [u8]".into(), format!("blob.borrow({at}, {})", bytes.len()))
+                }
+            }
+            _ => self.load(&c)?,
+        };
         self.fields.push((field.clone(), ty, init));
         self.tensors.insert(name.to_string(), field);
         Ok(())

@@ -258,7 +258,7 @@ fn panels<const BITS: u32, const SIGNED: bool>(w: &WeightOnly, x: &[f32], y: &mu
                 for j in 0..PANEL {
                     // fl32(fl32(q − zp)·s), then one product and one sum, each rounded.
                     let wv = (q[j] - z[j]) * s[j];
-                    acc[j] = acc[j] + xr * wv;
+                    acc[j] += xr * wv;
                 }
             }
         }
