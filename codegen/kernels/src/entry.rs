@@ -17,6 +17,13 @@ use crate::matmul_codes::MatMulCodes;
 use crate::requant::{Plan, RequantError};
 use crate::{GemmError, Kernels, PackedB};
 
+/// Bytes as int8 codes, in place (the generated code borrows its int8 tables from its weights).
+pub fn as_i8(bytes: &[u8]) -> &[i8] {
+    // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid in both;
+    // the slice's lifetime and length carry over.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
+}
+
 macro_rules! quantize {
     ($($name:ident: $y:ty),*) => {$(
         /// [`qdq::quantize_linear`] to these codes.

@@ -42,6 +42,9 @@ struct Emitter<'a, 'm> {
     /// Dequantized constants read by kernels that decode codes (`Kind::decodes`), by value name:
     /// the field holding their codes (`float::dq::Dequantized`).
     quantized: BTreeMap<String, String>,
+    /// Weight-only operands (`float::weight_only::WeightOnly`, packed codes), by value name: one
+    /// field for every op that reads the value (a tied table's Gather and MatMul).
+    packed: BTreeMap<String, String>,
     /// Dequantized constants the op being emitted decodes whole for its call
     /// (`Kind::decodes_per_call`), by value name: the local holding the floats.
     per_call: BTreeMap<String, String>,
@@ -158,7 +161,21 @@ impl Emitter<'_, '_> {
         }
         let c = self.p.values.constant(name)?;
         let field = format!("p{}.c{}", self.part, self.tensors.len());
-        let (ty, init) = self.load(&c)?;
+        // Code tables (an embedding's codes, lookup tables) are read where the blob holds them:
+        // no copy, and only the pages a Gather reads become resident.
+        let (ty, init) = match c.dtype {
+            qdqc_lang::onnx::DataType::Uint8 | qdqc_lang::onnx::DataType::Int8 => {
+                let signed = c.dtype == qdqc_lang::onnx::DataType::Int8;
+                let bytes: Vec<u8> = c.ints.iter().map(|&v| if signed { v as i8 as u8 } else { v as u8 }).collect();
+                let at = self.blob.add(&bytes);
+                if signed {
+                    ("&'static [i8]".into(), format!("entry::as_i8(blob.borrow({at}, {}))", bytes.len()))
+                } else {
+                    ("&'static [u8]".into(), format!("blob.borrow({at}, {})", bytes.len()))
+                }
+            }
+            _ => self.load(&c)?,
+        };
         self.fields.push((field.clone(), ty, init));
         self.tensors.insert(name.to_string(), field);
         Ok(())
@@ -171,6 +188,9 @@ impl Emitter<'_, '_> {
             return Ok(());
         }
         let q = self.p.values.quantized(name).ok_or_else(|| format!("'{name}' is not a dequantized constant"))?;
+        if q.blocked.is_some() {
+            return Err(format!("'{name}': a blocked DequantizeLinear is read only as a MatMul's weight by the Rust target"));
+        }
         let (_, codes) = self.load(&q.codes)?;
         let variant = match q.codes.dtype {
             qdqc_lang::onnx::DataType::Uint8 => "U8",
@@ -189,6 +209,30 @@ impl Emitter<'_, '_> {
         self.fields.push((field.clone(), "float::dq::Dequantized".into(), init));
         self.quantized.insert(name.to_string(), field);
         Ok(())
+    }
+
+    /// The packed weight of a weight-only MatMul: its codes borrowed from the blob (never
+    /// copied), its parameters loaded.
+    fn weight_only_field(&mut self, value: &str, w: &super::ops::WeightOnly, node: &str) -> String {
+        if let Some(f) = self.packed.get(value) {
+            return f.clone();
+        }
+        let field = format!("p{}.w{}", self.part, self.packed.len());
+        let codes = self.blob.add(&w.codes);
+        let init = format!(
+            "float::weight_only::WeightOnly::new(float::weight_only::CodeType::{}, {}, {}, {}, blob.borrow({codes}, {}), {}.to_vec(), {}.to_vec()).map_err(float_err({}))?",
+            w.code,
+            w.k,
+            w.n,
+            w.block,
+            w.codes.len(),
+            self.f32_init(&w.scales),
+            self.f32_init(&w.zero_points),
+            str_lit(node)
+        );
+        self.fields.push((field.clone(), "float::weight_only::WeightOnly".into(), init));
+        self.packed.insert(value.to_string(), field.clone());
+        field
     }
 
     /// A float kernel's operand (`float::dq::Operand`): the codes of a dequantized constant, or
@@ -389,6 +433,10 @@ impl Emitter<'_, '_> {
         self.per_call.clear();
         let mut decode = String::new();
         for (k, x) in op.inputs.iter().enumerate() {
+            // The weight-only MatMul's weight is its own packed field (`weight_only_field`).
+            if (k == 1 && matches!(op.kind, Kind::WeightOnly(_))) || (k == 0 && matches!(op.kind, Kind::GatherWeights { .. })) {
+                continue;
+            }
             let dequantized = self.p.values.is_dequantized(x);
             if dequantized && (op.kind.decodes(k) || op.kind.decodes_per_call(k)) {
                 self.quantized_field(x)?;
@@ -807,6 +855,28 @@ impl Emitter<'_, '_> {
                 self.shape(x0)?,
                 list(axes)
             ),
+            Kind::WeightOnly(w) => {
+                let field = self.weight_only_field(&op.inputs[1], w, &op.node);
+                format!("self.{field}.matmul(self.k, {}, &{}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+            }
+            Kind::GatherWeights { axis, weights } => {
+                let field = self.weight_only_field(x0, weights, &op.node);
+                let x1 = op.inputs[1].as_str();
+                format!("self.{field}.gather({axis}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x1)?)
+            }
+            Kind::DequantizeBy { axis, block } => {
+                let zp = match op.inputs.get(2) {
+                    Some(z) => format!("Some({})", self.slice(z)?),
+                    None => "None".into(),
+                };
+                format!(
+                    "float::dq::dequantize_by({}, &{}, {}, &{}, {zp}, {axis}, {block}, &mut y).map_err(float_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
             Kind::MatMul => format!(
                 "float::gemm::matmul_operands(self.k, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
                 self.operand(x0)?,
@@ -892,6 +962,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         fields: Vec::new(),
         tensors: BTreeMap::new(),
         quantized: BTreeMap::new(),
+        packed: BTreeMap::new(),
         per_call: BTreeMap::new(),
         names: Vec::new(),
         reads: RefCell::default(),

@@ -34,12 +34,14 @@
 //! | `Where(Equal(p, q), a, b)` where the Equal is read only as Where conditions (TensorFlow's `div_no_nan`), any element types | `codes::compare::select_equal` |
 //! | Equal of two integer tensors (codes, or int32/int64 such as a graph input of byte ids) whose every reader is a Cast to f32 (a one-hot encoding); the Casts become copies | `codes::compare::equal_as_f32` |
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
-//! | f32 Sigmoid, Tanh, Exp | `float::unary::map` (f64 formula, one rounding) |
+//! | f32 Sigmoid, Tanh, Exp, Erf, Gelu (`none` and `tanh`) | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
 //! | f32 BatchNormalization (inference) | `float::norm::batch_norm` (ONNX Runtime's order) |
 //! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm` (ONNX's function body, fixed order) |
 //! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |
 //! | f32 MatMul (batch broadcasting) | `float::gemm::matmul` |
+//! | f32 MatMul by the DequantizeLinear of a constant rank-2 weight of 4- or 8-bit codes (per tensor, per column, per row, blocked along K; 8-bit per tensor/column only up to 16 rows of A), and Gather (run-time int64 indices) of such a table (a tied embedding) | `float::weight_only` (codes packed here, decoded in the GEMV, `gemm`'s order; the Gather decodes only what it gathers) |
+//! | DequantizeLinear of codes with run-time parameters (the gathered rows' scales, `gather-before-dequantize`), per tensor, per axis or blocked | `float::dq::dequantize_by` |
 //! | Transpose, Slice (constant starts/ends/axes/steps), Gather (constant indices, or int64 indices computed at run time: token ids into an embedding table of codes), Expand (constant shape), Split (one Slice per output) — codes or f32 | `codes::movement::{transpose, slice, gather, expand}` |
 //! | Shape of a fixed shape, and the integer ops behind it (Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, Cast, arithmetic, Equal, Where, Range, Expand), ConstantOfShape, f32 Range, integer→f32 Cast of constants | evaluated at generation time (`fold.rs`); the generated code holds the result as a constant |
 //!
@@ -367,10 +369,14 @@ fn fold_dequantize(values: &values::Values, inputs: &[String], attrs: &[Attribut
         qdqc_lang::attr::AttrValue::Int(v) => Ok(v),
         _ => Err("attribute axis is not an int".to_string()),
     })?;
-    if attrs.iter().any(|a| a.name != "axis") {
-        return Err("DequantizeLinear attributes other than axis are not supported by the Rust target".into());
+    let block = attrs.iter().find(|a| a.name == "block_size").map_or(Ok(0), |a| match a.value {
+        qdqc_lang::attr::AttrValue::Int(v) => Ok(v),
+        _ => Err("attribute block_size is not an int".to_string()),
+    })?;
+    if let Some(a) = attrs.iter().find(|a| a.name != "axis" && a.name != "block_size") {
+        return Err(format!("DequantizeLinear attribute {} is not supported by the Rust target", a.name));
     }
-    values::Quantized::new(q, &scales, zps.as_ref(), axis)
+    values::Quantized::new(q, &scales, zps.as_ref(), axis, block)
 }
 
 /// The package and harness name: the model file's stem in `[a-z0-9_]` (distinct crates sharing a

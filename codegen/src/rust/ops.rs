@@ -3,7 +3,7 @@
 //! constants (scales, zero points, weights, attributes) are read here, at generation time; an
 //! op, attribute or element type the backend does not support is an error naming the node.
 
-use super::values::{Constant, Elem, Values};
+use super::values::{Constant, Elem, Extent, Values};
 use qdqc_lang::attr::{AttrValue, Attribute};
 use qdqc_lang::onnx::DataType;
 
@@ -74,6 +74,21 @@ pub struct A8W8 {
     pub trans_b: bool,
     /// No Q: f32 output, the correctly rounded exact value (`y` unused).
     pub float_output: bool,
+}
+
+/// A weight-only MatMul's constant operand, packed (`qdqc_kernels::float::weight_only::pack`).
+#[derive(Clone, Debug)]
+pub struct WeightOnly {
+    /// `qdqc_kernels::float::weight_only::CodeType` variant name.
+    pub code: &'static str,
+    pub k: usize,
+    pub n: usize,
+    /// Rows of K per parameter block.
+    pub block: usize,
+    pub codes: Vec<u8>,
+    /// `[panel][k / block][64]`, f32 bit patterns.
+    pub scales: Vec<u32>,
+    pub zero_points: Vec<u32>,
 }
 
 /// The `quantize_dynamic` group's constant part ([`Kind::Dynamic`]): weights `[k][n]` and their
@@ -163,6 +178,18 @@ pub enum Kind {
     Reduce { reduce: &'static str, axes: Vec<usize> },
     /// f32 MatMul (numpy broadcasting over batch axes), inputs a and b.
     MatMul,
+    /// f32 MatMul of an activation by a dequantized constant `k × n` weight of 4- or 8-bit codes
+    /// (per tensor, per column, per row or blocked): the codes packed at generation time and
+    /// decoded where the GEMV reads them (`float::weight_only`), inputs a and the weight's value.
+    WeightOnly(Box<WeightOnly>),
+    /// DequantizeLinear whose scales (and zero points) are computed at run time (the gathered
+    /// rows' parameters after `gather-before-dequantize`), per axis or blocked (`block` > 0),
+    /// inputs codes, scales and the optional zero points.
+    DequantizeBy { axis: usize, block: usize },
+    /// Gather by int64 indices known at run time from a dequantized rank-2 constant (input 0) that
+    /// is stored packed as a weight-only operand (shared with the MatMuls that read it): only the
+    /// gathered elements are decoded.
+    GatherWeights { axis: usize, weights: Box<WeightOnly> },
     /// Equal of two integer tensors (broadcasting) read only by Casts to f32: 1.0 / 0.0
     /// (`codes::compare::equal_as_f32`); each such Cast is then a copy ([`Kind::Reshape`]).
     EqualAsF32,
@@ -206,6 +233,8 @@ impl Kind {
             Kind::FloatConv { .. } | Kind::FloatConvTranspose { .. } => (1..=2).contains(&i),
             Kind::FloatGemm { .. } => i <= 2,
             Kind::MatMul => i <= 1,
+            Kind::WeightOnly(_) => i == 1,
+            Kind::GatherWeights { .. } => i == 0,
             _ => false,
         }
     }
@@ -449,6 +478,17 @@ pub fn lower(n: &Node) -> Result<Op, String> {
                 a => a?,
             };
             (Kind::Quantize { axis, scales, zps }, vec![tensor(0)?], elem)
+        }
+        "DequantizeLinear" if !n.values.is_constant(n.input(1)?) => {
+            n.only(&["axis", "block_size"])?;
+            code_input(n, 0)?;
+            let axis = axis(n.int("axis", 1)?, n.rank(0)?)?;
+            let block = usize::try_from(n.int("block_size", 0)?).map_err(|_| "negative block_size")?;
+            let inputs = n.inputs.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>();
+            if inputs.len() == 3 && elem_of(n, 2)? != elem_of(n, 0)? {
+                return Err("zero points of another type than the codes".into());
+            }
+            (Kind::DequantizeBy { axis, block }, inputs, Elem::F32)
         }
         "DequantizeLinear" => {
             n.only(&["axis"])?;
@@ -703,6 +743,19 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             };
             (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
         }
+        "Erf" if float_input(n, 0)? => {
+            n.only(&[])?;
+            (Kind::FloatUnary { function: "Erf" }, vec![tensor(0)?], Elem::F32)
+        }
+        "Gelu" if float_input(n, 0)? => {
+            n.only(&["approximate"])?;
+            let function = match n.string("approximate", "none")?.as_str() {
+                "none" => "Gelu",
+                "tanh" => "GeluTanh",
+                other => return Err(format!("Gelu approximate = {other:?} (none or tanh)")),
+            };
+            (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
+        }
         "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "HardSwish" if float_input(n, 0)? => {
             n.only(&[])?;
             (Kind::FloatMap { map: format!("Map::{}", n.op_type) }, vec![tensor(0)?], Elem::F32)
@@ -775,7 +828,11 @@ pub fn lower(n: &Node) -> Result<Op, String> {
         }
         "MatMul" if float_input(n, 0)? && float_input(n, 1)? => {
             n.only(&[])?;
-            (Kind::MatMul, vec![tensor(0)?, tensor(1)?], Elem::F32)
+            let kind = match weight_only(n)? {
+                Some(w) => Kind::WeightOnly(Box::new(w)),
+                None => Kind::MatMul,
+            };
+            (kind, vec![tensor(0)?, tensor(1)?], Elem::F32)
         }
         "Transpose" => {
             n.only(&["perm"])?;
@@ -824,6 +881,18 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             n.only(&[])?;
             n.constant(1)?;
             (Kind::Expand, vec![tensor(0)?], elem_of(n, 0)?)
+        }
+        // An embedding table that is a dequantized constant (a tied table the MatMul reads as its
+        // weight too): the codes are gathered and only the gathered elements decoded.
+        "Gather" if !n.values.is_constant(n.input(1)?) && n.values.is_dequantized(n.input(0)?) && n.rank(0)? == 2 => {
+            n.only(&["axis"])?;
+            if elem_of(n, 1)? != Elem::I64 {
+                return Err("Gather indices computed at run time must be int64 for the Rust target".into());
+            }
+            let axis = axis(n.int("axis", 0)?, 2)?;
+            let q = n.values.quantized(n.input(0)?).ok_or("a dequantized table")?;
+            let w = packed_weight(q)?.ok_or("a dequantized table whose parameters are not per tensor, per row or column, or blocked along one axis")?;
+            (Kind::GatherWeights { axis, weights: Box::new(w) }, vec![tensor(0)?, tensor(1)?], Elem::F32)
         }
         "Gather" if !n.values.is_constant(n.input(1)?) => {
             n.only(&["axis"])?;
@@ -945,6 +1014,87 @@ pub fn lookup_table(n: &Node, codes: &str) -> Result<Op, String> {
 }
 
 /// The element type of input `i` (a graph input, a constant or an earlier node's output).
+/// Rows of A up to which the weight-only GEMV (one pass over the codes per row) is used for
+/// 8-bit per-tensor/per-column weights, which the blocked float GEMM also reads; 4-bit and
+/// blocked weights take it at every M.
+const WEIGHT_ONLY_ROWS: usize = 16;
+
+/// MatMul input 1 as a weight-only operand, when it is the DequantizeLinear of a constant rank-2
+/// weight of 4- or 8-bit codes whose parameters depend on (row / block, column) only, and the
+/// GEMV suits the product (see [`WEIGHT_ONLY_ROWS`]).
+fn weight_only(n: &Node) -> Result<Option<WeightOnly>, String> {
+    let Some(q) = n.values.quantized(n.input(1)?) else { return Ok(None) };
+    let narrow = matches!(q.codes.dtype, DataType::Uint4 | DataType::Int4) || q.blocked.is_some();
+    let rows: Option<usize> = match n.values.shape(n.input(0)?) {
+        Ok(s) if !s.is_empty() => s[..s.len() - 1].iter().map(|e| if let Extent::Fixed(d) = e { Some(*d) } else { None }).product(),
+        _ => None,
+    };
+    if !narrow && rows.is_none_or(|m| m > WEIGHT_ONLY_ROWS) {
+        return Ok(None);
+    }
+    packed_weight(q)
+}
+
+/// A dequantized constant as a packed weight-only operand: rank 2, 4- or 8-bit codes, parameters
+/// that depend on (row / block, column) only; else None.
+fn packed_weight(q: &super::values::Quantized) -> Result<Option<WeightOnly>, String> {
+    use qdqc_kernels::float::weight_only::{pack, pack_params};
+    let code = match q.codes.dtype {
+        DataType::Uint4 => "U4",
+        DataType::Int4 => "I4",
+        DataType::Uint8 => "U8",
+        DataType::Int8 => "I8",
+        _ => return Ok(None),
+    };
+    let [k, cols] = q.codes.dims[..] else { return Ok(None) };
+    if k == 0 || cols == 0 {
+        return Err("a weight with an empty dimension".into());
+    }
+    // The parameters' row block: the block along axis 0, a row (per row), or all of K.
+    let block = match q.blocked {
+        Some((0, b)) => b,
+        _ if q.scales.len() > 1 && q.blocked.is_none() && q.inner == cols && q.scales.len() == k => 1,
+        _ => k,
+    };
+    let blocks = k.div_ceil(block);
+    let (mut scales, mut zps) = (Vec::with_capacity(blocks * cols), Vec::with_capacity(blocks * cols));
+    for b in 0..blocks {
+        for j in 0..cols {
+            let at = q.param(b * block * cols + j);
+            // Each element of the block must read these parameters (checked, not assumed).
+            let last = q.param(((b * block + block - 1).min(k - 1)) * cols + j);
+            if last != at {
+                return Ok(None);
+            }
+            scales.push(f32::from_bits(q.scales[at]));
+            let z = match q.zero_points.len() {
+                0 => 0,
+                1 => q.zero_points[0],
+                _ => q.zero_points[at],
+            };
+            zps.push(z as f32);
+        }
+    }
+    let code_type = match code {
+        "U4" => qdqc_kernels::float::weight_only::CodeType::U4,
+        "I4" => qdqc_kernels::float::weight_only::CodeType::I4,
+        "U8" => qdqc_kernels::float::weight_only::CodeType::U8,
+        _ => qdqc_kernels::float::weight_only::CodeType::I8,
+    };
+    let err = |e: qdqc_kernels::float::ShapeError| e.0;
+    let codes = pack(code_type, k, cols, &q.codes.ints).map_err(err)?;
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect();
+    Ok(Some(WeightOnly {
+        code,
+        k,
+        n: cols,
+        block,
+        codes,
+        scales: bits(pack_params(blocks, cols, &scales).map_err(err)?),
+        zero_points: bits(pack_params(blocks, cols, &zps).map_err(err)?),
+    }))
+}
+
 fn elem_of(n: &Node, i: usize) -> Result<Elem, String> {
     let name = n.input(i)?;
     if let Some(e) = n.elems.get(name) {

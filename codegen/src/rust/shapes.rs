@@ -32,7 +32,13 @@ pub fn infer(op_type: &str, inputs: &[String], attrs: &[Attribute], values: &Val
     let numel: usize = x.iter().product();
     match op_type {
         "QuantizeLinear" | "DequantizeLinear" | "Relu" | "Sigmoid" | "Tanh" | "Exp" | "HardSigmoid" | "HardSwish" | "LeakyRelu" | "Clip" | "Softmax"
-        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "LayerNormalization" | "Identity" | "Cast" => Some(x),
+        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "BatchNormalization" | "LayerNormalization" | "Identity" | "Cast" | "Gelu" | "Erf" => Some(x),
+        // x's dims with the axis replaced by the indices' (created Gathers: gather-before-dequantize).
+        "Gather" => {
+            let a = norm(int("axis", 0), x.len())?;
+            let idx = fixed(values, inputs.get(1)?)?;
+            Some([&x[..a], &idx[..], &x[a + 1..]].concat())
+        }
         "Reshape" => {
             let target = values.constant(inputs.get(1)?).ok()?.ints;
             let mut dims: Vec<i64> =

@@ -276,6 +276,12 @@ fn read(dtype: DataType, dims: Vec<usize>, payload: &qdqc_lang::tensor::Payload<
     let (ints, f32_bits) = match dtype {
         DataType::Float => (Vec::new(), qdqc_lang::tensor::f32_bits(dtype, payload).unwrap_or_default()),
         DataType::Uint8 | DataType::Int8 | DataType::Int32 | DataType::Int64 => (qdqc_lang::tensor::ints(dtype, payload).unwrap_or_default(), Vec::new()),
+        // 4-bit codes (two per byte, element 0 in the low nibble): an odd count pads one nibble.
+        DataType::Uint4 | DataType::Int4 => {
+            let mut ints = qdqc_lang::tensor::ints(dtype, payload).unwrap_or_default();
+            ints.truncate(dims.iter().product());
+            (ints, Vec::new())
+        }
         other => return Err(format!("constant '{name}' of type {} is not supported by the Rust target", other.as_str_name())),
     };
     let n: usize = dims.iter().product();
@@ -288,25 +294,48 @@ fn read(dtype: DataType, dims: Vec<usize>, payload: &qdqc_lang::tensor::Payload<
 /// A DequantizeLinear of constant codes as the generated code stores it: the codes, per-tensor
 /// or per-channel scales and zero points, and the channel's step (`inner`: the product of the dims
 /// after the axis) — `qdqc_kernels::float::dq::Dequantized` decodes element i with channel
-/// `(i / inner) mod channels`, as [`Quantized::decode`] does here.
+/// `(i / inner) mod channels`, as [`Quantized::decode`] does here. Blocked parameters
+/// (`block_size`, opset 21) index element i by [`Quantized::param`]; only the weight-only MatMul
+/// (`qdqc_kernels::float::weight_only`) reads those.
 #[derive(Clone, Debug)]
 pub struct Quantized {
     pub codes: Constant,
-    /// f32 bit patterns, one (per tensor) or one per channel.
+    /// f32 bit patterns, one (per tensor) or one per channel (or per block).
     pub scales: Vec<u32>,
     /// None (0), one, or one per channel.
     pub zero_points: Vec<i64>,
     pub inner: usize,
+    /// Blocked parameters: the axis and the block size along it.
+    pub blocked: Option<(usize, usize)>,
 }
 
 impl Quantized {
     /// DequantizeLinear's operands: codes, scales, zero points (optional), along `axis` (negative
-    /// from the end).
-    pub fn new(q: Constant, scales: &Constant, zps: Option<&Constant>, axis: i64) -> Result<Quantized, String> {
+    /// from the end), in blocks of `block_size` along it when that is positive.
+    pub fn new(q: Constant, scales: &Constant, zps: Option<&Constant>, axis: i64, block_size: i64) -> Result<Quantized, String> {
         let rank = q.dims.len() as i64;
         let len = scales.f32_bits.len();
         if len == 0 || !q.f32_bits.is_empty() {
             return Err("DequantizeLinear of a constant needs integer codes and f32 scales".into());
+        }
+        if block_size > 0 {
+            let a = if axis < 0 { axis + rank } else { axis };
+            let b = block_size as usize;
+            if !(0..rank).contains(&a) {
+                return Err(format!("DequantizeLinear: axis {axis} of {:?}", q.dims));
+            }
+            let a = a as usize;
+            let mut want = q.dims.clone();
+            want[a] = q.dims[a].div_ceil(b);
+            if scales.dims != want {
+                return Err(format!("DequantizeLinear: blocked scales {:?} for codes {:?} (block {b} along axis {a})", scales.dims, q.dims));
+            }
+            let zero_points = zps.map(|z| z.ints.clone()).unwrap_or_default();
+            if ![0, len].contains(&zero_points.len()) {
+                return Err(format!("DequantizeLinear: {} zero points for {len} blocked scales", zero_points.len()));
+            }
+            let inner = q.dims[a + 1..].iter().product();
+            return Ok(Quantized { codes: q, scales: scales.f32_bits.clone(), zero_points, inner, blocked: Some((a, b)) });
         }
         let inner: usize = if len == 1 {
             q.ints.len().max(1)
@@ -321,12 +350,26 @@ impl Quantized {
         if ![0, 1, len].contains(&zero_points.len()) {
             return Err(format!("DequantizeLinear: {} zero points for {len} scales", zero_points.len()));
         }
-        Ok(Quantized { codes: q, scales: scales.f32_bits.clone(), zero_points, inner })
+        Ok(Quantized { codes: q, scales: scales.f32_bits.clone(), zero_points, inner, blocked: None })
+    }
+
+    /// The parameter index of element `i`: per tensor 0; per axis `(i / inner) mod channels`;
+    /// blocked, the element's index with its coordinate along the axis divided by the block.
+    pub fn param(&self, i: usize) -> usize {
+        let len = self.scales.len();
+        match self.blocked {
+            _ if len == 1 => 0,
+            None => (i / self.inner) % len,
+            Some((axis, block)) => {
+                let d = self.codes.dims[axis];
+                let (outer, along, r) = (i / (d * self.inner), (i / self.inner) % d, i % self.inner);
+                (outer * d.div_ceil(block) + along / block) * self.inner + r
+            }
+        }
     }
 
     /// The dequantized elements, as ONNX Runtime computes them: `fl32(fl32(q − zp)·s)`.
     pub fn decode(&self) -> Constant {
-        let len = self.scales.len();
         let zp = |c: usize| self.zero_points.get(if self.zero_points.len() == 1 { 0 } else { c }).copied().unwrap_or(0);
         let f32_bits = self
             .codes
@@ -334,7 +377,7 @@ impl Quantized {
             .iter()
             .enumerate()
             .map(|(i, &v)| {
-                let c = if len == 1 { 0 } else { (i / self.inner) % len };
+                let c = self.param(i);
                 ((v - zp(c)) as f32 * f32::from_bits(self.scales[c])).to_bits()
             })
             .collect();

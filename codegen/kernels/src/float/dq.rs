@@ -165,6 +165,59 @@ impl<'a> From<&'a Dequantized> for Operand<'a> {
     }
 }
 
+/// DequantizeLinear of codes known at run time with parameters known at run time (the gathered
+/// rows of an embedding table and their gathered scales, `gather-before-dequantize`): `x` of
+/// shape `shape`, `scale` of shape `scale_shape` — one element (per tensor), the dim of `axis`
+/// (per axis, `block` 0), or `shape` with that dim divided by `block`, rounded up (blocked).
+/// Element i decodes to `fl32(fl32(q − zp)·s)` with its parameters, as [`Dequantized`].
+#[allow(clippy::too_many_arguments)] // DequantizeLinear's operands and attributes
+pub fn dequantize_by<T: Copy + Into<i32>>(
+    x: &[T],
+    shape: &[usize],
+    scale: &[f32],
+    scale_shape: &[usize],
+    zero_point: Option<&[T]>,
+    axis: usize,
+    block: usize,
+    out: &mut [f32],
+) -> Result<(), ShapeError> {
+    super::check_len("DequantizeLinear input", x.len(), shape)?;
+    super::check_len("DequantizeLinear scale", scale.len(), scale_shape)?;
+    super::check_len("DequantizeLinear output", out.len(), shape)?;
+    if zero_point.is_some_and(|z| z.len() != scale.len()) {
+        bail!("DequantizeLinear: {} zero points for {} scales", zero_point.map_or(0, <[T]>::len), scale.len());
+    }
+    if axis >= shape.len().max(1) && scale.len() > 1 {
+        bail!("DequantizeLinear: axis {axis} of a rank-{} input", shape.len());
+    }
+    let d = shape.get(axis).copied().unwrap_or(1);
+    let inner: usize = shape.iter().skip(axis + 1).product();
+    let per_tensor = scale.len() == 1 && (block == 0 || scale_shape.iter().product::<usize>() == 1 && d <= block);
+    if !per_tensor {
+        let ok = if block == 0 {
+            scale_shape == [d]
+        } else {
+            scale_shape.len() == shape.len() && scale_shape.iter().enumerate().all(|(a, &s)| s == if a == axis { d.div_ceil(block) } else { shape[a] })
+        };
+        if !ok {
+            bail!("DequantizeLinear: scale {scale_shape:?} for input {shape:?} (axis {axis}, block {block})");
+        }
+    }
+    for (i, (o, &q)) in out.iter_mut().zip(x).enumerate() {
+        let c = if per_tensor {
+            0
+        } else if block == 0 {
+            (i / inner) % d
+        } else {
+            let (outer, along, r) = (i / (d * inner), (i / inner) % d, i % inner);
+            (outer * d.div_ceil(block) + along / block) * inner + r
+        };
+        let z = zero_point.map_or(0, |z| z[c].into());
+        *o = (q.into() - z) as f32 * scale[c];
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +269,29 @@ mod tests {
         let mut out = vec![0f32; 5];
         d.decode(0, &mut out);
         assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q32, &[1.3e-6], &[], 1));
+    }
+
+    #[test]
+    fn dequantize_by_reads_blocked_and_per_axis_parameters() {
+        // [4, 1, 2] codes, blocks of 2 along axis 0: scales [2, 1, 2].
+        let q: Vec<u8> = vec![1, 2, 3, 4, 5, 6, 7, 8];
+        let (s, z) = ([0.5f32, 0.25, 2.0, 4.0], [1u8, 0, 2, 3]);
+        let mut out = vec![0f32; 8];
+        dequantize_by(&q, &[4, 1, 2], &s, &[2, 1, 2], Some(&z), 0, 2, &mut out).unwrap();
+        // element (a, 0, c): block a / 2, column c.
+        let want: Vec<f32> = (0..8)
+            .map(|i| {
+                let c = (i / 2 / 2) * 2 + i % 2;
+                (i32::from(q[i]) - i32::from(z[c])) as f32 * s[c]
+            })
+            .collect();
+        assert_eq!(out, want);
+        // The per-row form (one block spanning the axis) and per axis.
+        dequantize_by(&q, &[4, 1, 2], &s[..1], &[1, 1, 1], None, 0, 4, &mut out).unwrap();
+        assert_eq!(out, q.iter().map(|&v| f32::from(v) * 0.5).collect::<Vec<_>>());
+        dequantize_by(&q, &[4, 2], &s, &[4], Some(&z), 0, 0, &mut out).unwrap();
+        assert_eq!(out[7], (8.0 - 3.0) * 4.0);
+        assert!(dequantize_by(&q, &[4, 1, 2], &s, &[2, 2, 1], None, 0, 2, &mut out).is_err());
     }
 
     #[test]

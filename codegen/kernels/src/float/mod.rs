@@ -29,6 +29,7 @@ pub mod reduce;
 pub mod resize;
 pub mod softmax;
 pub mod unary;
+pub mod weight_only;
 
 use std::fmt;
 

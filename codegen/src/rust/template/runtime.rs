@@ -175,6 +175,11 @@ impl Blob {
         &self.0[offset..offset + len]
     }
 
+    /// Bytes read where they are stored (the weight-only MatMul's packed codes): no copy.
+    pub fn borrow(&self, offset: usize, n: usize) -> &'static [u8] {
+        &self.0[offset..offset + n]
+    }
+
     pub fn u8s(&self, offset: usize, n: usize) -> Vec<u8> {
         self.bytes(offset, n).to_vec()
     }
