@@ -239,7 +239,7 @@ mod tests {
         for (k, n, layout) in [(37, 21, Layout::KN), (1024, 17, Layout::NK), (5, 3, Layout::NK)] {
             let b: Vec<i8> = (0..k * n).map(|i| ((i * 73 + 11) % 251) as i8).collect();
             let u: Vec<u8> = b.iter().map(|&v| v as u8).collect();
-            let zps: Vec<i8> = (0..n).map(|c| (c * 7) as i8 - 9).collect();
+            let zps: Vec<i8> = (0..n).map(|c| ((c * 7) % 100) as i8 - 9).collect();
             let uzps: Vec<u8> = zps.iter().map(|&z| z as u8).collect();
             let a: Vec<u8> = (0..3 * k).map(|i| ((i * 31 + 5) % 256) as u8).collect();
             for load in [PackedB::from_i8(&b, k, n, layout, &zps).unwrap(), PackedB::from_u8(&u, k, n, layout, &uzps).unwrap()] {
