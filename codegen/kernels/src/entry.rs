@@ -17,13 +17,6 @@ use crate::matmul_codes::MatMulCodes;
 use crate::requant::{Plan, RequantError};
 use crate::{GemmError, Kernels, PackedB};
 
-/// Bytes as int8 codes, in place (the generated code borrows its int8 tables from its weights).
-pub fn as_i8(bytes: &[u8]) -> &[i8] {
-    // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid in both;
-    // the slice's lifetime and length carry over.
-    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len()) }
-}
-
 macro_rules! quantize {
     ($($name:ident: $y:ty),*) => {$(
         /// [`qdq::quantize_linear`] to these codes.
@@ -235,4 +228,13 @@ pub fn dynamic_matmul_f32(
     out: &mut [f32],
 ) -> Result<crate::dynamic::Stats, crate::dynamic::DynamicError> {
     plan.run_f32(kernels, x, m, b, codes, c, out)
+}
+
+/// The weight blob's bytes as int8 codes, borrowed: a generated crate reads its int8 constants
+/// in place (its code forbids `unsafe`), so a constant is never copied at load and only the pages
+/// a kernel touches become resident.
+pub fn i8_view(bytes: &[u8]) -> &[i8] {
+    // SAFETY: u8 and i8 have the same size and alignment and every bit pattern is valid in
+    // both; the result borrows `bytes` for its whole lifetime.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<i8>(), bytes.len()) }
 }

@@ -39,6 +39,8 @@ pub enum PackError {
     ZeroPoints { columns: usize, got: usize },
     /// K is 0 or so large that `K·255·128` overflows i32 bookkeeping.
     Depth(usize),
+    /// Bytes packed ahead that do not start on a 64-byte boundary.
+    Unaligned,
 }
 
 impl fmt::Display for PackError {
@@ -51,6 +53,7 @@ impl fmt::Display for PackError {
                 write!(f, "weight zero points: {got}, expected 1 or {columns}")
             }
             PackError::Depth(k) => write!(f, "reduction depth {k} outside 1..=2^24"),
+            PackError::Unaligned => write!(f, "packed weights not on a 64-byte boundary"),
         }
     }
 }
@@ -62,11 +65,19 @@ impl std::error::Error for PackError {}
 pub struct PackedB {
     k: usize,
     n: usize,
-    /// The packed bytes from `start` on (`start` aligns them to 64 bytes).
-    data: Vec<i8>,
-    start: usize,
+    bytes: Bytes,
     col_sums: Vec<i32>,
     zero_points: Vec<i32>,
+}
+
+/// Where the packed bytes live.
+#[derive(Debug)]
+enum Bytes {
+    /// Packed at load: the bytes from `start` on (`start` aligns them to 64 bytes).
+    Owned { data: Vec<i8>, start: usize },
+    /// Packed at compile time ([`PackedB::from_packed`]): borrowed from a generated crate's
+    /// weight blob, never copied, so a page is resident only once a kernel reads it.
+    Borrowed(&'static [i8]),
 }
 
 impl PackedB {
@@ -111,7 +122,28 @@ impl PackedB {
             }
         }
         let zero_points = (0..n).map(|c| zp[if zp.len() == 1 { 0 } else { c }]).collect();
-        Ok(PackedB { k, n, data, start, col_sums, zero_points })
+        Ok(PackedB { k, n, bytes: Bytes::Owned { data, start }, col_sums, zero_points })
+    }
+
+    /// Weights packed ahead (a generated crate's blob holds [`Self::data`], [`Self::col_sums`]
+    /// and [`Self::zero_points`] of the `PackedB` the compiler built with [`Self::from_i8`] or
+    /// [`Self::from_u8`]), borrowed as they are. The layout is checked (length, 64-byte
+    /// alignment, one column sum and zero point per column); the bytes are not read here.
+    pub fn from_packed(data: &'static [i8], k: usize, n: usize, col_sums: Vec<i32>, zero_points: Vec<i32>) -> Result<PackedB, PackError> {
+        if k == 0 || k > 1 << 24 {
+            return Err(PackError::Depth(k));
+        }
+        let expected = n.div_ceil(NR) * stride(k.div_ceil(KR));
+        if data.len() != expected {
+            return Err(PackError::Length { expected, got: data.len() });
+        }
+        if data.as_ptr().align_offset(64) != 0 {
+            return Err(PackError::Unaligned);
+        }
+        if col_sums.len() != n || zero_points.len() != n {
+            return Err(PackError::ZeroPoints { columns: n, got: col_sums.len().min(zero_points.len()) });
+        }
+        Ok(PackedB { k, n, bytes: Bytes::Borrowed(data), col_sums, zero_points })
     }
 
     /// Reduction depth K.
@@ -136,7 +168,11 @@ impl PackedB {
 
     /// The packed bytes, `[panel][k4][NR][KR]`, panel `p` at `p·`[`Self::panel_stride`].
     pub fn data(&self) -> &[i8] {
-        &self.data[self.start..][..self.panels() * self.panel_stride()]
+        let len = self.panels() * self.panel_stride();
+        match &self.bytes {
+            Bytes::Owned { data, start } => &data[*start..][..len],
+            Bytes::Borrowed(data) => &data[..len],
+        }
     }
 
     /// Bytes from one panel to the next: `k4·64`, plus one row when that is a multiple of 4 KiB.
@@ -158,10 +194,16 @@ impl PackedB {
 impl Clone for PackedB {
     /// A copy with its own alignment (a derived clone would keep the original's offset).
     fn clone(&self) -> PackedB {
-        let bytes = self.data();
-        let (mut data, start) = aligned(bytes.len());
-        data[start..][..bytes.len()].copy_from_slice(bytes);
-        PackedB { k: self.k, n: self.n, data, start, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone() }
+        let bytes = match &self.bytes {
+            Bytes::Owned { .. } => {
+                let packed = self.data();
+                let (mut data, start) = aligned(packed.len());
+                data[start..][..packed.len()].copy_from_slice(packed);
+                Bytes::Owned { data, start }
+            }
+            Bytes::Borrowed(data) => Bytes::Borrowed(data),
+        };
+        PackedB { k: self.k, n: self.n, bytes, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone() }
     }
 }
 
@@ -176,4 +218,55 @@ fn aligned(len: usize) -> (Vec<i8>, usize) {
     let data = vec![0i8; len + 63];
     let start = data.as_ptr().align_offset(64).min(63);
     (data, start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Isa, Kernels, gemm_u8};
+
+    /// Bytes leaked at a 64-byte boundary (+ `shift`), as a generated crate's static blob holds them.
+    fn leak(bytes: &[i8], shift: usize) -> &'static [i8] {
+        let (mut data, start) = aligned(bytes.len() + shift);
+        data[start + shift..][..bytes.len()].copy_from_slice(bytes);
+        &Vec::leak(data)[start + shift..][..bytes.len()]
+    }
+
+    /// A weight operand packed ahead and borrowed gives the sums of the one packed at load, on
+    /// every path, for u8 and i8 weights, both layouts and a K whose panels get the spare row.
+    #[test]
+    fn packed_ahead_is_packed_at_load() {
+        for (k, n, layout) in [(37, 21, Layout::KN), (1024, 17, Layout::NK), (5, 3, Layout::NK)] {
+            let b: Vec<i8> = (0..k * n).map(|i| ((i * 73 + 11) % 251) as i8).collect();
+            let u: Vec<u8> = b.iter().map(|&v| v as u8).collect();
+            let zps: Vec<i8> = (0..n).map(|c| ((c * 7) % 100) as i8 - 9).collect();
+            let uzps: Vec<u8> = zps.iter().map(|&z| z as u8).collect();
+            let a: Vec<u8> = (0..3 * k).map(|i| ((i * 31 + 5) % 256) as u8).collect();
+            for load in [PackedB::from_i8(&b, k, n, layout, &zps).unwrap(), PackedB::from_u8(&u, k, n, layout, &uzps).unwrap()] {
+                let ahead = PackedB::from_packed(leak(load.data(), 0), k, n, load.col_sums().to_vec(), load.zero_points().to_vec()).unwrap();
+                assert_eq!(ahead.data(), load.data());
+                for kernels in Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()) {
+                    let (mut want, mut got) = (vec![0i32; 3 * n], vec![0i32; 3 * n]);
+                    gemm_u8(kernels, &a, 3, 17, &load, &mut want).unwrap();
+                    gemm_u8(kernels, &a, 3, 17, &ahead, &mut got).unwrap();
+                    assert_eq!(got, want, "{kernels:?} k={k} n={n}");
+                    gemm_u8(kernels, &a, 3, 17, &ahead.clone(), &mut got).unwrap();
+                    assert_eq!(got, want, "{kernels:?} k={k} n={n}: a clone");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_ahead_with_another_layout_is_refused() {
+        let load = PackedB::from_i8(&[1; 40 * 5], 40, 5, Layout::KN, &[0]).unwrap();
+        let (sums, zps) = (load.col_sums().to_vec(), load.zero_points().to_vec());
+        let bytes = load.data();
+        assert!(matches!(PackedB::from_packed(leak(&bytes[1..], 0), 40, 5, sums.clone(), zps.clone()), Err(PackError::Length { .. })));
+        assert!(matches!(PackedB::from_packed(leak(bytes, 0), 41, 5, sums.clone(), zps.clone()), Err(PackError::Length { .. })));
+        assert!(matches!(PackedB::from_packed(leak(bytes, 1), 40, 5, sums.clone(), zps.clone()), Err(PackError::Unaligned)));
+        assert!(matches!(PackedB::from_packed(leak(bytes, 0), 40, 5, sums[1..].to_vec(), zps.clone()), Err(PackError::ZeroPoints { .. })));
+        assert!(matches!(PackedB::from_packed(leak(bytes, 0), 40, 5, sums.clone(), vec![0]), Err(PackError::ZeroPoints { .. })));
+        assert!(matches!(PackedB::from_packed(leak(bytes, 0), 0, 5, sums, zps), Err(PackError::Depth(0))));
+    }
 }

@@ -27,7 +27,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn weights(rng: &mut Rng, len: usize, channels: usize, inner: usize, signed: bool) -> (Dequantized, Vec<f32>) {
     let scales: Vec<f32> = (0..channels).map(|_| rng.f32_in(1e-3, 3e-2)).collect();
     let zps: Vec<i64> = (0..channels).map(|_| if signed { 0 } else { rng.below(256) as i64 }).collect();
-    let codes = if signed { Codes::I8(rng.i8s(len)) } else { Codes::U8(rng.u8s(len)) };
+    let codes = if signed { Codes::I8(rng.i8s(len).into()) } else { Codes::U8(rng.u8s(len).into()) };
     let d = Dequantized::new(codes, scales, zps, inner).unwrap();
     let copy = d.to_vec();
     (d, copy)
@@ -153,8 +153,8 @@ fn a_wrong_decoding_is_seen() {
     let (m, k, n) = (3, 40, 20);
     let a = rng.f32s(m * k, -1.0, 1.0);
     let codes = rng.u8s(k * n);
-    let good = Dequantized::new(Codes::U8(codes.clone()), vec![0.0123], vec![128], 1).unwrap();
-    let off = Dequantized::new(Codes::U8(codes), vec![0.0123], vec![129], 1).unwrap();
+    let good = Dequantized::new(Codes::U8(codes.clone().into()), vec![0.0123], vec![128], 1).unwrap();
+    let off = Dequantized::new(Codes::U8(codes.into()), vec![0.0123], vec![129], 1).unwrap();
     let kernels = paths()[0];
     let (mut want, mut got) = (vec![0f32; m * n], vec![0f32; m * n]);
     matmul(kernels, &a, &[m, k], &good.to_vec(), &[k, n], &mut want).unwrap();

@@ -13,6 +13,7 @@ use qdqc_kernels::float::reduce::{Reduce, reduce, reduce_shape};
 use qdqc_kernels::float::resize::{Coordinates, Nearest, resize_linear, resize_nearest};
 use qdqc_kernels::float::softmax::softmax;
 use qdqc_kernels::float::{broadcast_shape, numel};
+use qdqc_kernels::{Isa, Kernels};
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -129,7 +130,7 @@ fn softmax_is_within_one_ulp_of_f64_along_any_axis() {
     for axis in [-3i64, -2, -1, 0, 1, 2] {
         let a = axis.rem_euclid(3) as usize;
         let mut y = vec![0f32; x.len()];
-        softmax(&x, &shape, axis, &mut y).unwrap();
+        softmax(Kernels::detect(), &x, &shape, axis, &mut y).unwrap();
         for (flat, &v) in y.iter().enumerate() {
             let idx = unflatten(flat, &shape);
             let at = |i: usize| {
@@ -143,27 +144,38 @@ fn softmax_is_within_one_ulp_of_f64_along_any_axis() {
             assert!((f64::from(v) - want).abs() <= want * 2f64.powi(-23), "axis {axis} at {idx:?}: {v} vs {want}");
         }
     }
-    // Bit for bit the documented order per slice (max, then exp64 and the f64 sum in index order).
-    for axis in 0..3 {
-        let mut y = vec![0f32; x.len()];
-        softmax(&x, &shape, axis as i64, &mut y).unwrap();
-        for (flat, &v) in y.iter().enumerate() {
-            let idx = unflatten(flat, &shape);
-            let at = |i: usize| {
-                let mut j = idx.clone();
-                j[axis] = i;
-                x[(j[0] * 5 + j[1]) * 7 + j[2]]
-            };
-            let m = (0..shape[axis]).fold(f32::NEG_INFINITY, |m, i| if at(i) > m { at(i) } else { m });
-            let s = (0..shape[axis]).fold(0f64, |s, i| s + exp64(f64::from(at(i)) - f64::from(m)));
-            let want = (exp64(f64::from(at(idx[axis])) - f64::from(m)) / s) as f32;
-            assert_eq!(v.to_bits(), want.to_bits(), "axis {axis} at {idx:?}");
+    // Bit for bit the documented order per slice (max, then exp64 and the f64 sum in index order),
+    // on every kernel path this host has (they differ in vector width only). The input holds
+    // ±0, ±∞, NaN and a slice of −∞ alone among its values.
+    let mut x = x;
+    x[3] = -0.0;
+    x[10] = 0.0;
+    x[20] = f32::NEG_INFINITY;
+    x[40] = f32::NAN;
+    x[77] = f32::INFINITY;
+    x[98..105].fill(f32::NEG_INFINITY);
+    for kernels in Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()) {
+        for axis in 0..3 {
+            let mut y = vec![0f32; x.len()];
+            softmax(kernels, &x, &shape, axis as i64, &mut y).unwrap();
+            for (flat, &v) in y.iter().enumerate() {
+                let idx = unflatten(flat, &shape);
+                let at = |i: usize| {
+                    let mut j = idx.clone();
+                    j[axis] = i;
+                    x[(j[0] * 5 + j[1]) * 7 + j[2]]
+                };
+                let m = (0..shape[axis]).fold(f32::NEG_INFINITY, |m, i| if at(i) > m { at(i) } else { m });
+                let s = (0..shape[axis]).fold(0f64, |s, i| s + exp64(f64::from(at(i)) - f64::from(m)));
+                let want = (exp64(f64::from(at(idx[axis])) - f64::from(m)) / s) as f32;
+                assert_eq!(v.to_bits(), want.to_bits(), "{kernels:?} axis {axis} at {idx:?}");
+            }
         }
     }
     let mut y = [0f32; 2];
-    softmax(&[f32::INFINITY, 0.0], &[2], 0, &mut y).unwrap();
+    softmax(Kernels::detect(), &[f32::INFINITY, 0.0], &[2], 0, &mut y).unwrap();
     assert!(y.iter().all(|v| v.is_nan()));
-    assert!(softmax(&[0.0; 2], &[2], 1, &mut y).is_err());
+    assert!(softmax(Kernels::detect(), &[0.0; 2], &[2], 1, &mut y).is_err());
 }
 
 fn pool_params(kernel: &[usize], strides: &[usize], dilations: &[usize], pb: &[usize], pe: &[usize], ceil: bool, include: bool) -> PoolParams {

@@ -9,6 +9,7 @@ use super::blob::Blob;
 use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
+use qdqc_kernels::{Layout, PackedB};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -161,21 +162,9 @@ impl Emitter<'_, '_> {
         }
         let c = self.p.values.constant(name)?;
         let field = format!("p{}.c{}", self.part, self.tensors.len());
-        // Code tables (an embedding's codes, lookup tables) are read where the blob holds them:
-        // no copy, and only the pages a Gather reads become resident.
-        let (ty, init) = match c.dtype {
-            qdqc_lang::onnx::DataType::Uint8 | qdqc_lang::onnx::DataType::Int8 => {
-                let signed = c.dtype == qdqc_lang::onnx::DataType::Int8;
-                let bytes: Vec<u8> = c.ints.iter().map(|&v| if signed { v as i8 as u8 } else { v as u8 }).collect();
-                let at = self.blob.add(&bytes);
-                if signed {
-                    ("&'static [i8]".into(), format!("entry::as_i8(blob.borrow({at}, {}))", bytes.len()))
-                } else {
-                    ("&'static [u8]".into(), format!("blob.borrow({at}, {})", bytes.len()))
-                }
-            }
-            _ => self.load(&c)?,
-        };
+        // 8-bit code tables (an embedding's codes, lookup tables) are borrowed from the blob
+        // (`load`): no copy, and only the pages a Gather reads become resident.
+        let (ty, init) = self.load(&c)?;
         self.fields.push((field.clone(), ty, init));
         self.tensors.insert(name.to_string(), field);
         Ok(())
@@ -200,7 +189,7 @@ impl Emitter<'_, '_> {
         };
         let field = format!("p{}.q{}", self.part, self.quantized.len());
         let init = format!(
-            "float::dq::Dequantized::new(float::dq::Codes::{variant}({codes}), {}.to_vec(), vec!{}, {}).map_err(float_err({}))?",
+            "float::dq::Dequantized::new(float::dq::Codes::{variant}({codes}.into()), {}.to_vec(), vec!{}, {}).map_err(float_err({}))?",
             self.f32_init(&q.scales),
             i64_list(&q.zero_points),
             q.inner,
@@ -220,7 +209,7 @@ impl Emitter<'_, '_> {
         let field = format!("p{}.w{}", self.part, self.packed.len());
         let codes = self.blob.add(&w.codes);
         let init = format!(
-            "float::weight_only::WeightOnly::new(float::weight_only::CodeType::{}, {}, {}, {}, blob.borrow({codes}, {}), {}.to_vec(), {}.to_vec()).map_err(float_err({}))?",
+            "float::weight_only::WeightOnly::new(float::weight_only::CodeType::{}, {}, {}, {}, blob.u8s({codes}, {}), {}.to_vec(), {}.to_vec()).map_err(float_err({}))?",
             w.code,
             w.k,
             w.n,
@@ -255,11 +244,11 @@ impl Emitter<'_, '_> {
             }
             DataType::Uint8 => {
                 let bytes: Vec<u8> = c.ints.iter().map(|&v| v as u8).collect();
-                ("Vec<u8>".into(), format!("blob.u8s({}, {n})", self.blob.add(&bytes)))
+                ("&'static [u8]".into(), format!("blob.u8s({}, {n})", self.blob.add(&bytes)))
             }
             DataType::Int8 => {
                 let bytes: Vec<u8> = c.ints.iter().map(|&v| v as i8 as u8).collect();
-                ("Vec<i8>".into(), format!("blob.i8s({}, {n})", self.blob.add(&bytes)))
+                ("&'static [i8]".into(), format!("blob.i8s({}, {n})", self.blob.add(&bytes)))
             }
             DataType::Int32 => {
                 let bytes: Vec<u8> = c.ints.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
@@ -329,6 +318,37 @@ impl Emitter<'_, '_> {
         Ok((data, format!("[{}]", zps.join(", "))))
     }
 
+    /// A GEMM's weight operand packed now, by the kernel crate's own `PackedB::from_i8`/`from_u8`:
+    /// the blob holds the packed bytes, column sums and zero points, and `Model::new` borrows them
+    /// (`PackedB::from_packed`), so nothing is copied at load and the weights in ONNX layout are
+    /// not in the blob at all.
+    #[allow(clippy::too_many_arguments)] // the operand's description, spelled out
+    fn packed_b(&mut self, weights: &str, elem: Elem, k: usize, n: usize, layout: Layout, zps: &[i64], err: &str) -> Result<String, String> {
+        let w = self.p.values.constant(weights)?;
+        let packed = match elem {
+            Elem::I8 => {
+                let (b, z): (Vec<i8>, Vec<i8>) = (w.ints.iter().map(|&v| v as i8).collect(), zps.iter().map(|&v| v as i8).collect());
+                PackedB::from_i8(&b, k, n, layout, &z)
+            }
+            Elem::U8 => {
+                let (b, z): (Vec<u8>, Vec<u8>) = (w.ints.iter().map(|&v| v as u8).collect(), zps.iter().map(|&v| v as u8).collect());
+                PackedB::from_u8(&b, k, n, layout, &z)
+            }
+            other => return Err(format!("GEMM weights of type {other:?}")),
+        }
+        .map_err(|e| format!("weights '{weights}': {e}"))?;
+        let data: Vec<u8> = packed.data().iter().map(|&v| v as u8).collect();
+        let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (sums, zero_points) = (i32s(packed.col_sums()), i32s(packed.zero_points()));
+        Ok(format!(
+            "PackedB::from_packed(blob.i8s({}, {}), {k}, {n}, blob.i32s({}, {n}), blob.i32s({}, {n})).map_err({err})?",
+            self.blob.add(&data),
+            data.len(),
+            self.blob.add(&sums),
+            self.blob.add(&zero_points)
+        ))
+    }
+
     /// qdqc's A8W8MatMul: the packed weights and the epilogue's plan as fields
     /// (`qdqc_kernels::a8w8::A8W8`), then one call on the activation codes (int8 shifted to u8).
     fn a8w8(&mut self, i: usize, op: &Op, a: &A8W8) -> Result<String, String> {
@@ -340,13 +360,10 @@ impl Emitter<'_, '_> {
             Place::Field(_) => return Err("A8W8MatMul of a constant activation".into()),
         };
         let shift = if x_elem == Elem::I8 { 128 } else { 0 };
-        let w = self.p.values.constant(&a.weights)?;
-        let (_, data) = self.load(&w)?;
-        let ctor = if a.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
-        let layout = if a.trans_b { "Layout::NK" } else { "Layout::KN" };
+        let layout = if a.trans_b { Layout::NK } else { Layout::KN };
         let field = format!("p{}.n{i}_a8w8", self.part);
         let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
-        let packed = format!("PackedB::{ctor}(&{data}, {}, {}, {layout}, &{}).map_err({err})?", a.k, a.n, list(&a.weight_zps));
+        let packed = self.packed_b(&a.weights, a.weight_elem, a.k, a.n, layout, &a.weight_zps, &err)?;
         let bias = match &a.bias {
             Some(name) => {
                 let c = self.p.values.constant(name)?;
@@ -406,17 +423,12 @@ impl Emitter<'_, '_> {
         if let Place::Field(_) = self.place(x0)? {
             return Err("DynamicMatMul of a constant activation".into());
         }
-        let w = self.p.values.constant(&d.weights)?;
-        let (_, data) = self.load(&w)?;
-        let ctor = if d.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
         let field = format!("p{}.n{i}_dynamic", self.part);
         let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+        let packed = self.packed_b(&d.weights, d.weight_elem, d.k, d.n, Layout::KN, &d.weight_zps, &err)?;
         let epilogue = if d.correctly_rounded { "Real" } else { "Graph" };
         let init = format!(
-            "{{ let b = PackedB::{ctor}(&{data}, {}, {}, Layout::KN, &{}).map_err({err})?; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::Tensor, qdqc_kernels::dynamic::Epilogue::{epilogue}).map_err({err})?; (b, plan) }}",
-            d.k,
-            d.n,
-            list(&d.weight_zps),
+            "{{ let b = {packed}; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::Tensor, qdqc_kernels::dynamic::Epilogue::{epilogue}).map_err({err})?; (b, plan) }}",
             self.f32_init(&d.weight_scales)
         );
         self.fields.push((field.clone(), "(PackedB, qdqc_kernels::dynamic::DynamicMatMul)".into(), init));
@@ -511,15 +523,11 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::Gemm { int, k, n, trans_b } => {
-                let (data, zps) = self.weights(int)?;
-                let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
-                let layout = if *trans_b { "Layout::NK" } else { "Layout::KN" };
+                let layout = if *trans_b { Layout::NK } else { Layout::KN };
                 let field = format!("p{}.n{i}_b", self.part);
-                self.fields.push((
-                    field.clone(),
-                    "PackedB".into(),
-                    format!("PackedB::{ctor}(&{data}, {k}, {n}, {layout}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
-                ));
+                let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+                let packed = self.packed_b(&int.weights, int.weight_elem, *k, *n, layout, &int.weight_zps, &err)?;
+                self.fields.push((field.clone(), "PackedB".into(), packed));
                 let rq = self.requant(i, op, int, "gemm")?;
                 format!(
                     "qlinear_gemm::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, ({}) / {k}, {}, &mut y, &mut ws.scratch, {node})?;",
@@ -812,7 +820,7 @@ impl Emitter<'_, '_> {
                 format!("float::unary::map(self.k, float::unary::Function::{function}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?)
             }
             Kind::Softmax { axis } => {
-                format!("float::softmax::softmax({}, &{}, {axis}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+                format!("float::softmax::softmax(self.k, {}, &{}, {axis}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
             }
             Kind::LayerNorm { axis, epsilon } => {
                 let xs = self.p.values.shape(x0)?;

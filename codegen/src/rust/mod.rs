@@ -63,9 +63,12 @@
 //! one copy per requantized QLinearConcat input, and the output tensors. `run` makes a fresh
 //! workspace each call.
 //!
-//! Weights: packed panels (`PackedB`, `PackedConv`), requantization forms and Add/Mul plans are
-//! built once in `Model::new()` from the blob (the kernel crate has no constructor from packed
-//! bytes yet, so the blob holds the weights in ONNX layout). `include_bytes!` costs rustc little
+//! Weights: GEMM weights (`PackedB`: Gemm, MatMul, A8W8 and dynamic groups) are packed at compile
+//! time by the kernel crate's own packing and borrowed from the blob by `Model::new()`
+//! (`PackedB::from_packed`: no copy, a page resident once a kernel reads it); other 8-bit constants
+//! (an embedding table, dequantized weights) are borrowed from the blob in ONNX layout, so a Gather
+//! pages in only the rows it reads. Convolution panels (`PackedConv`), requantization forms and
+//! Add/Mul plans are still built once in `Model::new()` from the blob. `include_bytes!` costs rustc little
 //! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
 //! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
 //! same offsets.

@@ -11,12 +11,14 @@
 //! | one scale: per tensor; one zero point (or none: 0) for every channel | as DequantizeLinear broadcasts a scalar scale / zero point |
 
 use super::{ShapeError, bail};
+use std::borrow::Cow;
 
-/// The stored codes.
+/// The stored codes: 8-bit codes borrowed from the generated crate's weight blob (never copied,
+/// so only the pages a kernel reads become resident) or owned.
 #[derive(Clone, Debug)]
 pub enum Codes {
-    U8(Vec<u8>),
-    I8(Vec<i8>),
+    U8(Cow<'static, [u8]>),
+    I8(Cow<'static, [i8]>),
     /// Biases (int32 codes at scale `s_x·s_w`).
     I32(Vec<i32>),
 }
@@ -242,7 +244,7 @@ mod tests {
         for (scales, zps, inner) in
             [(&scales[..1], vec![128], 1), (&scales[..], vec![3, 250, 0, 128], 5), (&scales[..3], vec![], 20), (&scales[..], vec![7], 15)]
         {
-            let d = Dequantized::new(Codes::U8(q.iter().map(|&v| v as u8).collect()), scales.to_vec(), zps.clone(), inner).unwrap();
+            let d = Dequantized::new(Codes::U8(q.iter().map(|&v| v as u8).collect::<Vec<_>>().into()), scales.to_vec(), zps.clone(), inner).unwrap();
             let want = folded(&q, scales, &zps, inner);
             for start in [0, 1, 4, 13, 59] {
                 for len in [0, 1, 6, 60 - start].into_iter().filter(|&l| start + l <= 60) {
@@ -259,7 +261,7 @@ mod tests {
     #[test]
     fn int8_and_int32_codes_decode_as_the_fold() {
         let q8: Vec<i64> = (-128..128).collect();
-        let d = Dequantized::new(Codes::I8(q8.iter().map(|&v| v as i8).collect()), vec![0.01, 0.3], vec![-5, 9], 128).unwrap();
+        let d = Dequantized::new(Codes::I8(q8.iter().map(|&v| v as i8).collect::<Vec<_>>().into()), vec![0.01, 0.3], vec![-5, 9], 128).unwrap();
         let mut out = vec![0f32; 256];
         d.decode(0, &mut out);
         assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q8, &[0.01, 0.3], &[-5, 9], 128));
@@ -296,8 +298,8 @@ mod tests {
 
     #[test]
     fn inconsistent_parameters_are_refused() {
-        assert!(Dequantized::new(Codes::U8(vec![0; 6]), vec![], vec![], 1).is_err());
-        assert!(Dequantized::new(Codes::U8(vec![0; 6]), vec![1.0, 2.0], vec![1, 2, 3], 3).is_err());
-        assert!(Dequantized::new(Codes::U8(vec![0; 7]), vec![1.0, 2.0], vec![], 3).is_err());
+        assert!(Dequantized::new(Codes::U8(vec![0; 6].into()), vec![], vec![], 1).is_err());
+        assert!(Dequantized::new(Codes::U8(vec![0; 6].into()), vec![1.0, 2.0], vec![1, 2, 3], 3).is_err());
+        assert!(Dequantized::new(Codes::U8(vec![0; 7].into()), vec![1.0, 2.0], vec![], 3).is_err());
     }
 }

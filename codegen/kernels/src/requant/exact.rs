@@ -117,9 +117,14 @@ impl Ratio {
     }
 }
 
-/// `rne(n / d)` for `d > 0`, ties to even (also the ops on codes' exact rounding).
+/// `rne(n / d)` for `d > 0`, ties to even (also the ops on codes' exact rounding). Where both
+/// fit i64 the same quotient and remainder come from one 64-bit division (an i128 division is a
+/// library call, several times slower on the fallbacks that reach here).
 pub(crate) fn rne_div(n: i128, d: i128) -> i128 {
-    let (q, r) = (n.div_euclid(d), n.rem_euclid(d));
+    let (q, r) = match (i64::try_from(n), i64::try_from(d)) {
+        (Ok(n), Ok(d)) => (i128::from(n.div_euclid(d)), i128::from(n.rem_euclid(d))),
+        _ => (n.div_euclid(d), n.rem_euclid(d)),
+    };
     match (2 * r).cmp(&d) {
         std::cmp::Ordering::Less => q,
         std::cmp::Ordering::Greater => q + 1,
@@ -134,5 +139,40 @@ pub fn requant_exact(acc: i32, bias: i32, ratio: &Ratio, out: Output) -> i32 {
         Some(q) => out.saturate(q),
         // Huge magnitude: saturates on the side of its sign.
         None => out.saturate(if ratio.sign(t) < 0 { i128::MIN / 2 } else { i128::MAX / 2 }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rne_div;
+
+    /// The i128 definition: what `rne_div` computed before its i64 path.
+    fn wide(n: i128, d: i128) -> i128 {
+        let (q, r) = (n.div_euclid(d), n.rem_euclid(d));
+        match (2 * r).cmp(&d) {
+            std::cmp::Ordering::Less => q,
+            std::cmp::Ordering::Greater => q + 1,
+            std::cmp::Ordering::Equal => q + (q & 1),
+        }
+    }
+
+    /// Both widths agree at every edge of the i64 path: ties of either parity, negative
+    /// numerators, n and d at and beyond ±2^63.
+    #[test]
+    fn the_i64_path_is_the_i128_division() {
+        let edges = [i128::from(i64::MIN), i128::from(i64::MAX), 1 << 63, -(1 << 63) - 1, 1 << 100, -(1 << 100)];
+        let mut ns: Vec<i128> = (-40..=40).collect();
+        let mut ds: Vec<i128> = (1..=12).collect();
+        for e in edges {
+            ns.extend([e - 1, e, e + 1, e / 2, e / 3]);
+            if e > 0 {
+                ds.extend([e - 1, e, e / 2, e / 2 + 1, 1 << 62]);
+            }
+        }
+        for &n in &ns {
+            for &d in &ds {
+                assert_eq!(rne_div(n, d), wide(n, d), "n={n} d={d}");
+            }
+        }
     }
 }

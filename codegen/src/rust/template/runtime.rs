@@ -175,17 +175,15 @@ impl Blob {
         &self.0[offset..offset + len]
     }
 
-    /// Bytes read where they are stored (the weight-only MatMul's packed codes): no copy.
-    pub fn borrow(&self, offset: usize, n: usize) -> &'static [u8] {
-        &self.0[offset..offset + n]
+    /// 8-bit codes are borrowed, never copied: only the pages a kernel reads become resident
+    /// (an embedding table's gathered rows, not the table).
+    pub fn u8s(&self, offset: usize, n: usize) -> &'static [u8] {
+        let all: &'static [u8] = self.0;
+        &all[offset..offset + n]
     }
 
-    pub fn u8s(&self, offset: usize, n: usize) -> Vec<u8> {
-        self.bytes(offset, n).to_vec()
-    }
-
-    pub fn i8s(&self, offset: usize, n: usize) -> Vec<i8> {
-        self.bytes(offset, n).iter().map(|&b| b as i8).collect()
+    pub fn i8s(&self, offset: usize, n: usize) -> &'static [i8] {
+        entry::i8_view(self.u8s(offset, n))
     }
 
     pub fn i32s(&self, offset: usize, n: usize) -> Vec<i32> {
