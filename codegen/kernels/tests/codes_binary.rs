@@ -80,7 +80,7 @@ fn every_path_gives_code<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>) {
 /// several axes whose length is no multiple of 64) and direct (runs of 16, shorter than
 /// `TABLE_RUN`), so every pair goes through each on path `k`.
 fn tabled_and_short_runs<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>, k: Kernels, want: &[Y]) {
-    assert!(TABLE_RUN <= 256 && TABLE_RUN > 16, "the runs below straddle TABLE_RUN");
+    const { assert!(TABLE_RUN <= 256 && TABLE_RUN > 16, "the runs below straddle TABLE_RUN") };
     let column: Vec<A> = (0..256).map(A::from_index).collect();
     let row: Vec<B> = (0..256).map(B::from_index).collect();
     // [256] × [256, 1]: runs of 256, B fixed along each.
