@@ -206,7 +206,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
 
     /// `out = op(a, b)` with numpy broadcasting; `out` holds `broadcast_shape(a_shape, b_shape)`.
     /// Runs on `kernels`' path; every path gives [`Binary::code`]'s bits: the same IEEE
-    /// operations element by element (see `requant::row_uniform` and [`Sum`]), and a run of at
+    /// operations element by element (see `requant::row_uniform` and `Sum`), and a run of at
     /// least [`TABLE_RUN`] outputs along which one operand is fixed reads a table of the op at
     /// that code, filled by the same run function over the other operand's 256 codes (so its
     /// entries are the codes the run would compute). Exact fallbacks are counted per element or,
