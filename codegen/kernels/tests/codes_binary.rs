@@ -2,12 +2,13 @@
 //! numerators and denominators, no float arithmetic), exhaustively over all 65,536 code pairs per
 //! scale set and type combination; the huge-exponent-gap path against hand-derived results;
 //! broadcasting against index arithmetic; `Binary::apply` on every kernel path this host runs
-//! against `Binary::code`, pair by pair.
+//! against `Binary::code`, pair by pair, on direct runs and on the runs read from a table of one
+//! fixed operand.
 
 mod common;
 
 use common::{Rng, as_fraction, rne};
-use qdqc_kernels::codes::binary::{Binary, BinaryOp, binary_exact};
+use qdqc_kernels::codes::binary::{Binary, BinaryOp, TABLE_RUN, binary_exact};
 use qdqc_kernels::codes::{QCode, Quant};
 use qdqc_kernels::{Isa, Kernels};
 
@@ -70,7 +71,39 @@ fn every_path_gives_code<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>) {
         let mut out = vec![Y::default(); 1 << 16];
         t.apply(k, &column, &[256, 1], &row, &[256], &mut out).unwrap();
         assert!(out == want, "{} path, broadcast", k.isa());
+        tabled_and_short_runs(t, k, &want);
     }
+}
+
+/// The runs with one operand fixed, against `want[i·256 + j] = code(a_i, b_j)`: tabled (runs of
+/// `TABLE_RUN` and more, a fixed B and a fixed A, a single-element operand against a tensor of
+/// several axes whose length is no multiple of 64) and direct (runs of 16, shorter than
+/// `TABLE_RUN`), so every pair goes through each on path `k`.
+fn tabled_and_short_runs<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>, k: Kernels, want: &[Y]) {
+    const { assert!(TABLE_RUN <= 256 && TABLE_RUN > 16, "the runs below straddle TABLE_RUN") };
+    let column: Vec<A> = (0..256).map(A::from_index).collect();
+    let row: Vec<B> = (0..256).map(B::from_index).collect();
+    // [256] × [256, 1]: runs of 256, B fixed along each.
+    let mut out = vec![Y::default(); 1 << 16];
+    t.apply(k, &column, &[256], &row, &[256, 1], &mut out).unwrap();
+    let by_b: Vec<Y> = (0..1 << 16).map(|k| want[((k & 255) << 8) | (k >> 8)]).collect();
+    assert!(out == by_b, "{} path, B fixed per run", k.isa());
+    // A single element against 5 × 161 codes (each code three times and more), both orders.
+    let n = 5 * 161;
+    let many_a: Vec<A> = (0..n).map(|i| A::from_index((i * 7) & 255)).collect();
+    let many_b: Vec<B> = (0..n).map(|i| B::from_index((i * 11) & 255)).collect();
+    for i in 0..256 {
+        let mut out = vec![Y::default(); n];
+        t.apply(k, &many_a, &[5, 161], &row[i..=i], &[1], &mut out).unwrap();
+        assert!(out.iter().zip(&many_a).all(|(&y, a)| y == want[(a.index() << 8) | i]), "{} path, single B {i}", k.isa());
+        t.apply(k, &column[i..=i], &[1, 1, 1], &many_b, &[5, 161], &mut out).unwrap();
+        assert!(out.iter().zip(&many_b).all(|(&y, b)| y == want[(i << 8) | b.index()]), "{} path, single A {i}", k.isa());
+    }
+    // [256, 16, 1] × [16, 16]: runs of 16 with A fixed, every pair.
+    let a16: Vec<A> = (0..256 * 16).map(|k| A::from_index(k >> 4)).collect();
+    let mut out = vec![Y::default(); 1 << 16];
+    t.apply(k, &a16, &[256, 16, 1], &row, &[16, 16], &mut out).unwrap();
+    assert!(out == want, "{} path, short runs", k.isa());
 }
 
 const SCALE_SETS: [(f32, f32, f32); 9] = [

@@ -16,6 +16,7 @@
 //! |---|---|
 //! | every scale positive finite, zero points codes of their types | refused otherwise ([`CodesError`]) |
 //! | Mul without a table: `Ratio::new(sa, sb, sy)` exists (positive finite scales, checked above) | the requantization's exact form is defined for it |
+//! | a run with one operand fixed read from a 256-entry table (`apply`, runs of [`TABLE_RUN`] or more) | its entries are made by the same run function, on the same path, over the other operand's every code: the codes the run would compute, element by element |
 //! | Add: the f64 value is used only farther than `4u·(\|A·ra\| + \|B·rb\|)` from every half-integer (`Sum`) | its error bound: off a tie by more than it, the f64 value rounds as the exact one does; otherwise the exact form below |
 //! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
 //! | Add, exponent gap `g = p − q ≤ 91` between the terms `n1·2^p`, `n2·2^q` (over `my`) | `N = n1·2^g + n2`, `\|N\| < 2^124`, exact |
@@ -29,6 +30,7 @@
 //! is `n1·2^p`'s, and on one the small term only breaks the tie by its sign: the replacement has
 //! the same sign.
 
+use super::lookup::map_codes;
 use super::rational::{LIMIT, dyadic, rne_clamped};
 use super::shape::{broadcast_strides, check_len};
 use super::{CodesError, QCode, Quant, broadcast_shape};
@@ -203,53 +205,79 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
     }
 
     /// `out = op(a, b)` with numpy broadcasting; `out` holds `broadcast_shape(a_shape, b_shape)`.
-    /// A Mul runs on `kernels`' path (every path gives [`Binary::code`]'s bits: the same IEEE
-    /// operations element by element, see `requant::row_uniform`).
+    /// Runs on `kernels`' path; every path gives [`Binary::code`]'s bits: the same IEEE
+    /// operations element by element (see `requant::row_uniform` and `Sum`), and a run of at
+    /// least [`TABLE_RUN`] outputs along which one operand is fixed reads a table of the op at
+    /// that code, filled by the same run function over the other operand's 256 codes (so its
+    /// entries are the codes the run would compute). Exact fallbacks are counted per element or,
+    /// in a tabled run, per table entry.
     pub fn apply(&self, kernels: Kernels, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y]) -> Result<(), CodesError> {
-        // One dispatch per call, not per element.
+        let mut fallbacks = 0;
+        each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+            let n = y.len();
+            fallbacks += match (la, lb) {
+                (1, 0) if n >= TABLE_RUN => {
+                    let mut table = [Y::default(); 256];
+                    let codes: [A; 256] = std::array::from_fn(A::from_index);
+                    let f = self.run(kernels, &codes, 1, &b[..1], 0, &mut table);
+                    map_codes(kernels, &table, &a[..n], y);
+                    f
+                }
+                (0, 1) if n >= TABLE_RUN => {
+                    let mut table = [Y::default(); 256];
+                    let codes: [B; 256] = std::array::from_fn(B::from_index);
+                    let f = self.run(kernels, &a[..1], 0, &codes, 1, &mut table);
+                    map_codes(kernels, &table, &b[..n], y);
+                    f
+                }
+                _ => self.run(kernels, a, la, b, lb, y),
+            };
+        })?;
+        count_fallbacks(fallbacks);
+        Ok(())
+    }
+
+    /// One run of outputs, `y[k]` from `a[k·la]` and `b[k·lb]`, element by element on `kernels`'
+    /// path (one dispatch per run, not per element); returns the exact fallbacks.
+    fn run(&self, kernels: Kernels, a: &[A], la: usize, b: &[B], lb: usize, y: &mut [Y]) -> u64 {
         match &self.repr {
-            Repr::Table(t) => each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+            Repr::Table(t) => {
                 strided(y, a, la, b, lb, |a, b| t[(a.index() << 8) | b.index()]);
-            }),
-            Repr::Product { za, zb, plan, out: o } => {
-                let mut fallbacks = 0;
-                each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
-                    let run = Run { a, la, b, lb, zeros: (*za, *zb), plan, out: *o };
-                    fallbacks += match kernels.isa() {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
-                        // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
-                        Isa::Avx512Vnni => unsafe { products_avx512(&run, y) },
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: as above, AVX2 was checked.
-                        Isa::Avx2 => unsafe { products_avx2(&run, y) },
-                        _ => products(&run, y),
-                    };
-                })?;
-                count_fallbacks(fallbacks);
-                Ok(())
+                0
+            }
+            Repr::Product { za, zb, plan, out } => {
+                let run = Run { a, la, b, lb, zeros: (*za, *zb), plan, out: *out };
+                match kernels.isa() {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
+                    // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
+                    Isa::Avx512Vnni => unsafe { products_avx512(&run, y) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above, AVX2 was checked.
+                    Isa::Avx2 => unsafe { products_avx2(&run, y) },
+                    _ => products(&run, y),
+                }
             }
             Repr::Sum(sum) => {
-                let mut fallbacks = 0;
-                each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
-                    let run = SumRun { a, la, b, lb, sum };
-                    fallbacks += match kernels.isa() {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
-                        // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
-                        Isa::Avx512Vnni => unsafe { sums_avx512(&run, y) },
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: as above, AVX2 was checked.
-                        Isa::Avx2 => unsafe { sums_avx2(&run, y) },
-                        _ => sums(&run, y),
-                    };
-                })?;
-                count_fallbacks(fallbacks);
-                Ok(())
+                let run = SumRun { a, la, b, lb, sum };
+                match kernels.isa() {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
+                    // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
+                    Isa::Avx512Vnni => unsafe { sums_avx512(&run, y) },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above, AVX2 was checked.
+                    Isa::Avx2 => unsafe { sums_avx2(&run, y) },
+                    _ => sums(&run, y),
+                }
             }
         }
     }
 }
+
+/// The shortest run with one operand fixed that [`Binary::apply`] maps through a table of the
+/// op at the fixed code: filling it costs a run of 256 outputs, each output then a lookup.
+pub const TABLE_RUN: usize = 256;
 
 /// One run of an Add's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
 struct SumRun<'a, A, B> {
@@ -281,7 +309,7 @@ unsafe fn sums_avx2<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mu
 fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u64 {
     const CH: usize = 64;
     let s = run.sum;
-    let (za, zb, zy) = (f64::from(s.za), f64::from(s.zb), i64::from(s.zy));
+    let (za, zb, zy) = (f64::from(s.za), f64::from(s.zb), s.zy);
     let mut fallbacks = 0;
     for (c, y) in y.chunks_mut(CH).enumerate() {
         let n = y.len();
@@ -316,8 +344,11 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
         for k in 0..n {
             (r[k], near[k]) = s.centred_value(x[k], z[k]);
         }
+        // `r` is an integer within ±2^20 and `zy` a code: the i32 conversion (`vcvttpd2dq`, where
+        // f64 → i64 has no AVX-512F/AVX2 instruction) and the sum are exact, the clamp in i32
+        // is `saturate`'s.
         for (y, &r) in y.iter_mut().zip(&r) {
-            *y = Y::saturate(r as i64 + zy);
+            *y = Y::saturate(i64::from((r as i32 + zy).clamp(Y::MIN, Y::MAX)));
         }
         // Ties are rare: one vector test, then the scan.
         if !near[..n].iter().fold(false, |acc, &f| acc | f) {
@@ -439,8 +470,14 @@ fn each<A: QCode, B: QCode, Y: QCode>(
         row(out, a, 1, b, 1);
         return Ok(());
     }
-    if shape.is_empty() {
-        row(out, a, 0, b, 0);
+    // One operand a single element and the other the output's size (so laid out as the output):
+    // one run, however many axes.
+    if b.len() == 1 && a.len() == out.len() {
+        row(out, a, 1, b, 0);
+        return Ok(());
+    }
+    if a.len() == 1 && b.len() == out.len() {
+        row(out, a, 0, b, 1);
         return Ok(());
     }
     let (sa, sb) = (broadcast_strides(a_shape, &shape), broadcast_strides(b_shape, &shape));

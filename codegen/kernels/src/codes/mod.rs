@@ -16,6 +16,7 @@
 
 pub mod binary;
 pub mod compare;
+mod lookup;
 pub mod lut;
 pub mod movement;
 pub mod pool;

@@ -1,0 +1,70 @@
+//! A 256-entry table of codes mapped over a tensor of codes on a kernel path:
+//! `y[k] = table[x[k].index()]`. Every path copies the very table entry the index names, so the
+//! paths give identical bits; they differ in speed only. On AVX-512 with VBMI (checked here by
+//! CPUID: the [`Isa::Avx512Vnni`] path does not imply it) two `vpermi2b` over the table's four
+//! 64-byte quarters and a blend on the index's top bit look up 64 codes at once; elsewhere a
+//! scalar loop.
+//!
+//! | condition | why |
+//! |---|---|
+//! | `X`, `Y` one byte each, `X::index` the bit pattern read as u8 (the [`QCode`] contract; u8 and i8) | the vector path reads `x` as bytes and writes table bytes into `y` |
+//! | `x.len() == y.len()` | caller's obligation (asserted) |
+
+use super::QCode;
+use crate::isa::{Isa, Kernels};
+
+/// `y[k] = table[x[k].index()]` on `kernels`' path.
+pub(crate) fn map_codes<X: QCode, Y: QCode>(kernels: Kernels, table: &[Y; 256], x: &[X], y: &mut [Y]) {
+    assert_eq!(x.len(), y.len(), "lookup lengths");
+    #[cfg(target_arch = "x86_64")]
+    if kernels.isa() == Isa::Avx512Vnni && std::arch::is_x86_feature_detected!("avx512vbmi") {
+        const { assert!(size_of::<X>() == 1 && size_of::<Y>() == 1) };
+        // SAFETY: AVX-512 F/BW were checked by `Kernels::new`/`detect` (the Avx512Vnni path), VBMI
+        // just above. `X` and `Y` are one-byte codes (u8, i8: every bit pattern valid) and the
+        // lengths are equal; the function reads `x.len()` bytes and writes as many, each a
+        // byte of an entry of `table`, i.e. a valid `Y`.
+        unsafe { map_vbmi(table.as_ptr().cast(), x.as_ptr().cast(), y.as_mut_ptr().cast(), x.len()) };
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernels;
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = table[x.index()];
+    }
+}
+
+/// 64 codes per step: `vpermi2b` looks up the low 7 bits in the table's lower and upper halves,
+/// the index's top bit picks between them; the tail under a mask.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn map_vbmi(table: *const u8, x: *const u8, y: *mut u8, n: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): `table` has 256 readable bytes, `x` n readable, `y` n writable
+    // (caller); the tail's masked load and store touch only the first `n − k` bytes.
+    unsafe {
+        let t = [0, 1, 2, 3].map(|i| _mm512_loadu_si512(table.add(64 * i).cast()));
+        let mut k = 0;
+        while k + 64 <= n {
+            let v = look(&t, _mm512_loadu_si512(x.add(k).cast()));
+            _mm512_storeu_si512(y.add(k).cast(), v);
+            k += 64;
+        }
+        if k < n {
+            let m: __mmask64 = (1u64 << (n - k)) - 1;
+            let v = look(&t, _mm512_maskz_loadu_epi8(m, x.add(k).cast()));
+            _mm512_mask_storeu_epi8(y.add(k).cast(), m, v);
+        }
+    }
+}
+
+/// The table entries of 64 indices (`t` the table's four 64-byte quarters). A function, not a
+/// closure, so that it is compiled with the features.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+fn look(t: &[std::arch::x86_64::__m512i; 4], idx: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let lo = _mm512_permutex2var_epi8(t[0], idx, t[1]);
+    let hi = _mm512_permutex2var_epi8(t[2], idx, t[3]);
+    _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi)
+}
