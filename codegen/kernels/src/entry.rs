@@ -104,8 +104,8 @@ macro_rules! requantize_codes {
 
         /// [`lut::apply_lut`] for these codes.
         #[inline(never)]
-        pub fn $lut(table: &[$y; 256], x: &[$x], out: &mut [$y]) -> Result<(), CodesError> {
-            lut::apply_lut(table, x, out)
+        pub fn $lut(kernels: Kernels, table: &[$y; 256], x: &[$x], out: &mut [$y]) -> Result<(), CodesError> {
+            lut::apply_lut(kernels, table, x, out)
         }
 
         /// [`pool::average_pool`] for these codes.

@@ -658,12 +658,12 @@ impl Emitter<'_, '_> {
                     );
                 }
                 self.fields.push((field.clone(), format!("[{yt}; 256]"), init));
-                format!("entry::apply_lut_{xt}_{yt}(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
+                format!("entry::apply_lut_{xt}_{yt}(self.k, &self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
             }
             Kind::Lut { table } => {
                 let field = format!("p{}.n{i}_table", self.part);
                 self.fields.push((field.clone(), format!("[{yt}; 256]"), list(table)));
-                format!("entry::apply_lut_{}_{yt}(&self.{field}, {}, &mut y).map_err(codes_err({node}))?;", xt(self, x0)?, self.slice(x0)?)
+                format!("entry::apply_lut_{}_{yt}(self.k, &self.{field}, {}, &mut y).map_err(codes_err({node}))?;", xt(self, x0)?, self.slice(x0)?)
             }
             Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
                 let target = match (scales, sizes) {

@@ -2,15 +2,16 @@
 //! e.g. a correctly rounded requantized activation; for i8 inputs the index is the bit pattern,
 //! so `-1i8` reads entry 255).
 
+use super::lookup::map_codes;
 use super::shape::check_len;
 use super::{CodesError, QCode};
+use crate::isa::Kernels;
 
-/// `out[i] = table[x[i].index()]`; `x` and `out` the same length.
-pub fn apply_lut<X: QCode, Y: Copy>(table: &[Y; 256], x: &[X], out: &mut [Y]) -> Result<(), CodesError> {
+/// `out[i] = table[x[i].index()]` on `kernels`' path (every path copies the entry the index
+/// names: the same bits); `x` and `out` the same length.
+pub fn apply_lut<X: QCode, Y: QCode>(kernels: Kernels, table: &[Y; 256], x: &[X], out: &mut [Y]) -> Result<(), CodesError> {
     check_len("lut output", out.len(), &[x.len()])?;
-    for (y, &v) in out.iter_mut().zip(x) {
-        *y = table[v.index()];
-    }
+    map_codes(kernels, table, x, out);
     Ok(())
 }
 
