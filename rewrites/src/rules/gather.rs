@@ -163,6 +163,11 @@ impl Applier<Term, QdqAnalysis> for GatherBeforeDq {
         }
         let lossy_matmuls = self.options.allow.matmulnbits.is_some();
         let planned = plan(eg, s).and_then(|p| match p.widened {
+            // The Rust target reads a table its MatMuls share from the packed codes themselves
+            // (`float::weight_only`, the Gather decoding only its columns): no float table exists.
+            Some(_) if float_table_kept(eg, eclass, s, lossy_matmuls) && matches!(self.options.target, crate::Target::Rust(_)) => Err(
+                "sub-byte codes need an 8-bit copy of the whole table for Gather; the Rust target gathers from the packed codes its MatMul readers share (only the gathered columns are decoded): nothing would be saved".to_string(),
+            ),
             Some(_) if float_table_kept(eg, eclass, s, lossy_matmuls) => Err(
                 "sub-byte codes need an 8-bit copy of the whole table for Gather, and the float table stays materialised for its other readers (a tied lm_head): nothing would be saved (with --allow matmulnbits a MatMul/Gemm reader is fused and no longer counts)".to_string(),
             ),
