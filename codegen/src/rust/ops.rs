@@ -468,7 +468,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             let (zps, elem) = match n.inputs.get(2).filter(|s| !s.is_empty()) {
                 Some(_) => {
                     let c = n.constant(2)?;
-                    (c.ints, code_elem(c.dtype).ok_or("zero point type (u8/i8 only)")?)
+                    (c.ints, code_elem(c.dtype).ok_or_else(|| format!("zero point of type {} (u8/i8 codes only)", c.dtype.as_str_name()))?)
                 }
                 None => (vec![0], Elem::U8),
             };
