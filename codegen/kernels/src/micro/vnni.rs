@@ -4,10 +4,9 @@
 //! broadcast fit the 32 zmm registers. A single-row product (GEMV) takes 8 panels per tile, so
 //! that 8 independent accumulators cover `vpdpbusd`'s latency.
 //!
-//! A's rows are copied once per call to 64-byte aligned rows (one memcpy each, the row sums for
-//! the zero-point corrections from the same pass); the broadcasts read them in place (an
-//! interleaving per tile cost more than it saved). K runs in blocks of [`KC`] groups, so that the
-//! 4 panels' block of weights (32 KiB) stays
+//! A is packed once per call, per tile of 6 rows, `[tile][k4][row][4]`: the broadcasts of a tile
+//! read one contiguous stream (and the row sums for the zero-point corrections come from the same
+//! pass). K runs in blocks of [`KC`] groups, so that the 4 panels' block of weights (32 KiB) stays
 //! in L1 while every row tile of A streams past it from L2. The zero-point corrections
 //! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after the last
 //! K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other paths),
@@ -34,16 +33,26 @@ const KC: usize = 128;
 pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut Epilogue) {
     let (k, n, k4) = (b.k(), b.n(), b.k4());
     assert!(a.len() == m * k && c.len() == m * n && b.col_sums().len() == n && b.zero_points().len() == n);
-    let lda = row_stride(k4);
-    // A's rows copied once (one memcpy each) to 64-byte aligned rows of `lda` bytes, zero past K.
-    let mut buffer = vec![0u8; m * lda + 63];
-    let start = buffer.as_ptr().align_offset(64).min(63);
-    let rows = &mut buffer[start..][..m * lda];
-    let mut rowsums = vec![0i32; m];
-    for ((dst, src), sum) in rows.chunks_exact_mut(lda).zip(a.chunks_exact(k)).zip(&mut rowsums) {
-        dst[..k].copy_from_slice(src);
-        // SAFETY: the caller guarantees AVX-512 F/BW.
-        *sum = unsafe { byte_sum(src) };
+    let tiles = m.div_ceil(MR);
+    // Packed A: tile t at t·MR·k4·4, `[k4][rows of the tile][4]`, zero past K.
+    let mut packed = vec![0u8; tiles * MR * k4 * KR];
+    let mut rowsums = vec![0i32; tiles * MR];
+    for (t, (dst, sums)) in packed.chunks_exact_mut(MR * k4 * KR).zip(rowsums.chunks_exact_mut(MR)).enumerate() {
+        let rows = MR.min(m - t * MR);
+        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
+            let src = &a[(t * MR + r) * k..][..k];
+            // SAFETY: the caller guarantees AVX-512 F/BW.
+            *sum = unsafe { byte_sum(src) };
+            // Whole groups as 4-byte moves (a constant length: no memcpy call per group), then the tail.
+            let full = src.chunks_exact(KR);
+            let (tail, q_tail) = (full.remainder(), k / KR);
+            for (q, group) in full.enumerate() {
+                dst[(q * rows + r) * KR..][..KR].copy_from_slice(group);
+            }
+            if !tail.is_empty() {
+                dst[(q_tail * rows + r) * KR..][..tail.len()].copy_from_slice(tail);
+            }
+        }
     }
     let fix = Fix {
         col_sums: b.col_sums().as_ptr(),
@@ -52,68 +61,43 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
         za: i32::from(za),
         rows: b.zero_points().iter().any(|&z| z != 0),
     };
-    let (panels, pstride) = (b.panels(), b.panel_stride());
+    let panels = b.panels();
     let (np_max, kc) = if m == 1 { (NP_GEMV, k4) } else { (NP, KC) };
-    let tiles = m.div_ceil(MR);
-    // Blocks in the order they run: panels p0..p0+np, groups q0..q0+kq.
-    let blocks: Vec<(usize, usize, usize, usize)> =
-        (0..panels).step_by(np_max).flat_map(|p0| (0..k4).step_by(kc).map(move |q0| (p0, np_max.min(panels - p0), q0, kc.min(k4 - q0)))).collect();
-    for (i, &(p0, np, q0, kq)) in blocks.iter().enumerate() {
+    let mut p0 = 0;
+    while p0 < panels {
+        let np = np_max.min(panels - p0);
         let cols = (n - p0 * NR).min(np * NR);
-        let last = q0 + kq == k4;
-        // The next block's weights are prefetched into L2 while this block runs: its first tile
-        // then does not wait on L3 (K = N = 4096: 16 MiB of weights stream through each call).
-        let next = blocks.get(i + 1).filter(|_| m > 1);
-        for t in 0..tiles {
-            let (r0, mr) = (t * MR, MR.min(m - t * MR));
-            let pf = match next {
-                // Lines ordered group-major (group g of panel p is line g·np1 + p), spread evenly
-                // over the tiles, at most one per group of this tile: a few prefetches in flight
-                // at a time, not a burst that would hold the fill buffers the tile's loads need.
-                Some(&(p1, np1, q1, kq1)) => {
-                    let (total, per) = (np1 * kq1, (np1 * kq1).div_ceil(tiles).min(kq));
-                    let first = (t * per).min(total);
-                    Prefetch { base: b.data()[p1 * pstride + q1 * NR * KR..].as_ptr(), stride: pstride, panels: np1, first, lines: per.min(total - first) }
+        let mut q0 = 0;
+        while q0 < k4 {
+            let kq = kc.min(k4 - q0);
+            let last = q0 + kq == k4;
+            for t in 0..tiles {
+                let (r0, mr) = (t * MR, MR.min(m - t * MR));
+                let tile = Tile {
+                    a: packed[t * MR * k4 * KR + q0 * mr * KR..].as_ptr(),
+                    b: b.data()[p0 * b.panel_stride() + q0 * NR * KR..].as_ptr(),
+                    pstride: b.panel_stride(),
+                    k4: kq,
+                    c: c[r0 * n + p0 * NR..].as_mut_ptr(),
+                    ldc: n,
+                    cols,
+                    accumulate: q0 > 0,
+                    fix: last.then_some((p0 * NR, rowsums[r0..].as_ptr())),
+                };
+                // SAFETY: the caller guarantees the CPU features; the assert above and the loop
+                // bounds keep every read inside the packed tile (groups q0..q0+kq of `mr` rows),
+                // the packed panels p0..p0+np (groups q0..q0+kq of each), the column sums and zero
+                // points (columns p0·16..p0·16+cols) and the tile's row sums; `cols` keeps every
+                // read and write of `c` inside rows r0..r0+mr.
+                unsafe { dispatch(mr, np, &tile, &fix) };
+                if last {
+                    epilogue(c, r0, mr, p0 * NR, cols);
                 }
-                _ => Prefetch { base: b.data().as_ptr(), stride: 0, panels: 1, first: 0, lines: 0 },
-            };
-            // The next tile's block of C, into L1 (it is read back, or written, when that tile ends).
-            let (pc, pc_rows) = if t + 1 < tiles { (c[(r0 + MR) * n + p0 * NR..].as_ptr(), MR.min(m - r0 - MR)) } else { (c.as_ptr(), 0) };
-            let tile = Tile {
-                pc,
-                pc_lines: pc_rows * np,
-                a: rows[r0 * lda + q0 * KR..].as_ptr(),
-                lda,
-                b: b.data()[p0 * pstride + q0 * NR * KR..].as_ptr(),
-                pstride,
-                k4: kq,
-                pf,
-                c: c[r0 * n + p0 * NR..].as_mut_ptr(),
-                ldc: n,
-                cols,
-                accumulate: q0 > 0,
-                fix: last.then_some((p0 * NR, rowsums[r0..].as_ptr())),
-            };
-            // SAFETY: the caller guarantees the CPU features; the assert above and the block
-            // bounds keep every read inside the copied rows r0..r0+mr (groups q0..q0+kq), the
-            // packed panels p0..p0+np (groups q0..q0+kq of each), the column sums and zero points
-            // (columns p0·16..p0·16+cols) and the tile's row sums, and every prefetch inside the
-            // next block (`lines` ≤ its np1·kq1 lines, and ≤ kq) or the next tile's rows of `c`
-            // (`pc_rows` rows after r0+mr, `np` panels: (np − 1)·16 < cols); `cols` keeps every
-            // read and write of `c` inside rows r0..r0+mr.
-            unsafe { dispatch(mr, np, &tile, &fix) };
-            if last {
-                epilogue(c, r0, mr, p0 * NR, cols);
             }
+            q0 += kq;
         }
+        p0 += np;
     }
-}
-
-/// Bytes per copied row of A: K rounded up to whole cache lines, plus one line when that is a
-/// multiple of 4 KiB (rows exactly 4 KiB apart would share the L1 sets, as in [`crate::pack`]).
-fn row_stride(k4: usize) -> usize {
-    let bytes = (k4 * KR).next_multiple_of(64);
-    if bytes.is_multiple_of(4096) { bytes + 64 } else { bytes }
 }
 
 /// `Σ v` as i32, wrapping like every sum here (|Σ| ≤ 2^24·255 < 2^32: the exact sum modulo
@@ -144,29 +128,12 @@ struct Fix {
     rows: bool,
 }
 
-/// Lines `first..first + lines` of `panels` panels at `stride` from `base`, group-major: line `l`
-/// is group `l / panels` of panel `l % panels`.
-struct Prefetch {
-    base: *const i8,
-    stride: usize,
-    panels: usize,
-    first: usize,
-    lines: usize,
-}
-
 struct Tile {
-    /// The tile's first row of A at its first group; rows `lda` bytes apart.
+    /// The tile's packed A at its first group: `[k4][mr][4]`.
     a: *const u8,
-    lda: usize,
     b: *const i8,
     pstride: usize,
     k4: usize,
-    /// Lines of the next block's weights to prefetch into L2, one per group.
-    pf: Prefetch,
-    /// Lines `q < pc_lines` of the next tile's C (row `q / NP`, panel `q % NP`, at `ldc`) are
-    /// prefetched into L1.
-    pc: *const i32,
-    pc_lines: usize,
     c: *mut i32,
     ldc: usize,
     cols: usize,
@@ -201,10 +168,9 @@ unsafe fn dispatch(mr: usize, np: usize, t: &Tile, f: &Fix) {
 }
 
 /// # Safety
-/// AVX-512 F/BW/VNNI present; `t.a` readable for `MR` rows of `k4·4` bytes at stride `t.lda`; `t.b` readable for `NP`
+/// AVX-512 F/BW/VNNI present; `t.a` readable for `k4·MR·4` bytes; `t.b` readable for `NP`
 /// panels of `k4·64` bytes at stride `pstride`; `t.c` writable for `MR` rows of `t.cols` i32 at
-/// stride `ldc` (readable too when `t.accumulate`), `(NP − 1)·16 < t.cols ≤ NP·16`; `t.pf`'s
-/// lines and `t.pc`'s `pc_lines` lines inside their buffers, `t.pf.lines ≤ k4`; with
+/// stride `ldc` (readable too when `t.accumulate`), `(NP − 1)·16 < t.cols ≤ NP·16`; with
 /// `t.fix = Some((c0, rowsums))`, `f.col_sums`/`f.zero_points` readable at `c0..c0 + t.cols`
 /// and `rowsums` for `MR` values.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -226,19 +192,12 @@ unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile, f: &Fix) {
             }
         }
         for q in 0..t.k4 {
-            if q < t.pf.lines {
-                let line = t.pf.first + q;
-                _mm_prefetch::<_MM_HINT_T1>(t.pf.base.add((line % t.pf.panels) * t.pf.stride + (line / t.pf.panels) * NR * KR));
-            }
-            if q < t.pc_lines {
-                _mm_prefetch::<_MM_HINT_T0>(t.pc.add((q / NP) * t.ldc + (q % NP) * NR).cast());
-            }
             let mut bv = [_mm512_setzero_si512(); NP];
             for (p, bv) in bv.iter_mut().enumerate() {
                 *bv = _mm512_loadu_si512(t.b.add(p * t.pstride + q * NR * KR).cast());
             }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_epi32(t.a.add(r * t.lda + q * KR).cast::<i32>().read_unaligned());
+                let av = _mm512_set1_epi32(t.a.add((q * MR + r) * KR).cast::<i32>().read_unaligned());
                 for (acc, bv) in acc.iter_mut().zip(&bv) {
                     *acc = _mm512_dpbusd_epi32(*acc, av, *bv);
                 }
