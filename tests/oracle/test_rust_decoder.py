@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -41,13 +40,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from oracle_util import QDQC_BIN, REPO, ort_session
+from test_rust_real import build
 import onnxruntime as ort
 
 CONTRACTS = ["exact", "real"]
 VARIANTS = ["int4", "int8"]
 N_FEEDS = 3
 REL_BOUND = 1e-3
-BUILD_DIR = REPO / "target" / "rust-real-build"
 
 
 def _decoder():
@@ -71,14 +70,6 @@ def work(label: str) -> Path:
 def generate(model: Path, out: Path, contract: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(QDQC_BIN), "compile", str(model), "--target", "rust", "--contract", contract, "-o", str(out)],
                           capture_output=True, text=True, timeout=900)
-
-
-def build(crate: Path) -> Path:
-    env = dict(os.environ, CARGO_TARGET_DIR=str(BUILD_DIR), RUSTFLAGS="-D warnings", CARGO_INCREMENTAL="0")
-    r = subprocess.run([os.environ.get("CARGO", "cargo"), "build", "--offline", "--quiet"], cwd=crate, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, f"the generated crate in {crate} does not build:\n{r.stderr[-4000:]}"
-    name = next(line.split('"')[1] for line in (crate / "Cargo.toml").read_text().splitlines() if line.startswith("name = "))
-    return BUILD_DIR / "debug" / name
 
 
 def run(harness: Path, feed: dict, tmp: Path, k: int) -> dict:
