@@ -28,11 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// place of its Q, and the DQs nothing reads any more removed. `elems`: element type of every
 /// value; `keep`: graph outputs.
 pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<String>) -> Vec<Op> {
-    let producer: BTreeMap<&str, usize> = ops.iter().enumerate().map(|(i, op)| (op.output.as_str(), i)).collect();
-    let mut readers: BTreeMap<&str, usize> = BTreeMap::new();
-    for x in ops.iter().flat_map(|op| &op.inputs) {
-        *readers.entry(x.as_str()).or_default() += 1;
-    }
+    let (producer, readers) = uses(&ops);
     let only_reader = |v: &str| readers.get(v) == Some(&1) && !keep.contains(v);
     // Q index → (DQ index, step indices in program order, the DQ's and the Q's parameters).
     let mut chains: BTreeMap<usize, (usize, Vec<usize>, Q, Q)> = BTreeMap::new();
@@ -86,11 +82,7 @@ pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<St
 
 /// Every QLinearAdd/Mul of `x` with a table of `x` (read by nothing else) as one table.
 fn pair(ops: Vec<Op>, keep: &BTreeSet<String>) -> Vec<Op> {
-    let producer: BTreeMap<&str, usize> = ops.iter().enumerate().map(|(i, op)| (op.output.as_str(), i)).collect();
-    let mut readers: BTreeMap<&str, usize> = BTreeMap::new();
-    for x in ops.iter().flat_map(|op| &op.inputs) {
-        *readers.entry(x.as_str()).or_default() += 1;
-    }
+    let (producer, readers) = uses(&ops);
     // Binary index → table index.
     let mut pairs: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
     for (bi, op) in ops.iter().enumerate() {
@@ -124,6 +116,16 @@ fn pair(ops: Vec<Op>, keep: &BTreeSet<String>) -> Vec<Op> {
         }
     }
     ops.into_iter().enumerate().filter(|(i, _)| !gone.contains(i)).map(|(i, op)| fused.remove(&i).unwrap_or(op)).collect()
+}
+
+/// The op writing each value, and how many op inputs read it.
+fn uses(ops: &[Op]) -> (BTreeMap<&str, usize>, BTreeMap<&str, usize>) {
+    let producer = ops.iter().enumerate().map(|(i, op)| (op.output.as_str(), i)).collect();
+    let mut readers: BTreeMap<&str, usize> = BTreeMap::new();
+    for x in ops.iter().flat_map(|op| &op.inputs) {
+        *readers.entry(x.as_str()).or_default() += 1;
+    }
+    (producer, readers)
 }
 
 /// The one scale and zero point of a per-tensor Q/DQ.

@@ -273,6 +273,14 @@ impl Emitter<'_, '_> {
         )
     }
 
+    /// An optional input's slice as an `Option` expression.
+    fn optional_slice(&mut self, name: Option<&String>) -> Result<String, String> {
+        Ok(match name {
+            Some(v) => format!("Some({})", self.slice(v)?),
+            None => "None".into(),
+        })
+    }
+
     /// The node's requantization plan; `ctor` is `conv` or `gemm` (the shape its kernel reads).
     fn requant(&mut self, i: usize, op: &Op, int: &Integer, ctor: &str) -> Result<String, String> {
         let bias = match &int.bias {
@@ -829,10 +837,7 @@ impl Emitter<'_, '_> {
                     if d.is_empty() { "1".to_string() } else { d.join(" * ") }
                 };
                 let (rows, size) = (product(self, &xs[..*axis]), product(self, &xs[*axis..]));
-                let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.slice(b)?),
-                    None => "None".to_string(),
-                };
+                let bias = self.optional_slice(op.inputs.get(2))?;
                 format!(
                     "float::norm::layer_norm({}, {rows}, {size}, {}, {bias}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
@@ -873,10 +878,7 @@ impl Emitter<'_, '_> {
                 format!("self.{field}.gather({axis}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x1)?)
             }
             Kind::DequantizeBy { axis, block } => {
-                let zp = match op.inputs.get(2) {
-                    Some(z) => format!("Some({})", self.slice(z)?),
-                    None => "None".into(),
-                };
+                let zp = self.optional_slice(op.inputs.get(2))?;
                 format!(
                     "float::dq::dequantize_by({}, &{}, {}, &{}, {zp}, {axis}, {block}, &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,

@@ -328,19 +328,13 @@ pub fn unary_table<X: QCode, Y: QCode>(x: Quant, y: Quant, steps: impl Fn(&mut [
 /// `Binary::code` of each pair, the function every path of `Binary::apply` computes.
 #[allow(clippy::too_many_arguments)] // the op, its three parameter sets, the operand order, the node
 pub fn pair_table<X: QCode, T: QCode, Y: QCode>(table: &[T; 256], op: BinaryOp, a: Quant, b: Quant, y: Quant, source_first: bool, node: &str) -> Result<[Y; 256], Error> {
-    let mut out = [Y::default(); 256];
-    if source_first {
+    Ok(if source_first {
         let bin = Binary::<X, T, Y>::new(op, a, b, y).map_err(codes_err(node))?;
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = bin.code(X::from_index(i), table[i]);
-        }
+        codes::lut::tabulate(|x: X| bin.code(x, table[x.index()]))
     } else {
         let bin = Binary::<T, X, Y>::new(op, a, b, y).map_err(codes_err(node))?;
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = bin.code(table[i], X::from_index(i));
-        }
-    }
-    Ok(out)
+        codes::lut::tabulate(|x: X| bin.code(table[x.index()], x))
+    })
 }
 
 /// Scratch buffers of the integer kernels, reused across runs.
