@@ -6,7 +6,7 @@
 //! so `sat(clamp(r) + zy) = sat(r + zy)`.
 
 use super::CodesError;
-use crate::requant::rne_div;
+use crate::requant::{div_rem_euclid, rne_div};
 
 pub(crate) const LIMIT: i128 = 1 << 10;
 
@@ -51,11 +51,7 @@ fn rne_shift_div(n: i128, d: i128, k: u32) -> i128 {
     } else {
         (n >> (k - 1), n & ((1i128 << (k - 1)) - 1) != 0)
     };
-    // |m| < 2^125 and d < 2^100: where both fit i64 one 64-bit division gives the same Q and R.
-    let (q, r) = match (i64::try_from(m), i64::try_from(2 * d)) {
-        (Ok(m), Ok(d2)) => (i128::from(m.div_euclid(d2)), i128::from(m.rem_euclid(d2))),
-        _ => (m.div_euclid(2 * d), m.rem_euclid(2 * d)),
-    };
+    let (q, r) = div_rem_euclid(m, 2 * d);
     match r.cmp(&d) {
         std::cmp::Ordering::Less => q,
         std::cmp::Ordering::Greater => q + 1,

@@ -117,14 +117,19 @@ impl Ratio {
     }
 }
 
-/// `rne(n / d)` for `d > 0`, ties to even (also the ops on codes' exact rounding). Where both
-/// fit i64 the same quotient and remainder come from one 64-bit division (an i128 division is a
-/// library call, several times slower on the fallbacks that reach here).
-pub(crate) fn rne_div(n: i128, d: i128) -> i128 {
-    let (q, r) = match (i64::try_from(n), i64::try_from(d)) {
+/// Euclidean quotient and remainder of `n / d`, `d > 0`. Where both fit i64 they come from one
+/// 64-bit division (an i128 division is a library call, several times slower on the exact
+/// fallbacks that reach here); the same values either way.
+pub(crate) fn div_rem_euclid(n: i128, d: i128) -> (i128, i128) {
+    match (i64::try_from(n), i64::try_from(d)) {
         (Ok(n), Ok(d)) => (i128::from(n.div_euclid(d)), i128::from(n.rem_euclid(d))),
         _ => (n.div_euclid(d), n.rem_euclid(d)),
-    };
+    }
+}
+
+/// `rne(n / d)` for `d > 0`, ties to even (also the ops on codes' exact rounding).
+pub(crate) fn rne_div(n: i128, d: i128) -> i128 {
+    let (q, r) = div_rem_euclid(n, d);
     match (2 * r).cmp(&d) {
         std::cmp::Ordering::Less => q,
         std::cmp::Ordering::Greater => q + 1,

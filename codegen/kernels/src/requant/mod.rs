@@ -12,7 +12,7 @@
 
 mod certified;
 mod exact;
-pub(crate) use exact::rne_div;
+pub(crate) use exact::{div_rem_euclid, rne_div};
 mod fixed;
 
 pub use certified::{Certified, certified_step, fallback_hits, requant_certified};
