@@ -168,7 +168,7 @@ fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
 }
 
 /// Rows of `lda ≥ k` bytes, zero past K (borrowed when no padding is needed).
-fn padded(a: &[u8], m: usize, k: usize, lda: usize) -> Cow<'_, [u8]> {
+pub(crate) fn padded(a: &[u8], m: usize, k: usize, lda: usize) -> Cow<'_, [u8]> {
     if lda == k {
         return Cow::Borrowed(a);
     }

@@ -4,12 +4,16 @@
 //! broadcast fit the 32 zmm registers. A single-row product (GEMV) takes 8 panels per tile, so
 //! that 8 independent accumulators cover `vpdpbusd`'s latency.
 //!
-//! A is packed once per call, per tile of 6 rows, `[tile][k4][row][4]`: the broadcasts of a tile
-//! read one contiguous stream (and the row sums for the zero-point corrections come from the same
-//! pass). K runs in blocks of [`KC`] groups, so that the 4 panels' block of weights (32 KiB) stays
-//! in L1 while every row tile of A streams past it from L2. The zero-point corrections
+//! A is read in place, row by row (`vpbroadcastd` of 4 bytes of each row of the tile): no copy,
+//! unless K is not a multiple of 4 (rows padded with zeros, which add nothing) or the row stride
+//! is a multiple of 4 KiB (one cache line added: the tile's 6 rows would otherwise share one L1
+//! set with the weights). K runs in blocks of [`KC`] groups, so that the 4 panels' block of
+//! weights (32 KiB) stays in L1 while every row tile of A streams past it; the first tiles of a
+//! block prefetch the next block's weights, so that only the first block comes from memory
+//! without warning. The zero-point corrections
 //! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after the last
 //! K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other paths),
+//! the column part computed once per call and the row sums only when some `zb[n]` is nonzero,
 //! and the caller's epilogue then sees each finished 6 × 64 block while it is in L1.
 
 use super::Epilogue;
@@ -21,8 +25,7 @@ const NP: usize = 4;
 /// Panels per tile when the whole product has one row.
 const NP_GEMV: usize = 8;
 /// Groups of 4 k per block: 4 panels × 128 × 64 bytes = 32 KiB of weights, two thirds of L1
-/// (48 KiB here), the rest for a tile's activations (3 KiB) and its block of C: K = 1024 runs in
-/// two blocks (each block reloads and stores the tile's accumulators).
+/// (48 KiB here), the rest for a tile's rows of A and its block of C.
 const KC: usize = 128;
 
 /// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major) into `c` (`m × n`), then
@@ -33,63 +36,74 @@ const KC: usize = 128;
 pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut Epilogue) {
     let (k, n, k4) = (b.k(), b.n(), b.k4());
     assert!(a.len() == m * k && c.len() == m * n && b.col_sums().len() == n && b.zero_points().len() == n);
-    let tiles = m.div_ceil(MR);
-    // Packed A: tile t at t·MR·k4·4, `[k4][rows of the tile][4]`, zero past K.
-    let mut packed = vec![0u8; tiles * MR * k4 * KR];
-    let mut rowsums = vec![0i32; tiles * MR];
-    for (t, (dst, sums)) in packed.chunks_exact_mut(MR * k4 * KR).zip(rowsums.chunks_exact_mut(MR)).enumerate() {
-        let rows = MR.min(m - t * MR);
-        for (r, sum) in sums.iter_mut().enumerate().take(rows) {
-            let src = &a[(t * MR + r) * k..][..k];
-            // SAFETY: the caller guarantees AVX-512 F/BW.
-            *sum = unsafe { byte_sum(src) };
-            // Whole groups as 4-byte moves (a constant length: no memcpy call per group), then the tail.
-            let full = src.chunks_exact(KR);
-            let (tail, q_tail) = (full.remainder(), k / KR);
-            for (q, group) in full.enumerate() {
-                dst[(q * rows + r) * KR..][..KR].copy_from_slice(group);
-            }
-            if !tail.is_empty() {
-                dst[(q_tail * rows + r) * KR..][..tail.len()].copy_from_slice(tail);
-            }
-        }
-    }
-    let fix = Fix {
-        col_sums: b.col_sums().as_ptr(),
-        zero_points: b.zero_points().as_ptr(),
-        kza: (k as i32).wrapping_mul(i32::from(za)),
-        za: i32::from(za),
-        rows: b.zero_points().iter().any(|&z| z != 0),
-    };
+    let lda = if (k4 * KR).is_multiple_of(4096) { k4 * KR + 64 } else { k4 * KR };
+    let a = crate::gemm::padded(a, m, k, lda);
+    let rows = b.zero_points().iter().any(|&z| z != 0);
+    // SAFETY: the caller guarantees AVX-512 F/BW; padding adds zeros, which change no sum.
+    let rowsums: Vec<i32> = if rows { a.chunks_exact(lda).map(|r| unsafe { byte_sum(r) }).collect() } else { Vec::new() };
     let panels = b.panels();
+    // Per column, padded to whole panels: `K·za·zb − za·Σ_k b` (wrapping) and `zb`.
+    let (kza, za) = ((k as i32).wrapping_mul(i32::from(za)), i32::from(za));
+    let mut colfix = vec![0i32; panels * NR];
+    let mut zb = vec![0i32; panels * NR];
+    for (((f, z), &s), &w) in colfix.iter_mut().zip(&mut zb).zip(b.col_sums()).zip(b.zero_points()) {
+        *f = kza.wrapping_mul(w).wrapping_sub(za.wrapping_mul(s));
+        *z = w;
+    }
     let (np_max, kc) = if m == 1 { (NP_GEMV, k4) } else { (NP, KC) };
+    let tiles = m.div_ceil(MR);
     let mut p0 = 0;
     while p0 < panels {
         let np = np_max.min(panels - p0);
         let cols = (n - p0 * NR).min(np * NR);
+        let last_cols = cols - (np - 1) * NR;
         let mut q0 = 0;
         while q0 < k4 {
             let kq = kc.min(k4 - q0);
             let last = q0 + kq == k4;
+            // The next block of weights: the same panels deeper, or the next panels' first block.
+            let next = if !last {
+                Some((p0, q0 + kq, np, kc.min(k4 - q0 - kq)))
+            } else if p0 + np < panels {
+                let np2 = np_max.min(panels - p0 - np);
+                Some((p0 + np, 0, np2, kc.min(k4)))
+            } else {
+                None
+            };
+            // Lines of the next block (np2 panels × kq2 rows of 64 bytes), spread over the tiles.
+            let (pf_lines, pf_per_tile) = next.map_or((0, 0), |(_, _, np2, kq2)| (np2 * kq2, (np2 * kq2).div_ceil(tiles)));
             for t in 0..tiles {
                 let (r0, mr) = (t * MR, MR.min(m - t * MR));
+                let pf = next.map(|(p2, q2, _, kq2)| Prefetch {
+                    base: b.data()[p2 * b.panel_stride() + q2 * NR * KR..].as_ptr(),
+                    first: (t * pf_per_tile).min(pf_lines),
+                    end: ((t + 1) * pf_per_tile).min(pf_lines),
+                    per_panel: kq2,
+                });
                 let tile = Tile {
-                    a: packed[t * MR * k4 * KR + q0 * mr * KR..].as_ptr(),
+                    a: a[r0 * lda + q0 * KR..].as_ptr(),
+                    lda,
                     b: b.data()[p0 * b.panel_stride() + q0 * NR * KR..].as_ptr(),
                     pstride: b.panel_stride(),
                     k4: kq,
                     c: c[r0 * n + p0 * NR..].as_mut_ptr(),
                     ldc: n,
-                    cols,
+                    mask: if last_cols == NR { 0xffff } else { (1u16 << last_cols) - 1 },
                     accumulate: q0 > 0,
-                    fix: last.then_some((p0 * NR, rowsums[r0..].as_ptr())),
+                    fix: last.then(|| Fix {
+                        colfix: colfix[p0 * NR..].as_ptr(),
+                        zb: zb[p0 * NR..].as_ptr(),
+                        rowsums: if rows { rowsums[r0..].as_ptr() } else { std::ptr::null() },
+                    }),
+                    pf,
                 };
                 // SAFETY: the caller guarantees the CPU features; the assert above and the loop
-                // bounds keep every read inside the packed tile (groups q0..q0+kq of `mr` rows),
-                // the packed panels p0..p0+np (groups q0..q0+kq of each), the column sums and zero
-                // points (columns p0·16..p0·16+cols) and the tile's row sums; `cols` keeps every
-                // read and write of `c` inside rows r0..r0+mr.
-                unsafe { dispatch(mr, np, &tile, &fix) };
+                // bounds keep every read inside the tile's `mr` rows of A (groups q0..q0+kq of
+                // rows of `lda` bytes), the packed panels p0..p0+np (groups q0..q0+kq of each),
+                // the padded column corrections (columns p0·16..(p0+np)·16) and the tile's row
+                // sums; the mask keeps every read and write of `c` inside rows r0..r0+mr and
+                // columns p0·16..p0·16+cols. Prefetches read nothing.
+                unsafe { dispatch(mr, np, &tile) };
                 if last {
                     epilogue(c, r0, mr, p0 * NR, cols);
                 }
@@ -117,36 +131,47 @@ unsafe fn byte_sum(v: &[u8]) -> i32 {
     (_mm512_reduce_add_epi64(acc) as u64 + tail) as u32 as i32
 }
 
-/// The zero-point corrections' operands.
+/// The zero-point corrections of a tile's last K block, at its first column and row.
 struct Fix {
-    col_sums: *const i32,
-    zero_points: *const i32,
-    /// `K·za`, wrapping.
-    kza: i32,
-    za: i32,
-    /// Some column has a nonzero weight zero point (the row-sum term is needed).
-    rows: bool,
+    /// `K·za·zb[n] − za·Σ_k b[k][n]` per column, padded to whole panels.
+    colfix: *const i32,
+    /// `zb[n]`, padded likewise.
+    zb: *const i32,
+    /// `Σ_k a[m][k]` per row, or null when every `zb[n]` is 0 (the term vanishes).
+    rowsums: *const i32,
+}
+
+/// Lines of the next block of weights a tile prefetches: lines `first..end` of `np2` panels of
+/// `per_panel` lines each, panel after panel.
+struct Prefetch {
+    base: *const i8,
+    first: usize,
+    end: usize,
+    per_panel: usize,
 }
 
 struct Tile {
-    /// The tile's packed A at its first group: `[k4][mr][4]`.
+    /// Row 0 of the tile at its first group; rows `lda` bytes apart.
     a: *const u8,
+    lda: usize,
     b: *const i8,
     pstride: usize,
     k4: usize,
     c: *mut i32,
     ldc: usize,
-    cols: usize,
+    /// Lanes of the last panel inside the product's columns.
+    mask: __mmask16,
     /// Add to `c` (a later K block) rather than overwrite it.
     accumulate: bool,
-    /// The last K block: the first column and the tile's row sums, for the corrections.
-    fix: Option<(usize, *const i32)>,
+    /// The last K block: the corrections.
+    fix: Option<Fix>,
+    pf: Option<Prefetch>,
 }
 
 macro_rules! dispatch_tiles {
-    ($mr:expr, $np:expr, $t:expr, $f:expr; $($m:literal)*) => {
+    ($mr:expr, $np:expr, $t:expr; $($m:literal)*) => {
         match ($mr, $np) {
-            $( ($m, 1) => tile::<$m, 1>($t, $f), ($m, 2) => tile::<$m, 2>($t, $f), ($m, 3) => tile::<$m, 3>($t, $f), ($m, 4) => tile::<$m, 4>($t, $f), )*
+            $( ($m, 1) => tile::<$m, 1>($t), ($m, 2) => tile::<$m, 2>($t), ($m, 3) => tile::<$m, 3>($t), ($m, 4) => tile::<$m, 4>($t), )*
             _ => unreachable!("tile {}x{} outside 6x4 and 1x8", $mr, $np),
         }
     };
@@ -154,35 +179,31 @@ macro_rules! dispatch_tiles {
 
 /// # Safety
 /// As [`tile`].
-unsafe fn dispatch(mr: usize, np: usize, t: &Tile, f: &Fix) {
+unsafe fn dispatch(mr: usize, np: usize, t: &Tile) {
     // SAFETY: forwarded from the caller.
     unsafe {
         match (mr, np) {
-            (1, 5) => tile::<1, 5>(t, f),
-            (1, 6) => tile::<1, 6>(t, f),
-            (1, 7) => tile::<1, 7>(t, f),
-            (1, 8) => tile::<1, 8>(t, f),
-            _ => dispatch_tiles!(mr, np, t, f; 1 2 3 4 5 6),
+            (1, 5) => tile::<1, 5>(t),
+            (1, 6) => tile::<1, 6>(t),
+            (1, 7) => tile::<1, 7>(t),
+            (1, 8) => tile::<1, 8>(t),
+            _ => dispatch_tiles!(mr, np, t; 1 2 3 4 5 6),
         }
     }
 }
 
 /// # Safety
-/// AVX-512 F/BW/VNNI present; `t.a` readable for `k4·MR·4` bytes; `t.b` readable for `NP`
-/// panels of `k4·64` bytes at stride `pstride`; `t.c` writable for `MR` rows of `t.cols` i32 at
-/// stride `ldc` (readable too when `t.accumulate`), `(NP − 1)·16 < t.cols ≤ NP·16`; with
-/// `t.fix = Some((c0, rowsums))`, `f.col_sums`/`f.zero_points` readable at `c0..c0 + t.cols`
-/// and `rowsums` for `MR` values.
+/// AVX-512 F/BW/VNNI present; `t.a` readable for `MR` rows of `k4·4` bytes at stride `lda`;
+/// `t.b` readable for `NP` panels of `k4·64` bytes at stride `pstride`; `t.c` writable for `MR`
+/// rows at stride `ldc` of `NP` panels of 16 i32, the last one under `t.mask` (readable too when
+/// `t.accumulate`); with `t.fix`, `colfix` and `zb` readable for `NP·16` values and `rowsums`
+/// (when not null) for `MR`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile, f: &Fix) {
-    // SAFETY: the function's contract bounds every pointer offset below; unaligned (and, past
-    // the last column, masked) loads and stores only.
+unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile) {
+    // SAFETY: the function's contract bounds every pointer offset below; unaligned (and, in the
+    // last panel, masked) loads and stores only; prefetches do not fault.
     unsafe {
-        let mask = |p: usize| -> __mmask16 {
-            // Lanes past the last column are masked off (the packed zeros there are never stored).
-            let cols = t.cols.saturating_sub(p * NR).min(NR);
-            if cols == NR { 0xffff } else { (1u16 << cols) - 1 }
-        };
+        let mask = |p: usize| if p + 1 == NP { t.mask } else { 0xffff };
         let mut acc = [[_mm512_setzero_si512(); NP]; MR];
         if t.accumulate {
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -191,29 +212,41 @@ unsafe fn tile<const MR: usize, const NP: usize>(t: &Tile, f: &Fix) {
                 }
             }
         }
+        let rows: [*const u8; MR] = std::array::from_fn(|r| t.a.add(r * t.lda));
+        // The prefetches: `left` lines from panel `pf_p`, line `pf_l` (no division in the loop).
+        let (mut left, mut pf_p, mut pf_l, pf_base, per_panel) = match &t.pf {
+            Some(pf) => (pf.end - pf.first, pf.first / pf.per_panel, pf.first % pf.per_panel, pf.base, pf.per_panel),
+            None => (0, 0, 0, std::ptr::null(), 1),
+        };
         for q in 0..t.k4 {
+            if left > 0 {
+                _mm_prefetch::<_MM_HINT_T1>(pf_base.add(pf_p * t.pstride + pf_l * NR * KR));
+                left -= 1;
+                pf_l += 1;
+                if pf_l == per_panel {
+                    (pf_p, pf_l) = (pf_p + 1, 0);
+                }
+            }
             let mut bv = [_mm512_setzero_si512(); NP];
             for (p, bv) in bv.iter_mut().enumerate() {
                 *bv = _mm512_loadu_si512(t.b.add(p * t.pstride + q * NR * KR).cast());
             }
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_epi32(t.a.add((q * MR + r) * KR).cast::<i32>().read_unaligned());
+            for (acc, row) in acc.iter_mut().zip(&rows) {
+                let av = _mm512_set1_epi32(row.add(q * KR).cast::<i32>().read_unaligned());
                 for (acc, bv) in acc.iter_mut().zip(&bv) {
                     *acc = _mm512_dpbusd_epi32(*acc, av, *bv);
                 }
             }
         }
-        if let Some((c0, rowsums)) = t.fix {
+        if let Some(f) = &t.fix {
             for p in 0..NP {
-                let m = mask(p);
-                let zb = _mm512_maskz_loadu_epi32(m, f.zero_points.add(c0 + p * NR));
-                let cs = _mm512_maskz_loadu_epi32(m, f.col_sums.add(c0 + p * NR));
-                // K·za·zb − za·colsum, then − zb·rowsum per row: wrapping, as on every path.
-                let col = _mm512_sub_epi32(_mm512_mullo_epi32(zb, _mm512_set1_epi32(f.kza)), _mm512_mullo_epi32(cs, _mm512_set1_epi32(f.za)));
+                let col = _mm512_loadu_si512(f.colfix.add(p * NR).cast());
+                let zb = _mm512_loadu_si512(f.zb.add(p * NR).cast());
                 for (r, acc) in acc.iter_mut().enumerate() {
+                    // + K·za·zb − za·colsum, then − zb·rowsum: wrapping, as on every path.
                     acc[p] = _mm512_add_epi32(acc[p], col);
-                    if f.rows {
-                        acc[p] = _mm512_sub_epi32(acc[p], _mm512_mullo_epi32(zb, _mm512_set1_epi32(*rowsums.add(r))));
+                    if !f.rowsums.is_null() {
+                        acc[p] = _mm512_sub_epi32(acc[p], _mm512_mullo_epi32(zb, _mm512_set1_epi32(*f.rowsums.add(r))));
                     }
                 }
             }
