@@ -216,20 +216,8 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
         each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
             let n = y.len();
             fallbacks += match (la, lb) {
-                (1, 0) if n >= TABLE_RUN => {
-                    let mut table = [Y::default(); 256];
-                    let codes: [A; 256] = std::array::from_fn(A::from_index);
-                    let f = self.run(kernels, &codes, 1, &b[..1], 0, &mut table);
-                    map_codes(kernels, &table, &a[..n], y);
-                    f
-                }
-                (0, 1) if n >= TABLE_RUN => {
-                    let mut table = [Y::default(); 256];
-                    let codes: [B; 256] = std::array::from_fn(B::from_index);
-                    let f = self.run(kernels, &a[..1], 0, &codes, 1, &mut table);
-                    map_codes(kernels, &table, &b[..n], y);
-                    f
-                }
+                (1, 0) if n >= TABLE_RUN => through_table(kernels, |t| self.run(kernels, &every_code::<A>(), 1, &b[..1], 0, t), &a[..n], y),
+                (0, 1) if n >= TABLE_RUN => through_table(kernels, |t| self.run(kernels, &a[..1], 0, &every_code::<B>(), 1, t), &b[..n], y),
                 _ => self.run(kernels, a, la, b, lb, y),
             };
         })?;
@@ -273,6 +261,20 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             }
         }
     }
+}
+
+/// The 256 codes of a type, in index order.
+fn every_code<X: QCode>() -> [X; 256] {
+    std::array::from_fn(X::from_index)
+}
+
+/// `y[k] = table[x[k]]`, the table filled by `fill` (a run of the op over every code of the
+/// varying operand, the other fixed); returns `fill`'s fallback count.
+fn through_table<X: QCode, Y: QCode>(kernels: Kernels, fill: impl FnOnce(&mut [Y]) -> u64, x: &[X], y: &mut [Y]) -> u64 {
+    let mut table = [Y::default(); 256];
+    let fallbacks = fill(&mut table);
+    map_codes(kernels, &table, x, y);
+    fallbacks
 }
 
 /// The shortest run with one operand fixed that [`Binary::apply`] maps through a table of the
