@@ -30,13 +30,25 @@ fn random_shapes(isa: Isa) {
     // columns; one-row products with 1 to 13 panels (the 8-panel GEMV tiles and their tails).
     let shapes = [(1, 1, 1), (1, 3, 5), (2, 7, 17), (3, 64, 16), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 250, 130), (1, 1000, 200), (64, 96, 48)];
     let gemv = [(1, 40, 100), (1, 9, 96), (1, 17, 128), (1, 64, 129), (1, 5, 80)];
-    // Row strides that are multiples of 1 KiB (A's rows are padded by a line when 4 KiB apart:
-    // K = 4096 on VNNI, K = 2048 widened to i16 on AVX2).
+    // Row strides that are multiples of 1 KiB (K = 2048 widened to i16 on AVX2 is padded by a
+    // line; VNNI reads rows 4 KiB apart in place).
     let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64), (5, 4096, 20)];
-    // K around the K blocks (128 groups on both paths) with K not a multiple of 4, and
-    // panels of exactly 4 KiB (K in 253..=256: packed with a padding row).
-    // The last: 7 row tiles sharing the next block's prefetches, 3 panel groups, 5 K blocks.
-    let blocks = [(9, 1025, 70), (8, 513, 33), (14, 1543, 100), (2, 515, 20), (6, 256, 80), (1, 255, 300), (19, 253, 17), (40, 2050, 150)];
+    // K around the K blocks (128 groups on AVX2, 1024 on VNNI) with K not a multiple of 4, and
+    // panels of exactly 4 KiB (K in 253..=256: packed with a padding row). (40, 2050, 150): 7
+    // row tiles sharing the next block's prefetches, 3 panel groups, 5 K blocks on AVX2;
+    // (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI (128 + 3).
+    let blocks = [
+        (9, 1025, 70),
+        (8, 513, 33),
+        (14, 1543, 100),
+        (2, 515, 20),
+        (6, 256, 80),
+        (1, 255, 300),
+        (19, 253, 17),
+        (40, 2050, 150),
+        (8, 4099, 40),
+        (131, 4096, 24),
+    ];
     for &(m, k, n) in shapes.iter().chain(&gemv).chain(&strided).chain(&blocks) {
         for per_column in [false, true] {
             let a = rng.u8s(m * k);

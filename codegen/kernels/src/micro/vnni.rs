@@ -5,16 +5,17 @@
 //! that 8 independent accumulators cover `vpdpbusd`'s latency.
 //!
 //! A is read in place, row by row (`vpbroadcastd` of 4 bytes of each row of the tile): no copy,
-//! unless K is not a multiple of 4 (rows padded with zeros, which add nothing) or the row stride
-//! is a multiple of 4 KiB (one cache line added: the tile's 6 rows would otherwise share one L1
-//! set with the weights). K runs in blocks of [`KC`] groups, so that the 4 panels' block of
-//! weights (32 KiB) stays in L1 while every row tile of A streams past it; the first tiles of a
-//! block prefetch the next block's weights, so that only the first block comes from memory
-//! without warning. The zero-point corrections
-//! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after the last
-//! K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other paths),
-//! the column part computed once per call and the row sums only when some `zb[n]` is nonzero,
-//! and the caller's epilogue then sees each finished 6 × 64 block while it is in L1.
+//! unless K is not a multiple of 4 (rows padded with zeros, which add nothing). Rows 4 KiB apart
+//! measured no slower: the tile's 6 lines of A share an L1 set, but 12 ways hold them. The
+//! tile keeps its accumulators in registers over K blocks of [`KC`] groups (all of K up to 4096):
+//! the 4 panels' weights stream from L2, which measured faster than L1-sized blocks whose
+//! accumulators go through memory between blocks. Rows come in blocks of [`A_BLOCK`] bytes that
+//! stay in L2 while the panels stream past; every tile prefetches its share of the next block of
+//! weights into L2, so that only the first comes from memory without warning. The zero-point
+//! corrections `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]` are applied in registers after
+//! the last K block (wrapping i32, the integers `gemm::correct_zero_points` computes on the other
+//! paths), the column part computed once per call and the row sums only when some `zb[n]` is
+//! nonzero, and the caller's epilogue then sees each finished 6 × 64 block while it is in L1.
 
 use super::Epilogue;
 use crate::pack::{KR, NR, PackedB};
@@ -24,9 +25,14 @@ const MR: usize = 6;
 const NP: usize = 4;
 /// Panels per tile when the whole product has one row.
 const NP_GEMV: usize = 8;
-/// Groups of 4 k per block: 4 panels × 128 × 64 bytes = 32 KiB of weights, two thirds of L1
-/// (48 KiB here), the rest for a tile's rows of A and its block of C.
-const KC: usize = 128;
+/// Groups of 4 k per block (K up to 4096 in one): 4 panels × 1024 × 64 bytes = 256 KiB of
+/// weights, read from L2 by every row tile. Blocks of 128 (32 KiB, in L1) measured slower: each
+/// block beyond the first reloads and stores the tile's 24 accumulators (M = 64, K = N = 4096:
+/// 86 % of the instruction peak with 128, 92 % with 1024; `examples/gemm_cycles`).
+const KC: usize = 1024;
+/// Bytes of A per block of rows: with the 256 KiB block of weights and the next one being
+/// prefetched, within L2 (2 MiB here).
+const A_BLOCK: usize = 512 * 1024;
 
 /// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major) into `c` (`m × n`), then
 /// `epilogue` on each finished block.
@@ -36,7 +42,7 @@ const KC: usize = 128;
 pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut Epilogue) {
     let (k, n, k4) = (b.k(), b.n(), b.k4());
     assert!(a.len() == m * k && c.len() == m * n && b.col_sums().len() == n && b.zero_points().len() == n);
-    let lda = if (k4 * KR).is_multiple_of(4096) { k4 * KR + 64 } else { k4 * KR };
+    let lda = k4 * KR;
     let a = crate::gemm::padded(a, m, k, lda);
     let rows = b.zero_points().iter().any(|&z| z != 0);
     // SAFETY: the caller guarantees AVX-512 F/BW; padding adds zeros, which change no sum.
@@ -51,66 +57,76 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
         *z = w;
     }
     let (np_max, kc) = if m == 1 { (NP_GEMV, k4) } else { (NP, KC) };
-    let tiles = m.div_ceil(MR);
-    let mut p0 = 0;
-    while p0 < panels {
-        let np = np_max.min(panels - p0);
-        let cols = (n - p0 * NR).min(np * NR);
-        let last_cols = cols - (np - 1) * NR;
-        let mut q0 = 0;
-        while q0 < k4 {
-            let kq = kc.min(k4 - q0);
-            let last = q0 + kq == k4;
-            // The next block of weights: the same panels deeper, or the next panels' first block.
-            let next = if !last {
-                Some((p0, q0 + kq, np, kc.min(k4 - q0 - kq)))
-            } else if p0 + np < panels {
-                let np2 = np_max.min(panels - p0 - np);
-                Some((p0 + np, 0, np2, kc.min(k4)))
-            } else {
-                None
-            };
-            // Lines of the next block (np2 panels × kq2 rows of 64 bytes), spread over the tiles.
-            let (pf_lines, pf_per_tile) = next.map_or((0, 0), |(_, _, np2, kq2)| (np2 * kq2, (np2 * kq2).div_ceil(tiles)));
-            for t in 0..tiles {
-                let (r0, mr) = (t * MR, MR.min(m - t * MR));
-                let pf = next.map(|(p2, q2, _, kq2)| Prefetch {
-                    base: b.data()[p2 * b.panel_stride() + q2 * NR * KR..].as_ptr(),
-                    first: (t * pf_per_tile).min(pf_lines),
-                    end: ((t + 1) * pf_per_tile).min(pf_lines),
-                    per_panel: kq2,
-                });
-                let tile = Tile {
-                    a: a[r0 * lda + q0 * KR..].as_ptr(),
-                    lda,
-                    b: b.data()[p0 * b.panel_stride() + q0 * NR * KR..].as_ptr(),
-                    pstride: b.panel_stride(),
-                    k4: kq,
-                    c: c[r0 * n + p0 * NR..].as_mut_ptr(),
-                    ldc: n,
-                    mask: if last_cols == NR { 0xffff } else { (1u16 << last_cols) - 1 },
-                    accumulate: q0 > 0,
-                    fix: last.then(|| Fix {
-                        colfix: colfix[p0 * NR..].as_ptr(),
-                        zb: zb[p0 * NR..].as_ptr(),
-                        rowsums: if rows { rowsums[r0..].as_ptr() } else { std::ptr::null() },
-                    }),
-                    pf,
+    // Rows per block: the block's A stays in L2 while every panel group streams past it.
+    let mc = (A_BLOCK / lda).max(MR) / MR * MR;
+    let mut m0 = 0;
+    while m0 < m {
+        let mb = mc.min(m - m0);
+        let tiles = mb.div_ceil(MR);
+        let mut p0 = 0;
+        while p0 < panels {
+            let np = np_max.min(panels - p0);
+            let cols = (n - p0 * NR).min(np * NR);
+            let last_cols = cols - (np - 1) * NR;
+            let mut q0 = 0;
+            while q0 < k4 {
+                let kq = kc.min(k4 - q0);
+                let last = q0 + kq == k4;
+                // The next block of weights: the same panels deeper, the next panels' first
+                // block, or the first panels' for the next block of rows.
+                let next = if !last {
+                    Some((p0, q0 + kq, np, kc.min(k4 - q0 - kq)))
+                } else if p0 + np < panels {
+                    Some((p0 + np, 0, np_max.min(panels - p0 - np), kc.min(k4)))
+                } else if m0 + mb < m {
+                    Some((0, 0, np_max.min(panels), kc.min(k4)))
+                } else {
+                    None
                 };
-                // SAFETY: the caller guarantees the CPU features; the assert above and the loop
-                // bounds keep every read inside the tile's `mr` rows of A (groups q0..q0+kq of
-                // rows of `lda` bytes), the packed panels p0..p0+np (groups q0..q0+kq of each),
-                // the padded column corrections (columns p0·16..(p0+np)·16) and the tile's row
-                // sums; the mask keeps every read and write of `c` inside rows r0..r0+mr and
-                // columns p0·16..p0·16+cols. Prefetches read nothing.
-                unsafe { dispatch(mr, np, &tile) };
-                if last {
-                    epilogue(c, r0, mr, p0 * NR, cols);
+                // Lines of the next block (np2 panels × kq2 rows of 64 bytes), spread over the tiles.
+                let (pf_lines, pf_per_tile) = next.map_or((0, 0), |(_, _, np2, kq2)| (np2 * kq2, (np2 * kq2).div_ceil(tiles)));
+                for t in 0..tiles {
+                    let (r0, mr) = (m0 + t * MR, MR.min(m0 + mb - (m0 + t * MR)));
+                    let pf = next.map(|(p2, q2, _, kq2)| Prefetch {
+                        base: b.data()[p2 * b.panel_stride() + q2 * NR * KR..].as_ptr(),
+                        first: (t * pf_per_tile).min(pf_lines),
+                        end: ((t + 1) * pf_per_tile).min(pf_lines),
+                        per_panel: kq2,
+                    });
+                    let tile = Tile {
+                        a: a[r0 * lda + q0 * KR..].as_ptr(),
+                        lda,
+                        b: b.data()[p0 * b.panel_stride() + q0 * NR * KR..].as_ptr(),
+                        pstride: b.panel_stride(),
+                        k4: kq,
+                        c: c[r0 * n + p0 * NR..].as_mut_ptr(),
+                        ldc: n,
+                        mask: if last_cols == NR { 0xffff } else { (1u16 << last_cols) - 1 },
+                        accumulate: q0 > 0,
+                        fix: last.then(|| Fix {
+                            colfix: colfix[p0 * NR..].as_ptr(),
+                            zb: zb[p0 * NR..].as_ptr(),
+                            rowsums: if rows { rowsums[r0..].as_ptr() } else { std::ptr::null() },
+                        }),
+                        pf,
+                    };
+                    // SAFETY: the caller guarantees the CPU features; the assert above and the
+                    // loop bounds keep every read inside the tile's `mr` rows of A (groups
+                    // q0..q0+kq of rows of `lda` bytes), the packed panels p0..p0+np (groups
+                    // q0..q0+kq of each), the padded column corrections (columns
+                    // p0·16..(p0+np)·16) and the tile's row sums; the mask keeps every read and
+                    // write of `c` inside rows r0..r0+mr and columns p0·16..p0·16+cols.
+                    // Prefetches read nothing.
+                    unsafe { dispatch(mr, np, &tile) };
+                    if last {
+                        epilogue(c, r0, mr, p0 * NR, cols);
+                    }
                 }
+                q0 += kq;
             }
-            q0 += kq;
+            p0 += np;
         }
-        p0 += np;
+        m0 += mb;
     }
 }
 
