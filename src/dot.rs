@@ -141,17 +141,12 @@ fn is(n: &NodeProto, op: &str) -> bool {
 /// Whether `n`'s output is an input of the node named `target`.
 fn feeds(g: &GraphProto, n: &NodeProto, target: &str) -> bool {
     let Some(out) = n.output.first() else { return false };
-    g.node.iter().enumerate().any(|(pos, c)| name(c, pos) == target && c.input.contains(out))
+    g.node.iter().enumerate().any(|(pos, c)| c.label(pos) == target && c.input.contains(out))
 }
 
 /// Names of the nodes matching `pred`.
 fn find(g: &GraphProto, pred: impl Fn(&NodeProto) -> bool) -> Vec<String> {
-    g.node.iter().enumerate().filter(|(_, n)| pred(n)).map(|(pos, n)| name(n, pos)).collect()
-}
-
-/// The name reports use: the authored one, or `#<position>` for a nameless node.
-fn name(n: &NodeProto, pos: usize) -> String {
-    n.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"))
+    g.node.iter().enumerate().filter(|(_, n)| pred(n)).map(|(pos, n)| n.label(pos)).collect()
 }
 
 /// A DOT string literal.
@@ -180,7 +175,7 @@ fn render(g: &GraphProto, title: &str, boxes: &[Boxed], hidden: usize) -> String
     // Node positions by report name; the first position wins for a repeated name.
     let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
     for (pos, n) in g.node.iter().enumerate() {
-        by_name.entry(name(n, pos)).or_insert(pos);
+        by_name.entry(n.label(pos)).or_insert(pos);
     }
     let mut boxed_in: BTreeMap<usize, usize> = BTreeMap::new();
     for (i, b) in boxes.iter().enumerate() {
@@ -217,7 +212,7 @@ fn render(g: &GraphProto, title: &str, boxes: &[Boxed], hidden: usize) -> String
         let op = n.op_type.as_deref().unwrap_or("?");
         let qdq = is(n, "QuantizeLinear") || is(n, "DequantizeLinear");
         let shape = if qdq { ", shape=ellipse, fontsize=8" } else { "" };
-        writeln!(out, "  n{pos} [label={}{shape}];", quote(&format!("{op}\n{}", name(n, pos)))).unwrap();
+        writeln!(out, "  n{pos} [label={}{shape}];", quote(&format!("{op}\n{}", n.label(pos)))).unwrap();
         for o in n.output.iter().filter(|o| !o.is_empty()) {
             producer.insert(o, format!("n{pos}"));
         }

@@ -35,7 +35,7 @@ fn graph_text(model: &Model, g: &GraphProto, depth: usize, out: &mut String) {
         writeln!(out, "{pad}  init {}", tensor_text(model, t)).unwrap();
     }
     for (pos, n) in g.node.iter().enumerate() {
-        let name = n.name.as_deref().filter(|s| !s.is_empty()).map(str::to_string).unwrap_or(format!("#{pos}"));
+        let name = n.label(pos);
         let domain = n.domain.as_deref().filter(|d| !d.is_empty()).map(|d| format!("{d}.")).unwrap_or_default();
         let mut attrs: Vec<&AttributeProto> = n.attribute.iter().collect();
         attrs.sort_by_key(|a| a.name.clone());

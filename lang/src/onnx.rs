@@ -8,3 +8,11 @@ pub use tensor_proto::DataType;
 /// The newest IR version the vendored schema describes. prost drops fields it does not know, so
 /// a newer model would silently lose data: such models are refused at load time.
 pub const MAX_IR_VERSION: i64 = Version::IrVersion as i64;
+
+impl NodeProto {
+    /// The name reports and errors use: the authored one, or `#<position in its graph>` for a
+    /// nameless node.
+    pub fn label(&self, pos: usize) -> String {
+        self.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"))
+    }
+}

@@ -51,7 +51,7 @@ pub fn implicit_imports(model: &ModelProto) -> Vec<(String, String)> {
         for (pos, n) in g.node.iter().enumerate() {
             let domain = n.domain.as_deref().unwrap_or("");
             if !domain_imported(model, domain) && implicitly_imported(domain) && !out.iter().any(|(d, _)| d == domain) {
-                let name = n.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"));
+                let name = n.label(pos);
                 out.push((domain.to_string(), format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or(""))));
             }
             for sub in crate::ir::node_graphs(n) {

@@ -25,7 +25,7 @@ fn graph_text<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scope<'m>, out: 
     let where_ = if graph.location.is_empty() { "main graph".to_string() } else { graph.location.trim().to_string() };
     for region in regions(graph, proto) {
         let lifted = lift(model, graph, scopes, &region);
-        let names: Vec<String> = region.nodes.iter().map(|&p| proto.node[p].name.clone().filter(|n| !n.is_empty()).unwrap_or(format!("#{p}"))).collect();
+        let names: Vec<String> = region.nodes.iter().map(|&p| proto.node[p].label(p)).collect();
         writeln!(out, "region [{}] ({where_})", names.join(", ")).unwrap();
         out.push_str(&egraph_text(&lifted.egraph, &lifted.roots));
     }

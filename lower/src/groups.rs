@@ -70,13 +70,7 @@ fn find_in<'m>(model: &'m Model, graph: &ir::Graph, scopes: &Scope<'m>, out: &mu
             .filter(|c| kind(c) == NodeKind::Quantize)
             .map(|q| end(model, scopes, q, q.output.first().map(String::as_str).unwrap_or("")))
             .collect();
-        out.push(Group {
-            op: node.op_type.clone().unwrap_or_default(),
-            node: node.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("#{pos}")),
-            location: graph.location.clone(),
-            inputs,
-            outputs,
-        });
+        out.push(Group { op: node.op_type.clone().unwrap_or_default(), node: node.label(pos), location: graph.location.clone(), inputs, outputs });
     }
     for sub in &graph.subgraphs {
         if let Some(g) = sub.proto(proto) {

@@ -251,7 +251,7 @@ fn plan(model: &Model) -> Vec<Planned> {
             continue;
         }
         let from = match &source {
-            Source::Quantize(pos) => node_name(&graph.node[*pos], *pos),
+            Source::Quantize(pos) => graph.node[*pos].label(*pos),
             Source::Constant(_) => format!("initializer {y}"),
         };
         out.push(Planned {
@@ -261,7 +261,7 @@ fn plan(model: &Model) -> Vec<Planned> {
             resigned: Resigned {
                 tensor: y.clone(),
                 quantize: from,
-                dequantize: consumers.iter().map(|&c| node_name(&graph.node[c], c)).collect(),
+                dequantize: consumers.iter().map(|&c| graph.node[c].label(c)).collect(),
                 zero_point: zp,
                 proof,
             },
@@ -281,10 +281,6 @@ fn set_zero_point(node: &mut NodeProto, name: &str) {
         a.i = Some(DataType::Uint8 as i64);
         a.r#type = Some(AttributeType::Int as i32);
     }
-}
-
-fn node_name(node: &NodeProto, pos: usize) -> String {
-    node.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("#{pos}"))
 }
 
 /// A uint8 initializer of `codes` (int8 codes + 128).

@@ -34,8 +34,7 @@ impl<'m> Ctx<'m> {
     }
 
     pub fn name(&self, pos: usize) -> String {
-        let n = self.node(pos);
-        n.name.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("#{pos}"))
+        self.node(pos).label(pos)
     }
 
     fn input(&self, node: &NodeProto, i: usize) -> Option<String> {
