@@ -3,7 +3,7 @@
 
     export QDQC_PYTHON=/work/main/target/venv/bin/python   # or PY=$(bash tests/oracle/setup.sh | tail -n1)
     cargo build --bin qdqc
-    "$QDQC_PYTHON" bench/rust_target.py [--contracts real,exact] [--models a,b] [--rounds 5] [--json]
+    "$QDQC_PYTHON" bench/rust_target.py [--contracts real,exact] [--models a,b] [--rounds 5] [--isa avx2] [--json]
 
 Models: the synthetic CNN corpus (target/corpus or $QDQC_CORPUS: cnn_residual and dwsep_net, the
 `_pow2` variants and the quantize_static ones) and the published CNNs the Rust target compiles
@@ -220,7 +220,12 @@ def main():
     ap.add_argument("--out", default=None, help="also write the JSON report here (rewritten after every model)")
     ap.add_argument("--reuse", action="store_true",
                     help="keep a crate and harness an earlier run built (no compile, no build: build figures left out)")
+    ap.add_argument("--isa", default=None, choices=["portable", "avx2", "avx512vnni"],
+                    help="the generated code's kernel path (QDQC_KERNELS_ISA; default: the host's best). ORT still picks "
+                         "its own by CPUID: `--isa avx2` on a VNNI host sets qdqc's AVX2 path against ORT's VNNI kernels")
     args = ap.parse_args()
+    if args.isa:
+        os.environ["QDQC_KERNELS_ISA"] = args.isa
     import onnxruntime as ort
     qdqc = Path(args.qdqc)
     contracts = args.contracts.split(",")
@@ -306,14 +311,15 @@ def main():
             sel = [r for r in rows if r["contract"] == c and keep(r)]
             if sel:
                 summary[f"{c} {part}"] = summarize(sel)
-    report = {"onnxruntime": ort.__version__, "rounds": args.rounds, "load_before": load_before, "load_after": load_after,
+    report = {"kernel_path": args.isa or "host best", "onnxruntime": ort.__version__, "rounds": args.rounds, "load_before": load_before, "load_after": load_after,
               "rows": rows, "not_compiled": refused, "summary": summary}
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"onnxruntime {ort.__version__}, 1 thread, medians of {args.rounds} interleaved rounds; "
+    print(f"qdqc kernel path {args.isa or 'host best'}; "
+          f"onnxruntime {ort.__version__}, 1 thread, medians of {args.rounds} interleaved rounds; "
           f"load average {load_before[0]:.1f} → {load_after[0]:.1f}")
     print(f"{'model':<28} {'contract':<8} {'rust ms':>9} {'ENABLE ms':>9} {'DISABLE ms':>10} {'×ENABLE':>8} {'×DISABLE':>8} "
           f"{'max|dev|':>8} {'rust RSS MB':>11} {'ORT +RSS MB':>11} {'RSS ratio':>9} {'build s':>7} {'rustc MB':>8}")
