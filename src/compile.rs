@@ -40,6 +40,8 @@ pub struct CompileOptions {
     pub timings: bool,
     /// Told of each stage and region as the compile goes (the CLI's bar on a terminal).
     pub progress: Observer,
+    /// `--target rust`: where the generated crate keeps its weights (`--weights`).
+    pub rust_weights: qdqc_codegen::rust::Weights,
 }
 
 impl Default for CompileOptions {
@@ -54,6 +56,7 @@ impl Default for CompileOptions {
             allow: Allow::default(),
             timings: false,
             progress: Observer::default(),
+            rust_weights: qdqc_codegen::rust::Weights::default(),
         }
     }
 }

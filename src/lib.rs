@@ -28,6 +28,7 @@ pub use compile::{CompileOptions, CompileReport, Compiled, GroupDecision, Timing
 pub use inspect::{Inspection, inspect};
 pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
+pub use qdqc_codegen::rust::Weights as RustWeights;
 pub use qdqc_exact::Contract;
 pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;

@@ -38,7 +38,7 @@ pub fn compile_rust(input: &Path, out_dir: &Path, report_path: Option<&Path>, op
     let Compiled { source, lowered, mut report, .. } = compile_model(&model, options)?;
     let kernels = kernels_path(out_dir)?;
     options.progress.start("generating the crate", 0);
-    let generated = qdqc_codegen::rust::generate(&source, &lowered, &kernels).map_err(|p| Error::bad_input(input, p))?;
+    let generated = qdqc_codegen::rust::generate(&source, &lowered, &kernels, options.rust_weights).map_err(|p| Error::bad_input(input, p))?;
     report.output = out_dir.display().to_string();
     options.progress.start("writing", 0);
     let mut outputs = Outputs::default();
@@ -57,8 +57,8 @@ pub fn compile_rust_module(input: &Path, name: &str, options: &CompileOptions) -
     let model = Model::load(input)?;
     let Compiled { source, lowered, report, .. } = compile_model(&model, options)?;
     // The crate's Cargo.toml (and so the kernel crate's path) is not part of the module.
-    let generated =
-        qdqc_codegen::rust::generate(&source, &lowered, &qdqc_codegen::rust::KernelsPath("qdqc-kernels".into())).map_err(|p| Error::bad_input(input, p))?;
+    let generated = qdqc_codegen::rust::generate(&source, &lowered, &qdqc_codegen::rust::KernelsPath("qdqc-kernels".into()), options.rust_weights)
+        .map_err(|p| Error::bad_input(input, p))?;
     let (text, weights) = qdqc_codegen::rust::module(&generated, name).map_err(|p| Error::bad_input(input, p))?;
     Ok((text, weights, report))
 }

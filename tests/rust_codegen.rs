@@ -241,3 +241,42 @@ fn the_harness_refuses_inputs_of_the_wrong_shape() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("input 'input': axis 2 is 8, expected 16"), "{err}");
 }
+
+/// `--weights file`: the weights beside the crate, mapped by `Model::new()`, give the bytes the
+/// embedded ones give, every quantized intermediate included; a missing weights file and one
+/// from another compile are one-line errors naming the file.
+#[test]
+fn weights_beside_the_crate_give_the_embedded_bytes() {
+    let name = "cnn_residual_u8u8_pt_pow2";
+    let dir = work("weights_beside");
+    let (embedded, beside) = (dir.join("embedded"), dir.join("beside"));
+    generate(&model(name), &embedded);
+    generate_with(&model(name), &beside, &["--weights", "file"]);
+    assert!(beside.join("weights.bin").exists() && !beside.join("src/weights.bin").exists());
+    assert!(!std::fs::read_to_string(beside.join("src/lib.rs")).unwrap().contains("include_bytes!"));
+    // Both crates have one package name, so one harness path: run each right after its build.
+    python(&[model(name).as_os_str(), "0".as_ref(), dir.join("in.npz").as_os_str(), dir.join("ort.npz").as_os_str()]);
+    let run = |harness: &Path, out: &str| Command::new(harness).arg(dir.join("in.npz")).arg(dir.join(out)).arg("--intermediates").output().unwrap();
+    let (harness, _) = build(&embedded);
+    assert!(run(&harness, "embedded.npz").status.success());
+    let (harness, _) = build(&beside);
+    let o = run(&harness, "beside.npz");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows = python(&["--compare".as_ref(), dir.join("embedded.npz").as_os_str(), dir.join("beside.npz").as_os_str()]);
+    assert!(rows.lines().count() > 1);
+    for l in rows.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["identical"], v["elements"], "{v}");
+    }
+    // Another model's weights file in its place, then none.
+    let other = dir.join("other");
+    generate_with(&model("dwsep_net_u8u8_pt_pow2"), &other, &["--weights", "file"]);
+    std::fs::copy(other.join("weights.bin"), beside.join("weights.bin")).unwrap();
+    let o = run(&harness, "foreign.npz");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("weights.bin") && err.contains("this code was generated with"), "{err}");
+    std::fs::remove_file(beside.join("weights.bin")).unwrap();
+    let o = run(&harness, "missing.npz");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("weights.bin") && err.trim().lines().count() == 1, "{err}");
+}

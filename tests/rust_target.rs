@@ -82,3 +82,19 @@ fn the_crate_writer_refuses_the_ort_target_and_writes_nothing() {
     assert!(err.to_string().contains("compile_rust needs the Rust target"), "{err}");
     assert!(!out.exists());
 }
+
+/// `--weights file` through the build-step module: the module maps `OUT_DIR/NAME.weights.bin`
+/// (no `include_bytes!`, no absolute path), and the weights it returns carry the header that
+/// names this compile (`qdqc_kernels::weights`).
+#[test]
+fn a_module_with_its_weights_beside_maps_them_from_out_dir() {
+    let file = CompileOptions { rust_weights: qdqc::RustWeights::File, ..rust(Contract::Real) };
+    let (text, weights, _) = qdqc::compile_rust_module(Path::new(MODEL), "cnn", &file).unwrap();
+    assert!(!text.contains("include_bytes!"), "{text}");
+    assert!(text.contains(r#"pub const WEIGHTS_FILE: &str = concat!(env!("OUT_DIR"), "/cnn.weights.bin");"#), "{text}");
+    assert!(text.contains("pub fn from_weights_file(path: &std::path::Path)"));
+    let (embedded_text, embedded, _) = qdqc::compile_rust_module(Path::new(MODEL), "cnn", &rust(Contract::Real)).unwrap();
+    assert!(embedded_text.contains("include_bytes!(concat!(env!(\"OUT_DIR\"), \"/cnn.weights.bin\"))"));
+    assert_eq!(&weights[..16], b"qdqc weights v1\0");
+    assert_eq!(&weights[64..], &embedded[..], "the same weights after the 64-byte header");
+}

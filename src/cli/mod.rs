@@ -94,6 +94,11 @@ enum Command {
         /// Add wall-clock times to the report (without it, two runs give byte-identical reports).
         #[arg(long)]
         timings: bool,
+        /// `--target rust`: embed the weights in the crate (`include_bytes!`), or write them
+        /// beside it as `weights.bin`, mapped at load (`Model::from_weights_file` takes another
+        /// path); auto embeds up to 64 MiB (rustc holds about 12 times what it embeds).
+        #[arg(long, value_enum, default_value = "auto")]
+        weights: WeightsArg,
     },
     /// For every group ONNX Runtime would fuse: is the fusion exact, per ISA profile? Plus hazards.
     Audit {
@@ -138,6 +143,13 @@ enum TargetArg {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
+enum WeightsArg {
+    Auto,
+    Embed,
+    File,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum ContractArg {
     Exact,
     Real,
@@ -177,10 +189,14 @@ fn run(command: Command, watched: bool) -> Result<(), Error> {
             allow,
             inputs,
             timings,
+            weights,
         } => {
             let mut lossy = crate::allow(&allow).map_err(|e| Error::bad_input(&input, e))?;
             if let Some(path) = inputs {
                 lossy.inputs = crate::read_inputs(&path)?;
+            }
+            if matches!(target, TargetArg::Onnx) && !matches!(weights, WeightsArg::Auto) {
+                return Err(Error::bad_input(&input, "--weights applies to --target rust; the ONNX target writes the model's own weights"));
             }
             let target: Target = match (target, ort_isa) {
                 (TargetArg::Rust, Some(_)) => {
@@ -203,6 +219,11 @@ fn run(command: Command, watched: bool) -> Result<(), Error> {
                 allow: lossy,
                 timings,
                 progress: crate::Observer(bar.clone().map(|b| b as std::sync::Arc<dyn crate::Progress>)),
+                rust_weights: match weights {
+                    WeightsArg::Auto => crate::RustWeights::Auto,
+                    WeightsArg::Embed => crate::RustWeights::Embedded,
+                    WeightsArg::File => crate::RustWeights::File,
+                },
                 ..CompileOptions::default()
             };
             let started = std::time::Instant::now();

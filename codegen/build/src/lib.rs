@@ -62,6 +62,7 @@ pub struct Model {
     allow: Vec<String>,
     name: Option<String>,
     out_dir: Option<PathBuf>,
+    weights: qdqc::RustWeights,
 }
 
 /// What one build step wrote.
@@ -96,6 +97,7 @@ impl Model {
             allow: Vec::new(),
             name: None,
             out_dir: None,
+            weights: qdqc::RustWeights::Auto,
         }
     }
 
@@ -108,6 +110,13 @@ impl Model {
     /// What to write.
     pub fn target(mut self, target: Target) -> Model {
         self.target = target;
+        self
+    }
+
+    /// The Rust target: embed the weights in the module or map `OUT_DIR/NAME.weights.bin` at
+    /// load (`RustWeights::Auto`, the default, embeds up to 64 MiB).
+    pub fn weights(mut self, weights: qdqc::RustWeights) -> Model {
+        self.weights = weights;
         self
     }
 
@@ -164,7 +173,7 @@ impl Model {
             Target::Onnx => ort.into(),
             Target::Rust => qdqc::RustTarget::generic().into(),
         };
-        let options = qdqc::CompileOptions { contract: self.contract, target, allow, ..Default::default() };
+        let options = qdqc::CompileOptions { contract: self.contract, target, allow, rust_weights: self.weights, ..Default::default() };
         let report_path = out_dir.join(format!("{name}.qdqc.json"));
         let (model, report) = match self.target {
             Target::Onnx => {

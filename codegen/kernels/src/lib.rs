@@ -21,9 +21,11 @@
 //!   generated code calls (compiled once here, not in every generated crate).
 //! - [`Kernels`]: the path (portable, AVX2, AVX-512 VNNI), chosen at run time, every path
 //!   bit-identical.
+//! - [`weights`]: a generated crate's weights mapped from a file beside it (models too large to
+//!   embed), checked against the compile that wrote them.
 //!
-//! `unsafe` appears only in the SIMD microkernels (`micro/`) and at the calls of `#[target_feature]`
-//! instances of safe code, each block with its safety argument.
+//! `unsafe` appears only in the SIMD microkernels (`micro/`), at the calls of `#[target_feature]`
+//! instances of safe code and in [`weights`]' file mapping, each block with its safety argument.
 
 pub mod a8w8;
 pub mod codes;
@@ -37,6 +39,7 @@ pub mod matmul_codes;
 mod micro;
 mod pack;
 pub mod requant;
+pub mod weights;
 
 pub use gemm::{GemmError, accumulator_bound, gemm_u8, gemm_u8_requant};
 pub use isa::{ISA_ENV, Isa, IsaError, Kernels};

@@ -7,7 +7,7 @@
 //! | `src/lib.rs` | `Model::new()`, `Model::run`, `Model::run_with` (workspace reuse, intermediates), `INPUTS`, `OUTPUTS` (`emit.rs`); the ops in parts of 16, each part a function with its operands in a struct of their own, every kernel called through a concrete instance of `qdqc_kernels::entry` (the build cost stays linear in the model's size) |
 //! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
 //! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates`, `--bench N` (median seconds of N `run_with` calls on one workspace; `bench/rust_target.py`) |
-//! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`) |
+//! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`); above [`EMBED_LIMIT`] (or `--weights file`) `weights.bin` beside the crate instead: a 64-byte header naming this compile, then the same bytes, mapped by `Model::new()` ([`Weights`]) |
 //! | `groups.json` | every op writing codes with its parameters, for an independent exact evaluation (`manifest.rs`) |
 //!
 //! Every created node gets its Rust-kernel meaning: convolutions and GEMMs accumulate exactly in
@@ -68,10 +68,12 @@
 //! (`PackedB::from_packed`: no copy, a page resident once a kernel reads it); other 8-bit constants
 //! (an embedding table, dequantized weights) are borrowed from the blob in ONNX layout, so a Gather
 //! pages in only the rows it reads. Convolution panels (`PackedConv`), requantization forms and
-//! Add/Mul plans are still built once in `Model::new()` from the blob. `include_bytes!` costs rustc little
-//! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
-//! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
-//! same offsets.
+//! Add/Mul plans are still built once in `Model::new()` from the blob. `include_bytes!` costs rustc far
+//! less than an array literal but still about 12 times the bytes (256 MiB: 3.2 GB, 37 s): above
+//! [`EMBED_LIMIT`] the weights go beside the crate, mapped read-only once per process
+//! (`qdqc_kernels::weights`), with the same offsets, so the kernels borrow them in place either way
+//! and only the pages they read become resident. The header's length and hash are constants of
+//! the generated code: a weights file from another compile is refused at load.
 
 mod batched;
 mod blob;
@@ -98,6 +100,23 @@ const HARNESS: &str = include_str!("template/main.rs");
 #[derive(Clone, Debug)]
 pub struct KernelsPath(pub String);
 
+/// Where the generated crate keeps its weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weights {
+    /// Embedded up to [`EMBED_LIMIT`] bytes, a file beside the crate above.
+    #[default]
+    Auto,
+    /// `src/weights.bin`, embedded by `include_bytes!`.
+    Embedded,
+    /// `weights.bin` beside the crate (a header naming this compile, then the weights), mapped
+    /// by `Model::new()` (`qdqc_kernels::weights`) or `Model::from_weights_file(path)`.
+    File,
+}
+
+/// The largest weights [`Weights::Auto`] embeds. rustc holds about 12 times the bytes it embeds
+/// (measured here: 256 MiB took 3.2 GB and 37 s), so 64 MiB stays near the 1 GB a build may take.
+pub const EMBED_LIMIT: usize = 64 << 20;
+
 /// The generated crate: file paths relative to its folder, and their bytes, in writing order.
 pub struct Crate {
     pub files: Vec<(String, Vec<u8>)>,
@@ -114,7 +133,8 @@ pub struct Crate {
 pub fn module(generated: &Crate, name: &str) -> Result<(String, Vec<u8>), String> {
     let file = |path: &str| generated.files.iter().find(|(p, _)| p == path).map(|(_, b)| b.as_slice()).ok_or(format!("the generated crate has no {path}"));
     let text = |path: &str| -> Result<String, String> { String::from_utf8(file(path)?.to_vec()).map_err(|_| format!("{path} is not UTF-8")) };
-    let (lib, runtime, weights) = (text("src/lib.rs")?, text("src/runtime.rs")?, file("src/weights.bin")?.to_vec());
+    let (lib, runtime) = (text("src/lib.rs")?, text("src/runtime.rs")?);
+    let weights = file("src/weights.bin").or_else(|_| file("weights.bin"))?.to_vec();
     if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!("'{name}' is not a Rust module name (letters, digits, '_')"));
     }
@@ -138,6 +158,10 @@ pub fn module(generated: &Crate, name: &str) -> Result<(String, Vec<u8>), String
             blob_at += 1;
             out.push_str(&line.replace("include_bytes!(\"weights.bin\")", &format!("include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{name}.weights.bin\"))")));
             out.push('\n');
+        } else if line.contains(WEIGHTS_PATH) {
+            blob_at += 1;
+            out.push_str(&line.replace(WEIGHTS_PATH, &format!("concat!(env!(\"OUT_DIR\"), \"/{name}.weights.bin\")")));
+            out.push('\n');
         } else {
             out.push_str(line);
             out.push('\n');
@@ -153,7 +177,7 @@ pub fn module(generated: &Crate, name: &str) -> Result<(String, Vec<u8>), String
 
 /// Generates the crate, or says which node the backend does not support (nothing is written
 /// by this function).
-pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) -> Result<Crate, String> {
+pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath, weights: Weights) -> Result<Crate, String> {
     if let Some(sub) = lowered.subgraphs.first() {
         let owner = model.main_graph().node.get(sub.node);
         let (name, op) = owner.map_or(("?", "?"), |n| (n.name(), n.op_type()));
@@ -281,16 +305,56 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath) ->
     let groups = manifest::groups_json(&ops, &values, &input_elems, &source)?;
     let program = emit::Program { values: &values, ops: &ops, plan: &plan, inputs, outputs, source };
     let (lib, blob) = emit::lib_rs(&program)?;
+    let beside = weights == Weights::File || (weights == Weights::Auto && blob.len() > EMBED_LIMIT);
+    let (lib, weights) = if beside {
+        (weights_beside(&lib, &blob)?, ("weights.bin".into(), qdqc_kernels::weights::file_bytes(&blob)))
+    } else {
+        (lib, ("src/weights.bin".into(), blob))
+    };
     Ok(Crate {
         files: vec![
             ("Cargo.toml".into(), cargo_toml(&crate_name(model), kernels).into_bytes()),
             ("src/lib.rs".into(), lib.into_bytes()),
             ("src/runtime.rs".into(), RUNTIME.as_bytes().to_vec()),
             ("src/main.rs".into(), HARNESS.as_bytes().to_vec()),
-            ("src/weights.bin".into(), blob),
+            weights,
             ("groups.json".into(), groups),
         ],
     })
+}
+
+/// The path of the weights file in a crate that keeps them beside it.
+const WEIGHTS_PATH: &str = "concat!(env!(\"CARGO_MANIFEST_DIR\"), \"/weights.bin\")";
+
+/// `lib.rs` with its weights read from the file beside the crate instead of embedded: the
+/// embedded blob's static becomes the file's path and `(length, hash)`, and `Model::new()` maps
+/// the file (`Model::from_weights_file` takes another path). Each replaced line is the emitter's
+/// own text and must appear exactly once.
+fn weights_beside(lib: &str, blob: &[u8]) -> Result<String, String> {
+    let replacements = [
+        ("/// 64-byte alignment for the embedded weights.\n#[repr(C, align(64))]\nstruct Aligned<T: ?Sized>(T);\n\n".to_string(), String::new()),
+        (
+            "static BLOB: &Aligned<[u8]> = &Aligned(*include_bytes!(\"weights.bin\"));\n".to_string(),
+            format!(
+                "/// The weights file qdqc wrote beside this crate ({} bytes: too large to embed), mapped by `Model::new()`.\npub const WEIGHTS_FILE: &str = {WEIGHTS_PATH};\n\n/// Length and FNV-1a 64 hash of the weights this code was generated with (the file's header holds them).\nconst WEIGHTS: (usize, u64) = ({}, 0x{:016x});\n",
+                blob.len(),
+                blob.len(),
+                qdqc_kernels::weights::fnv1a(blob)
+            ),
+        ),
+        (
+            "    pub fn new() -> Result<Model, Error> {\n        let blob = Blob(&BLOB.0);\n".to_string(),
+            "    pub fn new() -> Result<Model, Error> {\n        Model::from_weights_file(std::path::Path::new(WEIGHTS_FILE))\n    }\n\n    /// [`Model::new`] with the weights file at `path`: the `weights.bin` qdqc wrote with this code (its header is checked), mapped once per process.\n    pub fn from_weights_file(path: &std::path::Path) -> Result<Model, Error> {\n        let blob = Blob(qdqc_kernels::weights::open(path, WEIGHTS).map_err(|e| Error::Weights(e.to_string()))?);\n".to_string(),
+        ),
+    ];
+    let mut lib = lib.to_string();
+    for (from, to) in &replacements {
+        if lib.matches(from.as_str()).count() != 1 {
+            return Err(format!("generated lib.rs does not hold exactly one {:?}", from.lines().next().unwrap_or_default()));
+        }
+        lib = lib.replace(from.as_str(), to);
+    }
+    Ok(lib)
 }
 
 /// The dim names of a graph input's declared shape.

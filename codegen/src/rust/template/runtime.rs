@@ -73,6 +73,8 @@ pub enum Error {
     Input(String),
     /// A kernel that could not run (a backstop: the generator checked the shapes).
     Kernel(String),
+    /// The weights file beside the crate is missing or not the one this code was generated with.
+    Weights(String),
 }
 
 impl fmt::Display for Error {
@@ -80,6 +82,7 @@ impl fmt::Display for Error {
         match self {
             Error::Input(s) => write!(f, "bad input: {s}"),
             Error::Kernel(s) => write!(f, "kernel: {s}"),
+            Error::Weights(s) => write!(f, "{s}"),
         }
     }
 }
