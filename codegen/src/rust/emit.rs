@@ -619,7 +619,7 @@ impl Emitter<'_, '_> {
                 format!("entry::max_pool_{yt}({}, &{}, &self.{field}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
             }
             Kind::Concat { axis, requant } => {
-                let mut pre = String::new();
+                let (mut pre, mut post) = (String::new(), String::new());
                 let mut parts = Vec::new();
                 for (j, (x, rq)) in op.inputs.iter().zip(requant).enumerate() {
                     let (slice, shape) = (self.slice(x)?, self.shape(x)?);
@@ -633,13 +633,15 @@ impl Emitter<'_, '_> {
                                 format!("[{yt}; 256]"),
                                 format!("entry::requant_table_{xty}_{yt}({}, {}).map_err(codes_err({node}))?", q_expr(*qx), q_expr(*qy)),
                             ));
-                            // One copy per requantized input per run (documented in the README).
-                            writeln!(pre, "        let r{j}: Vec<{yt}> = ({slice}).iter().map(|v| self.{field}[v.index()]).collect();").unwrap();
+                            // The requantized input in the workspace's buffer for position j, given back after.
+                            writeln!(pre, "        let r{j} = ws.scratch.mapped_{yt}.mapped({j}, {slice}, &self.{field});").unwrap();
+                            writeln!(post, "        ws.scratch.mapped_{yt}.give_back({j}, r{j});").unwrap();
                             parts.push(format!("(&r{j}[..], &{shape}[..])"));
                         }
                     }
                 }
-                format!("{pre}        entry::concat_{yt}(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;", parts.join(", "))
+                let post = if post.is_empty() { post } else { format!("\n{}", post.trim_end()) };
+                format!("{pre}        entry::concat_{yt}(&[{}], {axis}, &mut y).map_err(codes_err({node}))?;{post}", parts.join(", "))
             }
             Kind::Reshape => format!("y.copy_from_slice({});", self.slice(x0)?),
             Kind::UnaryTable { x, steps, y, pair } => {
@@ -1081,7 +1083,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     .unwrap();
     writeln!(
         w,
-        "impl Workspace {{\n    /// Bytes the workspace holds (its buffers' capacities).\n    pub fn bytes(&self) -> usize {{\n        let f: usize = self.f32.iter().map(|v| 4 * v.capacity()).sum();\n        let u: usize = self.u8.iter().map(|v| v.capacity()).sum::<usize>() + self.scratch.codes.capacity() + self.i8.iter().map(|v| v.capacity()).sum::<usize>();\n        f + u + 4 * self.scratch.acc.capacity(){}\n    }}\n}}\n",
+        "impl Workspace {{\n    /// Bytes the workspace holds (its buffers' capacities).\n    pub fn bytes(&self) -> usize {{\n        let f: usize = self.f32.iter().map(|v| 4 * v.capacity()).sum();\n        let u: usize = self.u8.iter().map(|v| v.capacity()).sum::<usize>() + self.scratch.codes.capacity() + self.scratch.mapped_u8.bytes() + self.scratch.mapped_i8.bytes() + self.i8.iter().map(|v| v.capacity()).sum::<usize>();\n        f + u + 4 * self.scratch.acc.capacity(){}\n    }}\n}}\n",
         ws_bytes.concat()
     )
     .unwrap();

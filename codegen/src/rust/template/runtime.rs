@@ -347,6 +347,36 @@ pub struct Scratch {
     pub codes: Vec<u8>,
     /// The convolutions' packed activations and tile buffers.
     pub conv: qdqc_kernels::conv::Scratch,
+    /// A QLinearConcat's requantized inputs, one buffer per input position.
+    pub mapped_u8: Pool<u8>,
+    pub mapped_i8: Pool<i8>,
+}
+
+/// Buffers by position, lent out for one op and given back (their capacity kept across runs).
+#[derive(Default)]
+pub struct Pool<T>(Vec<Vec<T>>);
+
+impl<T: Copy> Pool<T> {
+    /// Buffer `j` filled with `x` mapped through `table` (a requantization table of codes).
+    pub fn mapped<X: QCode>(&mut self, j: usize, x: &[X], table: &[T; 256]) -> Vec<T> {
+        if self.0.len() <= j {
+            self.0.resize_with(j + 1, Vec::new);
+        }
+        let mut v = std::mem::take(&mut self.0[j]);
+        v.clear();
+        v.extend(x.iter().map(|c| table[c.index()]));
+        v
+    }
+
+    /// Gives buffer `j` back.
+    pub fn give_back(&mut self, j: usize, v: Vec<T>) {
+        self.0[j] = v;
+    }
+
+    /// Bytes the buffers hold.
+    pub fn bytes(&self) -> usize {
+        self.0.iter().map(|v| std::mem::size_of::<T>() * v.capacity()).sum()
+    }
 }
 
 /// QLinearConv: convolution on codes with the correctly rounded requantization per output
