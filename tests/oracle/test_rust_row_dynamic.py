@@ -6,7 +6,8 @@ of K; or rank 2 per axis 0), → MatMul by a constant int8 per-column weight's D
 
 Models are built here, one per accepted form: asymmetric u8 and i8 (ONNX's DynamicQuantizeLinear
 function body per row), symmetric i8 (max|x| / 127 as ReduceMax(Abs(x)), and ONNX Runtime's own int8
-recipe Max(Abs(ReduceMin), Abs(ReduceMax)) / 127.5), rank 2 and rank 3 activations. Each is compiled
+recipe Max(Abs(ReduceMin), Abs(ReduceMax)) / 127.5; SmoothQuant's Max(max|x|, 1e-5) / 127), rank 2 and
+rank 3 activations, rank 2 also per axis 0 (keepdims = 0). Each is compiled
 with `qdqc compile --target rust --contract real`; rule `row-dynamic-matmul` must fire, the crate is
 built (debug, `-D warnings`, shared target/rust-real-build) and run on 3 seeded activations, and
 every output must be the correctly rounded f32 of `Σ_k (x_q − z)(w − zw)·s·sw`, with `x_q`, `s`, `z`
@@ -44,6 +45,7 @@ CASES = {
     "row_asym_i8_rank2": ([7, K], "asym", TensorProto.INT8, -1),
     "row_sym_i8_rank3": ([2, 4, K], "absmax", TensorProto.INT8, -1),
     "row_sym_ort_i8_rank2": ([6, K], "ort_int8", TensorProto.INT8, 1),
+    "row_sym_floor_i8_rank3": ([3, 4, K], "absmax_floor", TensorProto.INT8, -1),
     "row_asym_u8_axis0_rank2": ([5, K], "asym_axis0", TensorProto.UINT8, -1),
 }
 REFUSED = {
@@ -84,10 +86,13 @@ def model(shape, recipe, code, axis) -> onnx.ModelProto:
             helper.make_node("Cast", ["zr"], ["z"], to=code),
         ]
         qz = ["x", "s", "z"]
-    elif recipe == "absmax":
-        inits += [c("d", 127.0)]
-        nodes += [helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("ReduceMax", ["ax", "axes"], ["amax"], **red),
-                  helper.make_node("Div", ["amax", "d"], ["s"])]
+    elif recipe.startswith("absmax"):
+        inits += [c("d", 127.0), c("eps", 1e-5)]
+        nodes += [helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("ReduceMax", ["ax", "axes"], ["amax"], **red)]
+        if recipe == "absmax_floor":  # SmoothQuant's clamp(min=1e-5)
+            nodes += [helper.make_node("Max", ["amax", "eps"], ["amaxf"]), helper.make_node("Div", ["amaxf", "d"], ["s"])]
+        else:
+            nodes += [helper.make_node("Div", ["amax", "d"], ["s"])]
         qz = ["x", "s"]
     else:  # ONNX Runtime's quantize_dynamic int8 recipe, with its reductions per row
         inits += [c("d", 127.5)]
@@ -146,6 +151,7 @@ def seeded(shape, seed: int) -> np.ndarray:
         x = np.abs(x)  # min > 0: Min(ReduceMin, 0) clamps to 0
     if seed == 2:
         x = x * rng.uniform(0.001, 100.0, shape[:-1] + [1]).astype(np.float32)  # rows at very different scales
+        x.reshape(-1, shape[-1])[-1] *= np.float32(1e-9)  # a row below the symmetric floor (1e-5)
     return x
 
 

@@ -147,8 +147,10 @@ pub enum Granularity {
 ///   range: `mn = Min(ReduceMin(x), 0)`, `mx = Max(ReduceMax(x), 0)`,
 ///   `s = Div(Sub(mx, mn), divisor)`, `z = Cast(Round(Clip(Sub(offset, Div(mn, s)), lo, hi)))`
 ///   (Round before Clip gives the same integer: the bounds are integers);
-/// - `Symmetric`: `s = Div(amax, divisor)` with `amax = ReduceMax(Abs(x))` (or
-///   `Max(Abs(ReduceMin(x)), Abs(ReduceMax(x)))`, the same value), `z = 0`.
+/// - `Symmetric`: `s = Div(Max(amax, floor), divisor)` with `amax = ReduceMax(Abs(x))` (or
+///   `Max(Abs(ReduceMin(x)), Abs(ReduceMax(x)))`, the same value), `z = 0`; `floor` is the
+///   graph's `Max` by a small constant (SmoothQuant's `clamp(min=1e-5)`), `+0.0` when it has none
+///   (`Max(amax, +0) = amax`: `amax ≥ +0`).
 ///
 /// ReduceMin/ReduceMax of values without NaN do not depend on the order they are reduced in
 /// (signed zeros give the same `s` and `z`: `mn` enters only through `Sub` and `Div`, whose
@@ -158,7 +160,7 @@ pub enum Granularity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recipe {
     Asymmetric { signed: bool, divisor: u32, offset: u32, lo: i32, hi: i32 },
-    Symmetric { signed: bool, divisor: u32 },
+    Symmetric { signed: bool, divisor: u32, floor: u32 },
 }
 
 impl Recipe {
@@ -182,7 +184,7 @@ pub fn recipe_parameters(recipe: Recipe, x: &[f32]) -> Result<(f32, i32), Dynami
         amax = amax.max(v.abs());
     }
     let (s, z) = match recipe {
-        Recipe::Symmetric { divisor, .. } => (amax / f32::from_bits(divisor), 0),
+        Recipe::Symmetric { divisor, floor, .. } => (amax.max(f32::from_bits(floor)) / f32::from_bits(divisor), 0),
         Recipe::Asymmetric { divisor, offset, lo: zlo, hi: zhi, .. } => {
             let (mn, mx) = (lo.min(0.0), hi.max(0.0));
             let s = (mx - mn) / f32::from_bits(divisor);

@@ -451,7 +451,7 @@ fn dynamic(n: &Node) -> Result<Dynamic, String> {
 /// qdqc's RowDynamicMatMul (`rewrites/src/rules/row_dynamic.rs`): inputs x (f32), w, sw, zw;
 /// the recipe's constants as attributes (f32 bit patterns), the output correctly rounded.
 fn row_dynamic(n: &Node) -> Result<(Dynamic, qdqc_kernels::dynamic::Recipe), String> {
-    n.only(&["symmetric", "signed", "divisor_bits", "offset_bits", "clip_lo", "clip_hi"])?;
+    n.only(&["symmetric", "signed", "divisor_bits", "floor_bits", "offset_bits", "clip_lo", "clip_hi"])?;
     let w = n.constant(1)?;
     let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
     let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
@@ -464,7 +464,7 @@ fn row_dynamic(n: &Node) -> Result<(Dynamic, qdqc_kernels::dynamic::Recipe), Str
     let bound = |name: &str| i32::try_from(n.int(name, 0)?).map_err(|_| format!("attribute {name}: out of range"));
     let (signed, divisor) = (n.int("signed", 0)? != 0, bits("divisor_bits")?);
     let recipe = if n.int("symmetric", 0)? != 0 {
-        qdqc_kernels::dynamic::Recipe::Symmetric { signed, divisor }
+        qdqc_kernels::dynamic::Recipe::Symmetric { signed, divisor, floor: bits("floor_bits")? }
     } else {
         qdqc_kernels::dynamic::Recipe::Asymmetric { signed, divisor, offset: bits("offset_bits")?, lo: bound("clip_lo")?, hi: bound("clip_hi")? }
     };

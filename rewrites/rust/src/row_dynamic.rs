@@ -17,7 +17,7 @@
 //!
 //! | condition | why |
 //! |---|---|
-//! | divisor a positive finite f32 constant | `s = range / divisor` (or `amax / divisor`) is the graph's Div |
+//! | divisor a positive finite f32 constant, a symmetric floor finite and non-negative | `s = range / divisor` (or `amax / divisor`) is the graph's Div |
 //! | asymmetric: offset a finite f32, clip bounds integers within the code type | `z = Round(Clip(offset − mn/s))` is a code the Cast keeps exactly |
 //! | every condition of [`dynamic::prove`] (8-bit weights, i32 bound, scales) | the GEMM and the epilogue are `DynamicMatMul`'s |
 
@@ -46,6 +46,11 @@ fn validate(recipe: Recipe) -> Result<(), String> {
     if !(divisor.is_finite() && divisor > 0.0) {
         return Err(format!("the scale's divisor {divisor:e} is not a positive finite f32"));
     }
+    if let Recipe::Symmetric { floor, .. } = recipe
+        && !(f32::from_bits(floor).is_finite() && f32::from_bits(floor) >= 0.0)
+    {
+        return Err(format!("the scale's floor {:e} is not a finite non-negative f32", f32::from_bits(floor)));
+    }
     if let Recipe::Asymmetric { signed, offset, lo, hi, .. } = recipe {
         let (tlo, thi) = code(signed).range();
         if !f32::from_bits(offset).is_finite() {
@@ -71,7 +76,7 @@ fn graph_parameters(recipe: Recipe, x: &[f32]) -> Option<(f32, i64)> {
     let reduce_min = x.iter().copied().fold(f32::INFINITY, f32::min);
     let reduce_max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let (s, z) = match recipe {
-        Recipe::Symmetric { divisor, .. } => (reduce_min.abs().max(reduce_max.abs()) / f32::from_bits(divisor), 0),
+        Recipe::Symmetric { divisor, floor, .. } => (reduce_min.abs().max(reduce_max.abs()).max(f32::from_bits(floor)) / f32::from_bits(divisor), 0),
         Recipe::Asymmetric { divisor, offset, lo, hi, .. } => {
             let (mn, mx) = (reduce_min.min(0.0), reduce_max.max(0.0));
             let s = (mx - mn) / f32::from_bits(divisor);
@@ -90,8 +95,8 @@ pub const ROWS: u64 = 4096;
 pub type RowQuantize = fn(Recipe, &[f32], &mut [u8]) -> Result<(f32, u8), DynamicError>;
 
 /// Checks a row quantization against the graph's ops and the engine's reference QuantizeLinear
-/// for the three recipes exporters write (asymmetric u8 and i8 with ONNX's DynamicQuantizeLinear
-/// constants, symmetric i8 by 127): rows whose scale has a short odd significand with ties
+/// for the recipes exporters write (asymmetric u8 and i8 with ONNX's DynamicQuantizeLinear
+/// constants, symmetric i8 by 127 with and without a floor of 1e-5): rows whose scale has a short odd significand with ties
 /// `(k + ½)·s` on it (exact in f32, so `x/s` is exactly a tie, and `1/s` is not exact), and
 /// random rows over a wide exponent range. Refuted at the first row where the scale, zero point
 /// or a code differs.
@@ -101,7 +106,8 @@ pub fn check_row_codes(f: RowQuantize) -> Verdict {
     let recipes = [
         Recipe::Asymmetric { signed: false, divisor: 255f32.to_bits(), offset: 0f32.to_bits(), lo: 0, hi: 255 },
         Recipe::Asymmetric { signed: true, divisor: 255f32.to_bits(), offset: (-128f32).to_bits(), lo: -128, hi: 127 },
-        Recipe::Symmetric { signed: true, divisor: 127f32.to_bits() },
+        Recipe::Symmetric { signed: true, divisor: 127f32.to_bits(), floor: 0 },
+        Recipe::Symmetric { signed: true, divisor: 127f32.to_bits(), floor: 1e-5f32.to_bits() },
     ];
     let mut state: u64 = 0x2545_F491_4F6C_DD1D;
     let mut next = move || {
@@ -190,12 +196,14 @@ mod tests {
     #[test]
     fn accepted_and_refused_instances() {
         assert!(prove(&group(), ASYM_U8, Contract::Real).is_exact());
-        assert!(prove(&group(), Recipe::Symmetric { signed: true, divisor: 127f32.to_bits() }, Contract::Real).is_exact());
+        assert!(prove(&group(), Recipe::Symmetric { signed: true, divisor: 127f32.to_bits(), floor: 0 }, Contract::Real).is_exact());
         let exact = prove(&group(), ASYM_U8, Contract::Exact);
         assert!(matches!(&exact, Verdict::Unknown { reason } if reason.contains("made at run time")), "{exact:?}");
         let wide = Recipe::Asymmetric { signed: true, divisor: 0x437f_0000, offset: 0, lo: -128, hi: 200 };
         assert!(matches!(prove(&group(), wide, Contract::Real), Verdict::Unknown { reason } if reason.contains("clip")));
-        let zero = Recipe::Symmetric { signed: true, divisor: 0 };
+        let zero = Recipe::Symmetric { signed: true, divisor: 0, floor: 0 };
+        let negative = Recipe::Symmetric { signed: true, divisor: 127f32.to_bits(), floor: (-1f32).to_bits() };
+        assert!(matches!(prove(&group(), negative, Contract::Real), Verdict::Unknown { reason } if reason.contains("floor")));
         assert!(matches!(prove(&group(), zero, Contract::Real), Verdict::Unknown { reason } if reason.contains("divisor")));
     }
 

@@ -18,8 +18,9 @@
 //! - **symmetric** (the absmax form of SmoothQuant-style per-token quantization, and ONNX
 //!   Runtime's own int8 `quantize_dynamic` recipe, `_get_dynamic_input_quantization_params_int8`,
 //!   with its reductions per row): `s = Div(ReduceMax(Abs(x)), c)` or
-//!   `s = Div(Max(Abs(ReduceMin(x)), Abs(ReduceMax(x))), c)`; the zero point omitted or a
-//!   constant zero.
+//!   `s = Div(Max(Abs(ReduceMin(x)), Abs(ReduceMax(x))), c)`, either perhaps floored first,
+//!   `Div(Max(·, ε), c)` with a positive constant `ε` (SmoothQuant's `clamp(min=1e-5)`, which
+//!   keeps an all-zero row defined); the zero point omitted or a constant zero.
 //!
 //! Not accepted: the reduction over any other axis (a scale that is not one per row of K: the
 //! GEMM would weight products inside a sum, as [`super::a8w8`] refutes), the float form of the
@@ -172,7 +173,10 @@ fn recipe(eg: &QdqEGraph, s: &Subst, code: Option<CodeType>, rank: usize) -> Res
             _ => None,
         })
         .ok_or("recipe: the scale is not Div(·, a constant scalar)")?;
-    // Symmetric: ReduceMax(Abs(x)), or Max(Abs(ReduceMin(x)), Abs(ReduceMax(x))).
+    // Symmetric: ReduceMax(Abs(x)), or Max(Abs(ReduceMin(x)), Abs(ReduceMax(x))), either perhaps
+    // under Max(·, floor) with a positive constant floor.
+    let floored = binary(eg, num, FloatOp::Max, |a, e| scalar(eg, e).filter(|f| *f > 0.0).map(|f| (a, f)));
+    let (num, floor) = floored.map_or((num, 0f32), |(a, f)| (a, f));
     let abs_max = nodes(eg, num, Op::Float(FloatOp::ReduceMax)).next().and_then(|t| {
         let a = unary(eg, t.args[1], Op::Float(FloatOp::Abs))?;
         (eg.find(a) == eg.find(x)).then_some(())?;
@@ -191,7 +195,7 @@ fn recipe(eg: &QdqEGraph, s: &Subst, code: Option<CodeType>, rank: usize) -> Res
         if !zero {
             return Err("recipe: a symmetric scale with a zero point that is not a constant zero".into());
         }
-        return Ok((Recipe::Symmetric { signed: signed(code)?, divisor: divisor.to_bits() }, red));
+        return Ok((Recipe::Symmetric { signed: signed(code)?, divisor: divisor.to_bits(), floor: floor.to_bits() }, red));
     }
     // Asymmetric: Sub(Max(ReduceMax(x), 0), mn) with mn = Min(ReduceMin(x), 0).
     let (mn, red) = nodes(eg, num, Op::Float(FloatOp::Sub))
@@ -338,9 +342,12 @@ impl Applier<Term, QdqAnalysis> for Fusion {
         let (true, Ok((g, r))) = (fired, read) else { return vec![] };
         let zw = explicit_zero_point(eg, var(s, "?zw"), g.w_code, &format!("{}/qdqc_w_zero_point", group.output));
         let attributes = match r {
-            Recipe::Symmetric { signed, divisor } => {
-                vec![Attribute::int("symmetric", 1), Attribute::int("signed", i64::from(signed)), Attribute::int("divisor_bits", i64::from(divisor))]
-            }
+            Recipe::Symmetric { signed, divisor, floor } => vec![
+                Attribute::int("symmetric", 1),
+                Attribute::int("signed", i64::from(signed)),
+                Attribute::int("divisor_bits", i64::from(divisor)),
+                Attribute::int("floor_bits", i64::from(floor)),
+            ],
             Recipe::Asymmetric { signed, divisor, offset, lo, hi } => vec![
                 Attribute::int("symmetric", 0),
                 Attribute::int("signed", i64::from(signed)),
