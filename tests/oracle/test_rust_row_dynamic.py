@@ -144,6 +144,21 @@ def ort_codes(m: onnx.ModelProto, x: np.ndarray, code: int):
     return got["x_q"], got[q.input[1]], got.get(q.input[2]) if len(q.input) > 2 else None
 
 
+def exact_outputs(m: onnx.ModelProto, x: np.ndarray, code: int, shape) -> np.ndarray:
+    """The correctly rounded f32 of Σ_k (x_q − z)(w − zw)·s·sw per output, from ORT's own x_q, s, z,
+    in exact rationals."""
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    w = inits["W"].astype(np.int64)
+    fsw = [Fraction(float(v)) for v in inits["sw"]]
+    xq, s, z = ort_codes(m, x, code)
+    rows = xq.reshape(-1, K).astype(np.int64)
+    s = s.reshape(-1)
+    z = np.zeros(rows.shape[0], np.int64) if z is None else z.reshape(-1).astype(np.int64)
+    acc = (rows - z[:, None]) @ w
+    want = np.array([[f32_rne(int(acc[i, j]) * Fraction(float(s[i])) * fsw[j]) for j in range(N)] for i in range(rows.shape[0])], np.float32)
+    return want.reshape(shape)
+
+
 def seeded(shape, seed: int) -> np.ndarray:
     rng = np.random.default_rng(200 + seed)
     x = rng.standard_normal(shape).astype(np.float32) * np.float32(1 + 3 * seed)
@@ -164,9 +179,6 @@ def test_fused_group_is_the_correctly_rounded_exact_value(name):
     lib = (crate / "src" / "lib.rs").read_text()
     assert "Granularity::RowBy" in lib and "Epilogue::Real" in lib, "the generated code does not run the fused group"
     build_crate(crate)
-    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    w = inits["W"].astype(np.int64)
-    fsw = [Fraction(float(s)) for s in inits["sw"]]
     shape = [dim.dim_value for dim in m.graph.input[0].type.tensor_type.shape.dim]
     ort_differs, total = 0, 0
     for seed in range(3):
@@ -175,13 +187,7 @@ def test_fused_group_is_the_correctly_rounded_exact_value(name):
         h = subprocess.run([str(BUILD_DIR / "debug" / crate.name), str(d / "in.npz"), str(d / "out.npz")], capture_output=True, text=True)
         assert h.returncode == 0, h.stderr
         got = np.load(d / "out.npz")["y"]
-        xq, s, z = ort_codes(m, x, CASES[name][2])
-        rows = xq.reshape(-1, K).astype(np.int64)
-        s = s.reshape(-1)
-        z = np.zeros(rows.shape[0], np.int64) if z is None else z.reshape(-1).astype(np.int64)
-        acc = (rows - z[:, None]) @ w
-        want = np.array([[f32_rne(int(acc[i, j]) * Fraction(float(s[i])) * fsw[j]) for j in range(N)] for i in range(rows.shape[0])], np.float32)
-        want = want.reshape(got.shape)
+        want = exact_outputs(m, x, CASES[name][2], got.shape)
         bad = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
         assert bad == 0, f"{name} seed {seed}: {bad} of {want.size} outputs are not the correctly rounded exact value"
         ort_d = ort_session(m).run(["y"], {"x": x})[0]
@@ -196,6 +202,30 @@ def test_fused_group_is_the_correctly_rounded_exact_value(name):
         else:
             assert enable_all.run(["y"], {"x": x})[0].tobytes() == ort_d.tobytes()
     print(f"{name}: 3 seeds × {got.size} f32 outputs equal the exact value; ORT's float MatMul differs on {ort_differs} of {total}")
+
+
+def test_symbolic_batch():
+    """The rank-3 symmetric form with its batch dim symbolic: one crate, batches 1 and 3, every
+    output the exact value."""
+    name = "row_sym_floor_i8_rank3"
+    label = "row_sym_batch"
+    d = work(label)
+    m = model(*CASES[name])
+    for io in (m.graph.input[0], m.graph.output[0]):
+        io.type.tensor_type.shape.dim[0].dim_param = "B"
+    onnx.save(m, d / f"{label}.onnx")
+    r = subprocess.run([str(QDQC_BIN), "compile", str(d / f"{label}.onnx"), "--target", "rust", "--contract", "real", "-o", str(d / label)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    build_crate(d / label)
+    for batch in (1, 3):
+        x = seeded([batch] + CASES[name][0][1:], batch)
+        np.savez(d / "in.npz", x=x)
+        h = subprocess.run([str(BUILD_DIR / "debug" / label), str(d / "in.npz"), str(d / "out.npz")], capture_output=True, text=True)
+        assert h.returncode == 0, h.stderr
+        got = np.load(d / "out.npz")["y"]
+        want = exact_outputs(m, x, CASES[name][2], got.shape)
+        assert got.shape == (batch, 4, N) and got.tobytes() == want.tobytes(), f"batch {batch}"
 
 
 def test_all_zero_row_is_a_runtime_error():
