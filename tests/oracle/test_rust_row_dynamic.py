@@ -14,7 +14,8 @@ every output must be the correctly rounded f32 of `Σ_k (x_q − z)(w − zw)·s
 ONNX Runtime's own (ORT_DISABLE_ALL, exposed as graph outputs of a copy) in exact rationals — so the
 Rust program's per-row parameters and codes are ORT's bit for bit (a different code or scale on any
 row would change that row's outputs). ORT's float MatMul (one rounding per product and partial sum)
-is compared for the record.
+is compared for the record. The rank-3 symmetric form also compiles with a symbolic batch (one
+crate run on batches 1 and 3).
 
 Refused near-misses (reasons checked in rewrites/tests/families.rs): the reduction over the wrong
 axis (axis 0: a scale per column of K, not per row), the same group under `exact` (the DQ → MatMul
