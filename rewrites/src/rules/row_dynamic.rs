@@ -234,7 +234,7 @@ fn recipe(eg: &QdqEGraph, s: &Subst, code: Option<CodeType>, rank: usize) -> Res
 }
 
 /// Condition: one `(s, z)` per row of K: the Q and DQ layouts agree with each other and with the
-/// reductions' `keepdims`. Returns K.
+/// reductions' `keepdims`.
 fn layout(eg: &QdqEGraph, s: &Subst, red: Reduction, rank: usize, k: usize) -> Result<(), String> {
     let facts = |v: &str| tag(eg, var(s, v)).map(|t| eg.analysis.env.tag(t).clone()).ok_or("layout: no tag");
     let (q, dq) = (facts("?tq")?, facts("?td")?);
