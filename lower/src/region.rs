@@ -6,9 +6,11 @@
 //! chains like DQ→Relu→Reshape→Q land in one region. A DynamicQuantizeLinear (an activation
 //! quantized at run time) seeds a region as a DequantizeLinear does, joining every consumer of its
 //! three outputs, and a MatMulInteger it feeds joins its consumer (the Cast of `quantize_dynamic`'s
-//! graph), so that the whole group lands in one region. Regions stop at [`MAX_REGION`] nodes, which
-//! keeps each e-graph small however large the model: a 10 000-node model is a few thousand
-//! independent little e-graphs.
+//! graph), so that the whole group lands in one region. A QuantizeLinear whose scale and zero
+//! point are computed at run time from its own input (per-token quantization written as
+//! ReduceMin/ReduceMax and elementwise ops) joins the nodes of that chain and its consumers.
+//! Regions stop at [`MAX_REGION`] nodes, which keeps each e-graph small however large the model:
+//! a 10 000-node model is a few thousand independent little e-graphs.
 
 use qdqc_lang::ir;
 use qdqc_lang::onnx::{GraphProto, NodeProto};
@@ -48,6 +50,34 @@ fn dynamic_quantize(node: &NodeProto) -> bool {
     node.op_type.as_deref() == Some("DynamicQuantizeLinear") && matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx")
 }
 
+/// The ops a graph makes per-row quantization parameters with (`rules/row_dynamic.rs`).
+const PARAMETER_OPS: [&str; 10] = ["ReduceMin", "ReduceMax", "Abs", "Max", "Min", "Sub", "Div", "Clip", "Round", "Cast"];
+
+/// The nodes that compute a QuantizeLinear's scale and zero point at run time from its own
+/// input (ReduceMin/ReduceMax of `x` and the elementwise ops after them), found by walking
+/// producers back from the scale and zero point through [`PARAMETER_OPS`] only, never past the
+/// Q's input `x`; empty when the parameters are constants. A region holding them and the Q lets
+/// the `row-dynamic-matmul` rule see the whole chain.
+fn parameter_chain(graph: &ir::Graph, proto: &GraphProto, q: &NodeProto) -> Vec<usize> {
+    let x = q.input.first().map(String::as_str).unwrap_or("");
+    let mut stack: Vec<&str> = q.input.iter().skip(1).map(String::as_str).collect();
+    let mut found = Vec::new();
+    while let Some(v) = stack.pop() {
+        if v == x || v.is_empty() {
+            continue;
+        }
+        let Some(p) = graph.producer(v) else { continue };
+        let node = &proto.node[p];
+        let standard = matches!(node.domain.as_deref().unwrap_or(""), "" | "ai.onnx");
+        if found.contains(&p) || !standard || !PARAMETER_OPS.contains(&node.op_type.as_deref().unwrap_or("")) || found.len() >= MAX_REGION / 2 {
+            continue;
+        }
+        found.push(p);
+        stack.extend(node.input.iter().map(String::as_str));
+    }
+    found
+}
+
 pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
     let n = proto.node.len();
     let mut sets = UnionFind::new(n);
@@ -57,6 +87,12 @@ pub fn regions(graph: &ir::Graph, proto: &GraphProto) -> Vec<Region> {
         match kind(node) {
             NodeKind::Quantize => {
                 if let Some(p) = node.input.first().and_then(|i| graph.producer(i)) {
+                    sets.union(pos, p);
+                }
+                let chain = parameter_chain(graph, proto, node);
+                // The DequantizeLinear reading the codes with the same run-time parameters too.
+                let readers = if chain.is_empty() { Vec::new() } else { consumers(0) };
+                for p in chain.into_iter().chain(readers) {
                     sets.union(pos, p);
                 }
             }

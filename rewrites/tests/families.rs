@@ -1320,3 +1320,45 @@ rule_test!(rust_dynamic_matmul_no_wzp: dynamic_matmul_no_wzp(), rust(Contract::R
     assert!(run.created.iter().any(|(name, ..)| name.ends_with("qdqc_w_zero_point")), "the omitted zero point is made explicit: {:?}", run.created)
 });
 rule_test!(dynamic_matmul_is_not_an_ort_rule: dynamic_matmul(&SMALL.map(i64::from)) => "dynamic-matmul" absent);
+
+// ------------------------------------------------------------------------------------------------
+// Per-row dynamic quantization written as ReduceMax → scale → QuantizeLinear (`row_dynamic.rs`,
+// the Rust target only).
+
+/// f32 x[3, K] → s = ReduceMax(Abs(x), axes = [axis], keepdims = 1) / 127 → Q(x, s; int8, blocked
+/// along the last axis by K) → DQ(same) → MatMul with DQ(i8 W[K, 2], 0.02): SmoothQuant's per-token
+/// absmax form. `axis = 1` is per row; `axis = 0` makes one scale per column of K.
+fn row_dynamic_matmul(axis: i64) -> ModelProto {
+    let k = SMALL.len() as i64 / 2;
+    let int = int_attr;
+    let mut q = node("QuantizeLinear", &["x", "s"], &["x_q"]);
+    let mut dq = node("DequantizeLinear", &["x_q", "s"], &["x_dq"]);
+    let layout = if axis == 1 { [int("axis", 1), int("block_size", k)] } else { [int("axis", 0), int("block_size", 3)] };
+    q.attribute.extend(layout.clone());
+    q.attribute.push(int("output_dtype", I8 as i64));
+    dq.attribute.extend(layout);
+    let nodes = vec![
+        node("Abs", &["x"], &["ax"]),
+        node("ReduceMax", &["ax", "axes"], &["amax"]),
+        node("Div", &["amax", "d"], &["s"]),
+        q,
+        dq,
+        node("DequantizeLinear", &["w", "s_w", "z_w"], &["w_dq"]),
+        node("MatMul", &["x_dq", "w_dq"], &["y"]),
+    ];
+    let axes = TensorProto { name: Some("axes".into()), dims: vec![1], data_type: Some(I64), int64_data: vec![axis], ..Default::default() };
+    let inits = vec![i8s("w", &[k, 2], &SMALL.map(i64::from)), f32s("s_w", &[], &[0.02]), i8s("z_w", &[], &[0]), f32s("d", &[], &[127.0]), axes];
+    model(nodes, vec![value("x", F32, &[3, k])], vec![value("y", F32, &[3, 2])], inits)
+}
+
+rule_test!(rust_row_dynamic_matmul_real: row_dynamic_matmul(1), rust(Contract::Real) => "row-dynamic-matmul" fired, |run: &Run| {
+    let d = run.decision();
+    assert_eq!(d.fused_op, "qdqc.RowDynamicMatMul");
+    // Q, DQ of x, DQ of w, MatMul: the parameter chain stays the graph's (the kernel recomputes it).
+    assert_eq!((d.nodes.len(), d.output.as_str()), (4, "y"), "the group: {:?}", d.nodes)
+});
+rule_test!(rust_row_dynamic_refuses_exact: row_dynamic_matmul(1), rust(Contract::Exact) => "row-dynamic-matmul" refused "unknown",
+    reason("made at run time"));
+rule_test!(rust_row_dynamic_refuses_a_reduction_along_m: row_dynamic_matmul(0), rust(Contract::Real) => "row-dynamic-matmul" refused "unknown",
+    reason("over the last axis"));
+rule_test!(row_dynamic_matmul_is_not_an_ort_rule: row_dynamic_matmul(1) => "row-dynamic-matmul" absent);

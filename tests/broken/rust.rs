@@ -6,12 +6,13 @@ use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
 use qdqc_kernels::dynamic::certified_f32;
+use qdqc_kernels::dynamic::{DynamicError, Recipe, recipe_parameters, recipe_quantize};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
 use qdqc_ort::matmul_dynamic::DynamicMatMul;
 use qdqc_ort::pool::PoolParams;
 use qdqc_ort::requant::{Bias, GemmGroup, GemmKind};
-use qdqc_target_rust::{binary, dynamic, gemm, matmul_dynamic, pool};
+use qdqc_target_rust::{binary, dynamic, gemm, matmul_dynamic, pool, row_dynamic};
 
 pub fn rules() -> Vec<Broken> {
     vec![
@@ -21,6 +22,13 @@ pub fn rules() -> Vec<Broken> {
             broken: || super::as_f32(dynamic::check_float_epilogue(|c, sx, sw| (f64::from(c) * (f64::from(sx) * f64::from(sw))) as f32)),
             // The certificate: the same product, the exact value wherever it lands on a midpoint (P4-f).
             twin: Some(|| dynamic::check_float_epilogue(|c, sx, sw| certified_f32(c, f64::from(sx) * f64::from(sw), sx, sw).0)),
+        },
+        Broken {
+            name: "rust_row_dynamic_codes_by_reciprocal",
+            claim: "a row quantized with a run-time scale can multiply by 1/s (one division per row, as torchao's quantize_per_token does) and match the graph's QuantizeLinear: fl(x·fl(1/s)) lands beside an exact tie x/s = k + ½ whenever 1/s is inexact",
+            broken: || row_dynamic::check_row_codes(codes_by_reciprocal),
+            // The kernel: QuantizeLinear's true division x/s, ties to even.
+            twin: Some(|| row_dynamic::check_row_codes(recipe_quantize)),
         },
         Broken {
             name: "rust_bias_code_on_accumulator_scale_claimed_real",
@@ -51,6 +59,17 @@ pub fn rules() -> Vec<Broken> {
             twin: Some(|| pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(0.5, 0) }, pool::Windows::Image(4), Contract::Exact)),
         },
     ]
+}
+
+/// The broken row quantization: the graph's `(s, z)`, then `sat(rne(x·fl(1/s)) + z)`.
+fn codes_by_reciprocal(recipe: Recipe, x: &[f32], codes: &mut [u8]) -> Result<(f32, u8), DynamicError> {
+    let (s, z) = recipe_parameters(recipe, x)?;
+    let (lo, hi, shift) = if recipe.signed() { (-128, 127, 128) } else { (0, 255, 0) };
+    let r = 1.0 / s;
+    for (q, &v) in codes.iter_mut().zip(x) {
+        *q = ((v * r).round_ties_even() as i32 + z).clamp(lo, hi).wrapping_add(shift) as u8;
+    }
+    Ok((s, (z + shift) as u8))
 }
 
 /// P3 over every accumulator of the 1×1 Conv below (sx·sw = 0.25, sy = 0.25, bias code 3 at

@@ -134,6 +134,88 @@ pub enum Granularity {
     Tensor,
     /// One per row of K (per token), each by DynamicQuantizeLinear's formula on its row.
     Row,
+    /// One per row of K, made by the graph's own float ops ([`Recipe`]), the codes by
+    /// QuantizeLinear with them (the per-row ReduceMin/ReduceMax forms of
+    /// `rewrites/src/rules/row_dynamic.rs`).
+    RowBy(Recipe),
+}
+
+/// The float ops a graph makes a row's `(s, z)` with, each one IEEE operation (so any conforming
+/// evaluation, ONNX Runtime's included, gives these bits), constants as f32 bit patterns:
+///
+/// - `Asymmetric`: ONNX's DynamicQuantizeLinear function body on the row, with the code type's
+///   range: `mn = Min(ReduceMin(x), 0)`, `mx = Max(ReduceMax(x), 0)`,
+///   `s = Div(Sub(mx, mn), divisor)`, `z = Cast(Round(Clip(Sub(offset, Div(mn, s)), lo, hi)))`
+///   (Round before Clip gives the same integer: the bounds are integers);
+/// - `Symmetric`: `s = Div(Max(amax, floor), divisor)` with `amax = ReduceMax(Abs(x))` (or
+///   `Max(Abs(ReduceMin(x)), Abs(ReduceMax(x)))`, the same value), `z = 0`; `floor` is the
+///   graph's `Max` by a small constant (SmoothQuant's `clamp(min=1e-5)`), `+0.0` when it has none
+///   (`Max(amax, +0) = amax`: `amax ≥ +0`).
+///
+/// ReduceMin/ReduceMax of values without NaN do not depend on the order they are reduced in
+/// (signed zeros give the same `s` and `z`: `mn` enters only through `Sub` and `Div`, whose
+/// results at ±0 are equal values); a NaN does, so a row with a NaN is an error. A row whose `s`
+/// is not a positive finite f32 (all zeros: `0/0`) has codes the graph leaves undefined (ORT's
+/// Cast of a NaN): an error too, never a guess.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    Asymmetric { signed: bool, divisor: u32, offset: u32, lo: i32, hi: i32 },
+    Symmetric { signed: bool, divisor: u32, floor: u32 },
+}
+
+impl Recipe {
+    /// Whether the codes are i8 (else u8).
+    pub fn signed(self) -> bool {
+        match self {
+            Recipe::Asymmetric { signed, .. } | Recipe::Symmetric { signed, .. } => signed,
+        }
+    }
+}
+
+/// The row's `(s, z)` by `recipe`, as the graph computes them.
+pub fn recipe_parameters(recipe: Recipe, x: &[f32]) -> Result<(f32, i32), DynamicError> {
+    let (mut lo, mut hi, mut amax) = (f32::INFINITY, f32::NEG_INFINITY, 0f32);
+    for &v in x {
+        if v.is_nan() {
+            return Err(DynamicError::Nan);
+        }
+        lo = lo.min(v);
+        hi = hi.max(v);
+        amax = amax.max(v.abs());
+    }
+    let (s, z) = match recipe {
+        Recipe::Symmetric { divisor, floor, .. } => (amax.max(f32::from_bits(floor)) / f32::from_bits(divisor), 0),
+        Recipe::Asymmetric { divisor, offset, lo: zlo, hi: zhi, .. } => {
+            let (mn, mx) = (lo.min(0.0), hi.max(0.0));
+            let s = (mx - mn) / f32::from_bits(divisor);
+            let t = f32::from_bits(offset) - mn / s;
+            // Finite whenever s is positive finite (|mn| ≤ mx − mn); checked below before use.
+            let z = if t.is_finite() { t.clamp(zlo as f32, zhi as f32).round_ties_even() as i32 } else { 0 };
+            (s, z)
+        }
+    };
+    if !(s.is_finite() && s > 0.0) {
+        return Err(DynamicError::Undefined(s));
+    }
+    Ok((s, z))
+}
+
+/// QuantizeLinear of one row with the recipe's `(s, z)` (ONNX Runtime's arithmetic), written as
+/// u8 codes for the GEMM (i8 codes and zero point shifted by +128: the same differences); returns
+/// `(s, shifted z)`.
+pub fn recipe_quantize(recipe: Recipe, x: &[f32], codes: &mut [u8]) -> Result<(f32, u8), DynamicError> {
+    let (s, z) = recipe_parameters(recipe, x)?;
+    if recipe.signed() {
+        for (q, &v) in codes.iter_mut().zip(x) {
+            *q = (i32::from(quantize::<i8>(v, s, z)) + 128) as u8;
+        }
+        Ok((s, (z + 128) as u8))
+    } else {
+        for (q, &v) in codes.iter_mut().zip(x) {
+            *q = quantize::<u8>(v, s, z);
+        }
+        Ok((s, z as u8))
+    }
 }
 
 /// A run-time failure: the activation cannot be quantized, or a shape disagrees.
@@ -143,6 +225,8 @@ pub enum DynamicError {
     Nan,
     /// A non-finite scale under an epilogue that needs the exact value (`Real`, `Codes`).
     Scale(f32),
+    /// A row whose graph-made scale is not a positive finite f32: its codes are undefined.
+    Undefined(f32),
     Gemm(GemmError),
     Shape(String),
 }
@@ -152,6 +236,9 @@ impl std::fmt::Display for DynamicError {
         match self {
             DynamicError::Nan => f.write_str("dynamic quantization: the activation holds a NaN"),
             DynamicError::Scale(s) => write!(f, "dynamic quantization: activation scale {s:e} is not finite, the exact value is undefined"),
+            DynamicError::Undefined(s) => {
+                write!(f, "dynamic quantization: a row's activation scale is {s:e}: the graph's codes are undefined there (0/0 or an infinite ratio)")
+            }
             DynamicError::Gemm(e) => write!(f, "{e}"),
             DynamicError::Shape(s) => f.write_str(s),
         }
@@ -223,6 +310,9 @@ impl DynamicMatMul {
             Granularity::Tensor => vec![dynamic_quantize(x, codes).ok_or(DynamicError::Nan)?],
             Granularity::Row => {
                 x.chunks_exact(k).zip(codes.chunks_exact_mut(k)).map(|(x, q)| dynamic_quantize(x, q).ok_or(DynamicError::Nan)).collect::<Result<_, _>>()?
+            }
+            Granularity::RowBy(recipe) => {
+                x.chunks_exact(k).zip(codes.chunks_exact_mut(k)).map(|(x, q)| recipe_quantize(recipe, x, q)).collect::<Result<_, _>>()?
             }
         };
         if !matches!(self.epilogue, Epilogue::Graph)

@@ -8,7 +8,7 @@ mod common;
 
 use common::adversarial::{codes_row, float_row};
 use common::{Rng, as_fraction, gemm_reference, kernels, rne};
-use qdqc_kernels::dynamic::{DynamicMatMul, Epilogue, Granularity, certified_f32, dynamic_parameters, dynamic_quantize, exact_f32};
+use qdqc_kernels::dynamic::{DynamicMatMul, Epilogue, Granularity, Recipe, certified_f32, dynamic_parameters, dynamic_quantize, exact_f32};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_kernels::{Isa, Layout, PackedB};
 
@@ -167,7 +167,21 @@ fn reference_quantize(x: &[f32]) -> (Vec<u8>, f32, i64) {
     (q, s, z as i64)
 }
 
-/// The group on every path, both granularities and the three epilogues, against the reference
+/// ONNX's DynamicQuantizeLinear function body per row with the i8 range (`Recipe::Asymmetric`).
+const SIGNED_ROWS: Recipe = Recipe::Asymmetric { signed: true, divisor: 0x437f_0000, offset: 0xc300_0000, lo: -128, hi: 127 };
+
+/// [`SIGNED_ROWS`] written out with plain f32 operations, its i8 codes and zero point shifted by
+/// +128 (the kernel's u8 form).
+fn reference_signed_rows(x: &[f32]) -> (Vec<u8>, f32, i64) {
+    let mn = x.iter().copied().fold(f32::INFINITY, f32::min).min(0.0);
+    let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(0.0);
+    let s = (mx - mn) / 255.0;
+    let z = (-128.0 - mn / s).clamp(-128.0, 127.0).round_ties_even() as i64;
+    let q = x.iter().map(|&v| ((v / s).round_ties_even() as i64 + z).clamp(-128, 127) + 128).map(|v| v as u8).collect();
+    (q, s, z + 128)
+}
+
+/// The group on every path, the three granularities and the three epilogues, against the reference
 /// quantization, an i64 GEMM, and per element: the literal f32 steps (`Graph`), `rne_f32` of the
 /// exact product (`Real`), `rne` of the exact fraction (`Codes`).
 #[test]
@@ -175,7 +189,7 @@ fn group_end_to_end() {
     let (m, k, n) = (37, 70, 21);
     for isa in Isa::available() {
         let Some(kern) = kernels(isa) else { continue };
-        for (seed, granularity) in [(1, Granularity::Tensor), (2, Granularity::Row)] {
+        for (seed, granularity) in [(1, Granularity::Tensor), (2, Granularity::Row), (3, Granularity::RowBy(SIGNED_ROWS))] {
             let mut rng = Rng::new(seed);
             // Rows of different ranges, some all-negative or all-positive (zx at an end).
             let x: Vec<f32> = (0..m).flat_map(|r| rng.f32s(k, -3.0 + (r % 5) as f32, 0.5 + (r % 3) as f32 * 2.0)).collect();
@@ -189,6 +203,7 @@ fn group_end_to_end() {
                     q.chunks(k).map(|r| (r.to_vec(), s, z)).collect()
                 }
                 Granularity::Row => x.chunks(k).map(reference_quantize).collect(),
+                Granularity::RowBy(_) => x.chunks(k).map(reference_signed_rows).collect(),
             };
             let wide: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
             let zwide: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();

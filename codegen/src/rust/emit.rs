@@ -448,6 +448,31 @@ impl Emitter<'_, '_> {
         ))
     }
 
+    /// qdqc's RowDynamicMatMul: as [`Self::dynamic`], with each row's parameters made by the
+    /// graph's recipe (`Granularity::RowBy`) and the correctly rounded output.
+    fn row_dynamic(&mut self, i: usize, op: &Op, d: &Dynamic, recipe: qdqc_kernels::dynamic::Recipe) -> Result<String, String> {
+        let node = str_lit(&op.node);
+        let x0 = op.inputs[0].as_str();
+        if let Place::Field(_) = self.place(x0)? {
+            return Err("RowDynamicMatMul of a constant activation".into());
+        }
+        let field = format!("p{}.n{i}_row_dynamic", self.part);
+        let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+        let packed = self.packed_b(&d.weights, d.weight_elem, d.k, d.n, Layout::KN, &d.weight_zps, &err)?;
+        // Recipe's Debug form is its struct literal.
+        let init = format!(
+            "{{ let b = {packed}; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::RowBy(qdqc_kernels::dynamic::Recipe::{recipe:?}), qdqc_kernels::dynamic::Epilogue::Real).map_err({err})?; (b, plan) }}",
+            self.f32_init(&d.weight_scales)
+        );
+        self.fields.push((field.clone(), "(PackedB, qdqc_kernels::dynamic::DynamicMatMul)".into(), init));
+        let x = self.slice(x0)?;
+        Ok(format!(
+            "{{ let x = {x}; let s = &mut ws.scratch; s.codes.resize(x.len(), 0); s.acc.resize(y.len(), 0); entry::dynamic_matmul_f32(&self.{field}.1, self.k, x, ({}) / {}, &self.{field}.0, &mut s.codes, &mut s.acc, &mut y).map_err({err})?; }}",
+            self.numel(x0)?,
+            d.k
+        ))
+    }
+
     /// One op: field initializers (pushed) and the statement block.
     fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
         self.per_call.clear();
@@ -547,6 +572,7 @@ impl Emitter<'_, '_> {
             }
             Kind::A8W8(a) => self.a8w8(i, op, a)?,
             Kind::Dynamic(d) => self.dynamic(i, op, d)?,
+            Kind::RowDynamic(d, recipe) => self.row_dynamic(i, op, d, *recipe)?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
                 let field = format!("p{}.n{i}_binary", self.part);

@@ -124,6 +124,9 @@ pub enum Kind {
     /// qdqc's DynamicMatMul: DynamicQuantizeLinear of the f32 activation, the exact i32 GEMM,
     /// the float epilogue (`codegen/kernels/src/dynamic.rs`).
     Dynamic(Box<Dynamic>),
+    /// qdqc's RowDynamicMatMul: each row quantized by the graph's own ops (the recipe), the exact
+    /// i32 GEMM, the correctly rounded f32 output (`rewrites/src/rules/row_dynamic.rs`).
+    RowDynamic(Box<Dynamic>, qdqc_kernels::dynamic::Recipe),
     /// QLinearAdd / QLinearMul.
     Binary { mul: bool, a: Q, b: Q, y: Q },
     /// QLinearAveragePool.
@@ -445,6 +448,30 @@ fn dynamic(n: &Node) -> Result<Dynamic, String> {
     Ok(Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded: n.int("correctly_rounded", 0)? != 0 })
 }
 
+/// qdqc's RowDynamicMatMul (`rewrites/src/rules/row_dynamic.rs`): inputs x (f32), w, sw, zw;
+/// the recipe's constants as attributes (f32 bit patterns), the output correctly rounded.
+fn row_dynamic(n: &Node) -> Result<(Dynamic, qdqc_kernels::dynamic::Recipe), String> {
+    n.only(&["symmetric", "signed", "divisor_bits", "floor_bits", "offset_bits", "clip_lo", "clip_hi"])?;
+    let w = n.constant(1)?;
+    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+    let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
+    let weight_scales = n.scales(2)?;
+    let weight_zps = n.constant(3)?.ints;
+    if ![1, nn].contains(&weight_scales.len()) || ![1, nn].contains(&weight_zps.len()) {
+        return Err(format!("{} weight scales and {} zero points for {nn} columns", weight_scales.len(), weight_zps.len()));
+    }
+    let bits = |name: &str| u32::try_from(n.int(name, -1)?).map_err(|_| format!("attribute {name}: not an f32 bit pattern"));
+    let bound = |name: &str| i32::try_from(n.int(name, 0)?).map_err(|_| format!("attribute {name}: out of range"));
+    let (signed, divisor) = (n.int("signed", 0)? != 0, bits("divisor_bits")?);
+    let recipe = if n.int("symmetric", 0)? != 0 {
+        qdqc_kernels::dynamic::Recipe::Symmetric { signed, divisor, floor: bits("floor_bits")? }
+    } else {
+        qdqc_kernels::dynamic::Recipe::Asymmetric { signed, divisor, offset: bits("offset_bits")?, lo: bound("clip_lo")?, hi: bound("clip_hi")? }
+    };
+    let d = Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded: true };
+    Ok((d, recipe))
+}
+
 fn code_elem(dt: DataType) -> Option<Elem> {
     Elem::of(dt).filter(|e| e.is_code())
 }
@@ -570,6 +597,10 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             (Kind::A8W8(Box::new(a)), vec![tensor(0)?], elem)
         }
         "DynamicMatMul" => (Kind::Dynamic(Box::new(dynamic(n)?)), vec![tensor(0)?], Elem::F32),
+        "RowDynamicMatMul" => {
+            let (d, recipe) = row_dynamic(n)?;
+            (Kind::RowDynamic(Box::new(d), recipe), vec![tensor(0)?], Elem::F32)
+        }
         "QLinearAdd" | "QLinearMul" => {
             n.only(&[])?;
             let (a, _) = n.q(1, 2)?;

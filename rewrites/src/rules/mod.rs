@@ -20,6 +20,7 @@ mod matmul_dynamic;
 mod memo;
 mod nbits;
 mod pool;
+mod row_dynamic;
 mod u8_weights;
 
 pub use gather::NAME as GATHER_BEFORE_DEQUANTIZE;
@@ -168,7 +169,7 @@ fn always(_: &RuleOptions) -> bool {
 /// options ask (`--fold-weights`, `--allow matmulnbits`; MatMulNBits is ORT's kernel, so only on
 /// the ORT target).
 #[rustfmt::skip]
-pub const FAMILIES: [Family; 11] = [
+pub const FAMILIES: [Family; 12] = [
     Family { file: "binary.rs", build: binary::rules, enabled: always },
     Family { file: "gemm.rs",   build: gemm::rules,   enabled: always },
     Family { file: "drop.rs",   build: drop::rules,   enabled: always },
@@ -179,6 +180,7 @@ pub const FAMILIES: [Family; 11] = [
     Family { file: "fold.rs",   build: fold::rules,   enabled: |o| o.fold_weights },
     Family { file: "a8w8.rs",   build: a8w8::rules,   enabled: a8w8::enabled },
     Family { file: "dynamic.rs", build: dynamic::rules, enabled: dynamic::enabled },
+    Family { file: "row_dynamic.rs", build: row_dynamic::rules, enabled: row_dynamic::enabled },
     Family { file: "nbits.rs",  build: |o, log| nbits::rules(o, o.allow.matmulnbits.unwrap_or(AccuracyLevel::Acc1), log), enabled: |o| o.allow.matmulnbits.is_some() && matches!(o.target, Target::Ort(_)) },
 ];
 
