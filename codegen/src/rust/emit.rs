@@ -372,6 +372,7 @@ impl Emitter<'_, '_> {
         }
         .map_err(|e| format!("weights '{}': {e}", int.weights))?;
         let data: Vec<u8> = packed.data().iter().map(|&v| v as u8).collect();
+        let at = self.blob.add(&data);
         let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let sums = match packed.sums() {
             [] => "Vec::new()".to_string(),
@@ -379,9 +380,8 @@ impl Emitter<'_, '_> {
         };
         let zps = packed.zero_points();
         Ok(format!(
-            "PackedConv::from_packed({}, blob.i8s({}, {}), {sums}, blob.i32s({}, {})).map_err({err})?",
+            "PackedConv::from_packed({}, blob.i8s({at}, {}), {sums}, blob.i32s({}, {})).map_err({err})?",
             conv_params(params),
-            self.blob.add(&data),
             data.len(),
             self.blob.add(&i32s(zps)),
             zps.len()

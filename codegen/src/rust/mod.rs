@@ -67,8 +67,10 @@
 //! time by the kernel crate's own packing and borrowed from the blob by `Model::new()`
 //! (`PackedB::from_packed`: no copy, a page resident once a kernel reads it); other 8-bit constants
 //! (an embedding table, dequantized weights) are borrowed from the blob in ONNX layout, so a Gather
-//! pages in only the rows it reads. Convolution panels (`PackedConv`), requantization forms and
-//! Add/Mul plans are still built once in `Model::new()` from the blob. `include_bytes!` costs rustc little
+//! pages in only the rows it reads. Convolution weights (`PackedConv`) likewise: packed at compile
+//! time by `PackedConv::from_i8`/`from_u8` in the layout of their lowering and borrowed
+//! (`PackedConv::from_packed`). Requantization forms and Add/Mul plans are built once in
+//! `Model::new()` from the blob. `include_bytes!` costs rustc little
 //! (a byte string, not an array literal); for models whose blob passes a few hundred MiB the plan
 //! is to write `weights.bin` beside the crate and read (or map) it in `Model::from_file`, with the
 //! same offsets.

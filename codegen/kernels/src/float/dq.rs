@@ -1,8 +1,9 @@
 //! Float operands stored as quantized codes: a constant weight (or bias) that ONNX dequantizes
 //! (`DequantizeLinear` of an initializer) and a float op reads. The program keeps only the codes,
 //! the scales and the zero points (a quarter of the floats' bytes for 8-bit codes); the float
-//! kernels decode each element where they read it, into a small per-block workspace, so no float
-//! copy of a quantized weight exists at run time (issue 12).
+//! kernels decode each element where they read it, in a register or a small per-block workspace
+//! (GEMM blocks, a run of 64 element-wise operands, a channel's BatchNormalization parameters), so
+//! no float copy of a quantized weight exists at run time, not even for one call (issue 12).
 //!
 //! | condition | why |
 //! |---|---|

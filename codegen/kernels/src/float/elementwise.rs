@@ -299,18 +299,6 @@ impl<'a> Row<'a> {
     }
 }
 
-impl<'a> Row<'a> {
-    /// The row as it is read when it holds no codes.
-    #[inline(always)]
-    fn plain(self) -> Option<Run<'a>> {
-        match self {
-            Row::Scalar(v) => Some(Run::Scalar(v)),
-            Row::F32(v) => Some(Run::F32(v)),
-            Row::Codes(..) => None,
-        }
-    }
-}
-
 /// The broadcast loop: the whole tensor as one row when each operand is whole or one element,
 /// else rows of the last output axis (along which a stride is 0 or 1).
 #[inline(always)]
@@ -363,12 +351,10 @@ fn decoded<'b>(x: Row<'b>, at: usize, buf: &'b mut [f32]) -> Run<'b> {
     }
 }
 
-/// `out[j] = f(a[j], b[j])` along one row; codes are decoded [`RUN`] elements at a time.
+/// `out[j] = f(a[j], b[j])` along one row, [`RUN`] outputs at a time (one loop per pair of
+/// operand forms, whether codes were decoded into the stack buffers or not: the code stays small).
 #[inline(always)]
 fn row(out: &mut [f32], a: Row<'_>, b: Row<'_>, f: impl Fn(f32, f32) -> f32 + Copy) {
-    if let (Some(a), Some(b)) = (a.plain(), b.plain()) {
-        return row_f32(out, a, b, f);
-    }
     let (mut da, mut db) = ([0f32; RUN], [0f32; RUN]);
     for (c, out) in out.chunks_mut(RUN).enumerate() {
         let n = out.len();
