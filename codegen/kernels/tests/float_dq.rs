@@ -168,6 +168,7 @@ fn a_wrong_decoding_is_seen() {
 /// Element-wise ops with a dequantized operand on either side: a scalar, a per-channel vector
 /// broadcast over planes, a last-axis vector, a whole tensor (rows longer than one decoded run,
 /// with a tail), against the op on the float copy; both f32 operands through the same entry too.
+/// (`binary_operands` has one instance for every kernel path.)
 #[test]
 fn elementwise_on_codes_equals_elementwise_on_the_float_copy() {
     let mut rng = Rng::new(12);
@@ -189,27 +190,22 @@ fn elementwise_on_codes_equals_elementwise_on_the_float_copy() {
             let shape = qdqc_kernels::float::broadcast_shape(xs, cs).unwrap();
             let n: usize = shape.iter().product();
             for op in ops {
-                for kernels in paths() {
-                    let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                    binary(op, &x, xs, &copy, cs, &mut want).unwrap();
-                    binary_operands(kernels, op, Operand::F32(&x), xs, Operand::Codes(&c), cs, &mut got).unwrap();
-                    assert_eq!(bits(&got), bits(&want), "{}: {op:?} {xs:?} by codes {cs:?}", kernels.isa());
-                    binary(op, &copy, cs, &x, xs, &mut want).unwrap();
-                    binary_operands(kernels, op, Operand::Codes(&c), cs, Operand::F32(&x), xs, &mut got).unwrap();
-                    assert_eq!(bits(&got), bits(&want), "{}: {op:?} codes {cs:?} by {xs:?}", kernels.isa());
-                    binary_operands(kernels, op, Operand::Codes(&c), cs, Operand::F32(&x), xs, &mut got).unwrap();
-                    binary_operands(kernels, op, Operand::F32(&copy), cs, Operand::F32(&x), xs, &mut want).unwrap();
-                    assert_eq!(bits(&got), bits(&want), "{}: {op:?} f32 operands", kernels.isa());
-                }
+                let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                binary(op, &x, xs, &copy, cs, &mut want).unwrap();
+                binary_operands(op, Operand::F32(&x), xs, Operand::Codes(&c), cs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} {xs:?} by codes {cs:?}");
+                binary(op, &copy, cs, &x, xs, &mut want).unwrap();
+                binary_operands(op, Operand::Codes(&c), cs, Operand::F32(&x), xs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} codes {cs:?} by {xs:?}");
+                binary_operands(op, Operand::F32(&copy), cs, Operand::F32(&x), xs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} f32 operands");
             }
             // Both operands codes (two constants).
             let (d, d_copy) = weights(&mut rng, len, 1, 1, !signed);
-            for kernels in paths() {
-                let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
-                binary(Binary::Sub, &copy, cs, &d_copy, cs, &mut want).unwrap();
-                binary_operands(kernels, Binary::Sub, Operand::Codes(&c), cs, Operand::Codes(&d), cs, &mut got).unwrap();
-                assert_eq!(bits(&got), bits(&want), "{}: codes − codes {cs:?}", kernels.isa());
-            }
+            let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            binary(Binary::Sub, &copy, cs, &d_copy, cs, &mut want).unwrap();
+            binary_operands(Binary::Sub, Operand::Codes(&c), cs, Operand::Codes(&d), cs, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "codes − codes {cs:?}");
         }
     }
 }
@@ -269,10 +265,8 @@ fn a_wrong_decoding_of_an_elementwise_operand_is_seen() {
     let scales: Vec<f32> = (0..6).map(|_| rng.f32_in(1e-3, 3e-2)).collect();
     let good = Dequantized::new(Codes::U8(codes.clone().into()), scales.clone(), vec![100], 1).unwrap();
     let shifted = Dequantized::new(Codes::U8(codes.into()), scales[1..].iter().chain(&scales[..1]).copied().collect(), vec![100], 1).unwrap();
-    for kernels in paths() {
-        let (mut want, mut got) = (vec![0f32; x.len()], vec![0f32; x.len()]);
-        binary(Binary::Mul, &x, &[2, 6, 20], &good.to_vec(), &[6, 1], &mut want).unwrap();
-        binary_operands(kernels, Binary::Mul, Operand::F32(&x), &[2, 6, 20], Operand::Codes(&shifted), &[6, 1], &mut got).unwrap();
-        assert_ne!(bits(&got), bits(&want), "{}", kernels.isa());
-    }
+    let (mut want, mut got) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+    binary(Binary::Mul, &x, &[2, 6, 20], &good.to_vec(), &[6, 1], &mut want).unwrap();
+    binary_operands(Binary::Mul, Operand::F32(&x), &[2, 6, 20], Operand::Codes(&shifted), &[6, 1], &mut got).unwrap();
+    assert_ne!(bits(&got), bits(&want));
 }

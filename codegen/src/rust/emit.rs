@@ -746,7 +746,7 @@ impl Emitter<'_, '_> {
             }
             Kind::FloatBinary { op: f } => {
                 format!(
-                    "float::elementwise::binary_operands(self.k, float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                    "float::elementwise::binary_operands(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
                     self.operand(&op.inputs[0])?,
                     self.shape(&op.inputs[0])?,
                     self.operand(&op.inputs[1])?,

@@ -22,7 +22,6 @@
 
 use super::dq::{Dequantized, Operand};
 use super::{ShapeError, bail, broadcast_shape, broadcast_strides, check_len, math, numel};
-use crate::isa::{Isa, Kernels};
 
 /// A two-operand op.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -202,33 +201,16 @@ pub fn binary(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[us
     Ok(())
 }
 
-/// [`binary`] on the kernel path `kernels`, with operands that may be codes decoded where they are
-/// read ([`Operand::Codes`]: a dequantized constant, a scalar or a per-channel vector in the
-/// models): a broadcast element once per output row, a run of elements [`RUN`] at a time into a
-/// stack buffer. Each output is the same `op(a, b)` of the same decoded values (DequantizeLinear's
-/// `fl32(fl32(q − zp)·s)`), so the bits are those of [`binary`] on the float copy, on every path
-/// (the AVX2 and AVX-512 instances only let the compiler use wider registers).
-#[allow(clippy::too_many_arguments)] // the op, two operands with their shapes, the path
-pub fn binary_operands(
-    kernels: Kernels,
-    op: Binary,
-    a: Operand<'_>,
-    a_shape: &[usize],
-    b: Operand<'_>,
-    b_shape: &[usize],
-    out: &mut [f32],
-) -> Result<(), ShapeError> {
+/// [`binary`] with operands that may be codes decoded where they are read ([`Operand::Codes`]: a
+/// dequantized constant, a scalar or a per-channel vector in the models): a broadcast element
+/// once per output row, a run of elements [`RUN`] at a time into a stack buffer. Each output is
+/// the same `op(a, b)` of the same decoded values (DequantizeLinear's `fl32(fl32(q − zp)·s)`), so
+/// the bits are those of [`binary`] on the float copy. One instance for every kernel path (no
+/// AVX2/AVX-512 copies: each would add ~70 KiB of code, eight ops times the operand forms, to
+/// ops that are bound by memory; the baseline instance is vectorized with SSE2).
+pub fn binary_operands(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
     let shape = binary_shape(op, a.len(), a_shape, b.len(), b_shape, out.len())?;
-    match kernels.isa() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
-        // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni => unsafe { binary_avx512(op, a, a_shape, b, b_shape, &shape, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { binary_avx2(op, a, a_shape, b, b_shape, &shape, out) },
-        _ => binary_generic(op, a, a_shape, b, b_shape, &shape, out),
-    }
+    binary_generic(op, a, a_shape, b, b_shape, &shape, out);
     Ok(())
 }
 
@@ -242,20 +224,7 @@ fn binary_shape(op: Binary, a: usize, a_shape: &[usize], b: usize, b_shape: &[us
     Ok(shape)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn binary_avx512(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], shape: &[usize], out: &mut [f32]) {
-    binary_generic(op, a, a_shape, b, b_shape, shape, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn binary_avx2(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], shape: &[usize], out: &mut [f32]) {
-    binary_generic(op, a, a_shape, b, b_shape, shape, out)
-}
-
 /// One monomorphic broadcast per op, so the compiler can vectorize each (across outputs only).
-#[inline(always)]
 fn binary_generic(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], shape: &[usize], out: &mut [f32]) {
     macro_rules! run {
         ($f:expr) => {
