@@ -6,9 +6,10 @@
 //! once), so the result rows are NCHW planes; depthwise (one input channel per group) runs tap by
 //! tap (`depthwise`). The packed weights are built by one function ([`PackedConv::from_i8`],
 //! [`PackedConv::from_u8`]), called at load or by the compiler, whose output a generated crate
-//! borrows from its weight blob ([`PackedConv::from_packed`]): no second copy at run time. Output: i32 accumulators ([`PackedConv::run`]) or, fused into the same
-//! pass, the correctly rounded requantization ([`PackedConv::run_requant`]) — the same integers
-//! and codes on every path.
+//! borrows from its weight blob ([`PackedConv::from_packed`]): no second copy at run time.
+//! Output: i32 accumulators ([`PackedConv::run`]) or, fused into the same pass, the correctly
+//! rounded requantization ([`PackedConv::run_requant`]) — the same integers and codes on every
+//! path.
 
 mod depthwise;
 pub(crate) mod direct;

@@ -331,9 +331,7 @@ fn row(out: &mut [f32], a: Row<'_>, b: Row<'_>, f: impl Fn(f32, f32) -> f32 + Co
     }
 }
 
-/// `out[j] = f(a[j], b[j])` for f32 runs or scalars. `for` loops, not `for_each` (`Zip::fold`,
-/// which the compiler may leave out of line and then compile without the caller's
-/// `#[target_feature]`, see `unary::map`).
+/// `out[j] = f(a[j], b[j])` for f32 runs or scalars.
 #[inline(always)]
 fn row_f32(out: &mut [f32], a: Run<'_>, b: Run<'_>, f: impl Fn(f32, f32) -> f32) {
     match (a, b) {
