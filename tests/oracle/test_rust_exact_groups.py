@@ -554,7 +554,7 @@ def test_synthetic_exact_keeps_codes_not_float_copies(name):
     assert r.returncode == 0, f"{name}: {r.stderr.strip()}"
     man = json.loads((out / "groups.json").read_text())
     kept = (out / "src" / "lib.rs").read_text().count("float::dq::Dequantized::new")
-    print(f"{name} exact: {kept} dequantized constants kept as codes, float copies {len(man['float_copies'])}, decoded per call {len(man['decoded_per_call'])}")
+    print(f"{name} exact: {kept} dequantized constants kept as codes, float copies {len(man['float_copies'])}")
     assert not man["float_copies"], f"{name}: float copies of quantized constants under exact: {man['float_copies']}"
     if entry["kind"] == "qdq":
         # Non-power-of-two scales: P2 refuses groups, whose weights are read as codes.

@@ -1,8 +1,9 @@
-//! The float Conv, ConvTranspose, MatMul and Gemm reading a dequantized constant as its codes
-//! (`float::dq::Operand::Codes`, decoded a block at a time) give the bits they give on the float
-//! copy (`Operand::F32` of the decoded elements) — on every kernel path, for u8/i8 weights per
-//! tensor and per channel, int32 biases, transposed operands, K and N beyond one cache block and
-//! tails: decoding moves where a value is stored, never a rounding.
+//! The float Conv, ConvTranspose, MatMul, Gemm, element-wise arithmetic, BatchNormalization and
+//! LayerNormalization reading a dequantized constant as its codes (`float::dq::Operand::Codes`,
+//! decoded a block, a run or an element at a time) give the bits they give on the float copy
+//! (`Operand::F32` of the decoded elements) — on every kernel path, for u8/i8 weights per tensor
+//! and per channel, int32 biases, transposed operands, K and N beyond one cache block, broadcasts
+//! and tails: decoding moves where a value is stored, never a rounding.
 
 mod common;
 
@@ -11,7 +12,9 @@ use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::{conv, conv_operands};
 use qdqc_kernels::float::conv_transpose::{ConvTransposeParams, conv_transpose, conv_transpose_operands};
 use qdqc_kernels::float::dq::{Codes, Dequantized, Operand};
+use qdqc_kernels::float::elementwise::{Binary, binary, binary_operands};
 use qdqc_kernels::float::gemm::{GemmParams, gemm, gemm_operands, matmul, matmul_operands};
+use qdqc_kernels::float::norm::{batch_norm, batch_norm_operands, layer_norm, layer_norm_operands};
 use qdqc_kernels::{Isa, Kernels};
 
 fn paths() -> Vec<Kernels> {
@@ -159,5 +162,111 @@ fn a_wrong_decoding_is_seen() {
     let (mut want, mut got) = (vec![0f32; m * n], vec![0f32; m * n]);
     matmul(kernels, &a, &[m, k], &good.to_vec(), &[k, n], &mut want).unwrap();
     matmul_operands(kernels, Operand::F32(&a), &[m, k], Operand::Codes(&off), &[k, n], &mut got).unwrap();
+    assert_ne!(bits(&got), bits(&want));
+}
+
+/// Element-wise ops with a dequantized operand on either side: a scalar, a per-channel vector
+/// broadcast over planes, a last-axis vector, a whole tensor (rows longer than one decoded run,
+/// with a tail), against the op on the float copy; both f32 operands through the same entry too.
+/// (`binary_operands` has one instance for every kernel path.)
+#[test]
+fn elementwise_on_codes_equals_elementwise_on_the_float_copy() {
+    let mut rng = Rng::new(12);
+    let ops = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min, Binary::Pow, Binary::PRelu];
+    // (activation shape, constant shape, channels of the constant, elements per channel step)
+    let cases: [(&[usize], &[usize], usize, usize); 6] = [
+        (&[2, 6, 4, 5], &[], 1, 1),
+        (&[2, 6, 4, 5], &[6, 1, 1], 6, 1),
+        (&[1, 6, 4, 5], &[1, 6, 1, 1], 3, 2),
+        (&[3, 150], &[150], 150, 1),
+        (&[2, 3, 150], &[2, 3, 150], 3, 150),
+        (&[4, 1, 70], &[3, 1], 1, 1),
+    ];
+    for (xs, cs, channels, inner) in cases {
+        let x = rng.f32s(xs.iter().product(), -2.0, 2.0);
+        let len: usize = cs.iter().product();
+        for signed in [false, true] {
+            let (c, copy) = weights(&mut rng, len, channels, inner, signed);
+            let shape = qdqc_kernels::float::broadcast_shape(xs, cs).unwrap();
+            let n: usize = shape.iter().product();
+            for op in ops {
+                let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                binary(op, &x, xs, &copy, cs, &mut want).unwrap();
+                binary_operands(op, Operand::F32(&x), xs, Operand::Codes(&c), cs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} {xs:?} by codes {cs:?}");
+                binary(op, &copy, cs, &x, xs, &mut want).unwrap();
+                binary_operands(op, Operand::Codes(&c), cs, Operand::F32(&x), xs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} codes {cs:?} by {xs:?}");
+                binary_operands(op, Operand::F32(&copy), cs, Operand::F32(&x), xs, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{op:?} f32 operands");
+            }
+            // Both operands codes (two constants).
+            let (d, d_copy) = weights(&mut rng, len, 1, 1, !signed);
+            let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            binary(Binary::Sub, &copy, cs, &d_copy, cs, &mut want).unwrap();
+            binary_operands(Binary::Sub, Operand::Codes(&c), cs, Operand::Codes(&d), cs, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "codes − codes {cs:?}");
+        }
+    }
+}
+
+#[test]
+fn batch_norm_on_codes_equals_batch_norm_on_the_float_copy() {
+    let mut rng = Rng::new(13);
+    for (batch, channels, spatial) in [(2, 7, 33), (1, 16, 1), (3, 5, 130)] {
+        let x = rng.f32s(batch * channels * spatial, -3.0, 3.0);
+        // scale per tensor u8, B per channel i8, mean per channel u8, var per channel with zero point 0 (≥ 0).
+        let (scale, scale_copy) = weights(&mut rng, channels, 1, 1, false);
+        let (bias, bias_copy) = weights(&mut rng, channels, channels, 1, true);
+        let (mean, mean_copy) = weights(&mut rng, channels, channels, 1, false);
+        let var = Dequantized::new(Codes::U8(rng.u8s(channels).into()), (0..channels).map(|_| rng.f32_in(1e-3, 3e-2)).collect(), vec![0], 1).unwrap();
+        let var_copy = var.to_vec();
+        let eps = 1e-5;
+        for kernels in paths() {
+            let (mut want, mut got) = (vec![f32::NAN; x.len()], vec![f32::NAN; x.len()]);
+            batch_norm(&x, batch, channels, spatial, &scale_copy, &bias_copy, &mean_copy, &var_copy, eps, &mut want).unwrap();
+            let params = [Operand::Codes(&scale), Operand::Codes(&bias), Operand::Codes(&mean), Operand::Codes(&var)];
+            batch_norm_operands(kernels, &x, batch, channels, spatial, params, eps, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{}: batch {batch} channels {channels} spatial {spatial}", kernels.isa());
+            // Mixed: f32 scale and mean, codes elsewhere.
+            let params = [Operand::F32(&scale_copy), Operand::Codes(&bias), Operand::F32(&mean_copy), Operand::Codes(&var)];
+            batch_norm_operands(kernels, &x, batch, channels, spatial, params, eps, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{}: mixed operands", kernels.isa());
+        }
+    }
+}
+
+#[test]
+fn layer_norm_on_codes_equals_layer_norm_on_the_float_copy() {
+    let mut rng = Rng::new(14);
+    for (rows, size) in [(5, 150), (3, 64), (4, 7), (2, 384)] {
+        let x = rng.f32s(rows * size, -3.0, 3.0);
+        let (scale, scale_copy) = weights(&mut rng, size, size, 1, false);
+        let (bias, bias_copy) = weights(&mut rng, size, 1, 1, true);
+        for kernels in paths() {
+            let (mut want, mut got) = (vec![f32::NAN; x.len()], vec![f32::NAN; x.len()]);
+            layer_norm(&x, rows, size, &scale_copy, Some(&bias_copy), 1e-5, &mut want).unwrap();
+            layer_norm_operands(kernels, &x, rows, size, Operand::Codes(&scale), Some(Operand::Codes(&bias)), 1e-5, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}", kernels.isa());
+            layer_norm(&x, rows, size, &scale_copy, None, 1e-5, &mut want).unwrap();
+            layer_norm_operands(kernels, &x, rows, size, Operand::Codes(&scale), None, 1e-5, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}, no bias", kernels.isa());
+        }
+    }
+}
+
+#[test]
+fn a_wrong_decoding_of_an_elementwise_operand_is_seen() {
+    // The twin for the per-row decoding: a per-channel vector decoded with the neighbouring
+    // channel's scale gives other bits.
+    let mut rng = Rng::new(15);
+    let x = rng.f32s(2 * 6 * 20, -2.0, 2.0);
+    let codes = rng.u8s(6);
+    let scales: Vec<f32> = (0..6).map(|_| rng.f32_in(1e-3, 3e-2)).collect();
+    let good = Dequantized::new(Codes::U8(codes.clone().into()), scales.clone(), vec![100], 1).unwrap();
+    let shifted = Dequantized::new(Codes::U8(codes.into()), scales[1..].iter().chain(&scales[..1]).copied().collect(), vec![100], 1).unwrap();
+    let (mut want, mut got) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+    binary(Binary::Mul, &x, &[2, 6, 20], &good.to_vec(), &[6, 1], &mut want).unwrap();
+    binary_operands(Binary::Mul, Operand::F32(&x), &[2, 6, 20], Operand::Codes(&shifted), &[6, 1], &mut got).unwrap();
     assert_ne!(bits(&got), bits(&want));
 }

@@ -9,6 +9,7 @@ use super::blob::Blob;
 use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
+use qdqc_kernels::conv::{ConvParams, PackedConv};
 use qdqc_kernels::{Layout, PackedB};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,9 +47,6 @@ struct Emitter<'a, 'm> {
     /// Weight-only operands (`float::weight_only::WeightOnly`, packed codes), by value name: one
     /// field for every op that reads the value (a tied table's Gather and MatMul).
     packed: BTreeMap<String, String>,
-    /// Dequantized constants the op being emitted decodes whole for its call
-    /// (`Kind::decodes_per_call`), by value name: the local holding the floats.
-    per_call: BTreeMap<String, String>,
     names: Vec<String>,
     /// What the op being emitted reads of `run_with`'s bindings (graph inputs by index, named
     /// dims): its part declares only those, so that no binding is unused.
@@ -97,6 +95,36 @@ fn i64_list(v: &[i64]) -> String {
     format!("[{}]", v.join(", "))
 }
 
+/// A convolution's attributes.
+fn conv_window(in_channels: usize, out_channels: usize, groups: usize, w: &Window) -> ConvParams {
+    let rank = w.kernel.len();
+    ConvParams {
+        in_channels,
+        out_channels,
+        groups,
+        kernel: w.kernel.clone(),
+        strides: w.strides.clone(),
+        dilations: w.dilations.clone(),
+        pads_begin: w.pads[..rank].to_vec(),
+        pads_end: w.pads[rank..].to_vec(),
+    }
+}
+
+/// A `ConvParams` as Rust text.
+fn conv_params(p: &ConvParams) -> String {
+    format!(
+        "ConvParams {{ in_channels: {}, out_channels: {}, groups: {}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
+        p.in_channels,
+        p.out_channels,
+        p.groups,
+        list(&p.kernel),
+        list(&p.strides),
+        list(&p.dilations),
+        list(&p.pads_begin),
+        list(&p.pads_end)
+    )
+}
+
 fn str_lit(s: &str) -> String {
     format!("{s:?}")
 }
@@ -113,9 +141,6 @@ impl Emitter<'_, '_> {
     }
 
     fn slice(&self, name: &str) -> Result<String, String> {
-        if let Some(local) = self.per_call.get(name) {
-            return Ok(format!("&{local}[..]"));
-        }
         Ok(match self.place(name)? {
             Place::Input(i) => {
                 self.reads.borrow_mut().inputs.insert(i);
@@ -233,6 +258,14 @@ impl Emitter<'_, '_> {
         })
     }
 
+    /// An optional input as an `Option` of [`Self::operand`].
+    fn optional_operand(&self, name: Option<&String>) -> Result<String, String> {
+        Ok(match name {
+            Some(v) => format!("Some({})", self.operand(v)?),
+            None => "None".into(),
+        })
+    }
+
     /// The blob entry of a constant and the expression that reads it back.
     fn load(&mut self, c: &super::values::Constant) -> Result<(String, String), String> {
         use qdqc_lang::onnx::DataType;
@@ -319,11 +352,40 @@ impl Emitter<'_, '_> {
         format!("blob.f32s({}, {})", self.blob.add(&bytes), bits.len())
     }
 
-    fn weights(&mut self, int: &Integer) -> Result<(String, String), String> {
+    /// A convolution's weights packed now, by the kernel crate's own `PackedConv::from_i8`/
+    /// `from_u8` (the layout of the lowering its attributes select): the blob holds the packed
+    /// rows, their sums and the zero points, and `Model::new` borrows them
+    /// (`PackedConv::from_packed`), so nothing is packed or copied at load and the weights in
+    /// ONNX layout are not in the blob at all.
+    fn packed_conv(&mut self, int: &Integer, params: &ConvParams, err: &str) -> Result<String, String> {
         let w = self.p.values.constant(&int.weights)?;
-        let (_, data) = self.load(&w)?;
-        let zps: Vec<String> = int.weight_zps.iter().map(|z| z.to_string()).collect();
-        Ok((data, format!("[{}]", zps.join(", "))))
+        let packed = match int.weight_elem {
+            Elem::I8 => {
+                let (b, z): (Vec<i8>, Vec<i8>) = (w.ints.iter().map(|&v| v as i8).collect(), int.weight_zps.iter().map(|&v| v as i8).collect());
+                PackedConv::from_i8(params.clone(), &b, &z)
+            }
+            Elem::U8 => {
+                let (b, z): (Vec<u8>, Vec<u8>) = (w.ints.iter().map(|&v| v as u8).collect(), int.weight_zps.iter().map(|&v| v as u8).collect());
+                PackedConv::from_u8(params.clone(), &b, &z)
+            }
+            other => return Err(format!("convolution weights of type {other:?}")),
+        }
+        .map_err(|e| format!("weights '{}': {e}", int.weights))?;
+        let data: Vec<u8> = packed.data().iter().map(|&v| v as u8).collect();
+        let at = self.blob.add(&data);
+        let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let sums = match packed.sums() {
+            [] => "Vec::new()".to_string(),
+            v => format!("blob.i32s({}, {})", self.blob.add(&i32s(v)), v.len()),
+        };
+        let zps = packed.zero_points();
+        Ok(format!(
+            "PackedConv::from_packed({}, blob.i8s({at}, {}), {sums}, blob.i32s({}, {})).map_err({err})?",
+            conv_params(params),
+            data.len(),
+            self.blob.add(&i32s(zps)),
+            zps.len()
+        ))
     }
 
     /// A GEMM's weight operand packed now, by the kernel crate's own `PackedB::from_i8`/`from_u8`:
@@ -475,23 +537,16 @@ impl Emitter<'_, '_> {
 
     /// One op: field initializers (pushed) and the statement block.
     fn op(&mut self, i: usize, op: &Op) -> Result<String, String> {
-        self.per_call.clear();
-        let mut decode = String::new();
         for (k, x) in op.inputs.iter().enumerate() {
             // The weight-only MatMul's weight is its own packed field (`weight_only_field`).
             if (k == 1 && matches!(op.kind, Kind::WeightOnly(_))) || (k == 0 && matches!(op.kind, Kind::GatherWeights { .. })) {
                 continue;
             }
             let dequantized = self.p.values.is_dequantized(x);
-            if dequantized && (op.kind.decodes(k) || op.kind.decodes_per_call(k)) {
+            if dequantized && op.kind.decodes(k) {
                 self.quantized_field(x)?;
             } else {
                 self.tensor_field(x)?;
-            }
-            if dequantized && op.kind.decodes_per_call(k) && !self.per_call.contains_key(x) {
-                let local = format!("dq{k}");
-                writeln!(decode, "        let {local} = self.{}.to_vec();", self.quantized[x]).unwrap();
-                self.per_call.insert(x.clone(), local);
             }
         }
         let node = str_lit(&op.node);
@@ -523,29 +578,16 @@ impl Emitter<'_, '_> {
                 list(zps)
             ),
             Kind::Conv { int, groups, window } => {
-                let (data, zps) = self.weights(int)?;
                 let shape = self.p.values.shape(x0)?;
                 let in_channels = match shape.get(1) {
                     Some(Extent::Fixed(c)) => *c,
                     _ => return Err("QLinearConv needs a fixed channel count".into()),
                 };
-                let w = self.p.values.constant(&int.weights)?;
-                let params = format!(
-                    "ConvParams {{ in_channels: {in_channels}, out_channels: {}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
-                    w.dims[0],
-                    list(&window.kernel),
-                    list(&window.strides),
-                    list(&window.dilations),
-                    list(&window.pads[..window.kernel.len()]),
-                    list(&window.pads[window.kernel.len()..])
-                );
-                let ctor = if int.weight_elem == Elem::I8 { "from_i8" } else { "from_u8" };
+                let params = conv_window(in_channels, int.channels, *groups, window);
                 let field = format!("p{}.n{i}_conv", self.part);
-                self.fields.push((
-                    field.clone(),
-                    "PackedConv".into(),
-                    format!("PackedConv::{ctor}({params}, &{data}, &{zps}).map_err(|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node})))?"),
-                ));
+                let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
+                let packed = self.packed_conv(int, &params, &err)?;
+                self.fields.push((field.clone(), "PackedConv".into(), packed));
                 let rq = self.requant(i, op, int, "conv")?;
                 format!(
                     "qlinear_conv::<{}, {yt}>(self.k, &self.{field}, &self.{rq}, {}, &{}, {}, &mut y, &mut ws.scratch, {node})?;",
@@ -732,34 +774,22 @@ impl Emitter<'_, '_> {
             }
             Kind::FloatBinary { op: f } => {
                 format!(
-                    "float::elementwise::binary(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
-                    self.slice(&op.inputs[0])?,
+                    "float::elementwise::binary_operands(float::elementwise::Binary::{f}, {}, &{}, {}, &{}, &mut y).map_err(float_err({node}))?;",
+                    self.operand(&op.inputs[0])?,
                     self.shape(&op.inputs[0])?,
-                    self.slice(&op.inputs[1])?,
+                    self.operand(&op.inputs[1])?,
                     self.shape(&op.inputs[1])?
                 )
             }
             Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?),
             Kind::FloatConv { groups, window } => {
-                let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.operand(b)?),
-                    None => "None".into(),
-                };
+                let bias = self.optional_operand(op.inputs.get(2))?;
                 let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
                 let (Some(Extent::Fixed(cin)), Some(Extent::Fixed(cout))) = (xs.get(1), ws.first()) else {
                     return Err("Conv needs fixed channel counts".into());
                 };
-                let rank = window.kernel.len();
-                let params = format!(
-                    "ConvParams {{ in_channels: {cin}, out_channels: {cout}, groups: {groups}, kernel: vec!{}, strides: vec!{}, dilations: vec!{}, pads_begin: vec!{}, pads_end: vec!{} }}",
-                    list(&window.kernel),
-                    list(&window.strides),
-                    list(&window.dilations),
-                    list(&window.pads[..rank]),
-                    list(&window.pads[rank..])
-                );
                 let field = format!("p{}.n{i}_params", self.part);
-                self.fields.push((field.clone(), "ConvParams".into(), params));
+                self.fields.push((field.clone(), "ConvParams".into(), conv_params(&conv_window(*cin, *cout, *groups, window))));
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let batch = self.dim(&xs[0]);
                 format!(
@@ -770,10 +800,7 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::FloatConvTranspose { groups, window, output_padding } => {
-                let bias = match op.inputs.get(2) {
-                    Some(b) => format!("Some({})", self.operand(b)?),
-                    None => "None".into(),
-                };
+                let bias = self.optional_operand(op.inputs.get(2))?;
                 let (xs, ws) = (self.p.values.shape(x0)?, self.p.values.shape(&op.inputs[1])?);
                 let (Some(Extent::Fixed(cin)), Some(Extent::Fixed(per_group))) = (xs.get(1), ws.get(1)) else {
                     return Err("ConvTranspose needs fixed channel counts".into());
@@ -865,11 +892,11 @@ impl Emitter<'_, '_> {
                     if d.is_empty() { "1".to_string() } else { d.join(" * ") }
                 };
                 let (rows, size) = (product(self, &xs[..*axis]), product(self, &xs[*axis..]));
-                let bias = self.optional_slice(op.inputs.get(2))?;
+                let bias = self.optional_operand(op.inputs.get(2))?;
                 format!(
-                    "float::norm::layer_norm({}, {rows}, {size}, {}, {bias}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
+                    "float::norm::layer_norm_operands(self.k, {}, {rows}, {size}, {}, {bias}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
-                    self.slice(&op.inputs[1])?
+                    self.operand(&op.inputs[1])?
                 )
             }
             Kind::BatchNorm { epsilon } => {
@@ -881,13 +908,11 @@ impl Emitter<'_, '_> {
                 let channels = self.dim(&xs[1]);
                 let spatial: Vec<String> = xs[2..].iter().map(|e| self.dim(e)).collect();
                 let spatial = if spatial.is_empty() { "1".to_string() } else { spatial.join(" * ") };
+                let params = op.inputs[1..5].iter().map(|p| self.operand(p)).collect::<Result<Vec<_>, _>>()?;
                 format!(
-                    "float::norm::batch_norm({}, {batch}, {channels}, {spatial}, {}, {}, {}, {}, f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
+                    "float::norm::batch_norm_operands(self.k, {}, {batch}, {channels}, {spatial}, [{}], f32::from_bits({epsilon:#010x}), &mut y).map_err(float_err({node}))?;",
                     self.slice(x0)?,
-                    self.slice(&op.inputs[1])?,
-                    self.slice(&op.inputs[2])?,
-                    self.slice(&op.inputs[3])?,
-                    self.slice(&op.inputs[4])?
+                    params.join(", ")
                 )
             }
             Kind::Reduce { reduce, axes } => format!(
@@ -980,7 +1005,6 @@ impl Emitter<'_, '_> {
         let mut out = String::new();
         writeln!(out, "        // {} ({})", op.node, op.output).unwrap();
         writeln!(out, "        let mut y = slot(&mut ws.{}[{s}], {n});", e.rust()).unwrap();
-        out.push_str(&decode);
         let body = if body.starts_with("        ") { body } else { format!("        {body}") };
         writeln!(out, "{body}").unwrap();
         if op.elem.is_code() {
@@ -1001,7 +1025,6 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         tensors: BTreeMap::new(),
         quantized: BTreeMap::new(),
         packed: BTreeMap::new(),
-        per_call: BTreeMap::new(),
         names: Vec::new(),
         reads: RefCell::default(),
         part: 0,

@@ -115,19 +115,16 @@ pub fn groups_json(ops: &[Op], values: &Values, inputs: &[(String, Elem)], sourc
     }
     let inputs: Vec<Value> = inputs.iter().map(|(n, e)| json!({ "name": n, "elem": elem(*e) })).collect();
     // Float copies of quantized constants the program holds (DequantizeLinear folded at
-    // generation time, read by a float op whose kernel does not decode codes, `Kind::decodes`,
-    // `Kind::decodes_per_call`): the contract's "no float copy of a quantized weight" is this list
-    // being empty. `decoded_per_call`: constants decoded whole into a buffer of one call (the
-    // kernel takes f32 slices; scalars and per-channel vectors), listed with their size.
-    let (mut float_copies, mut per_call) = (BTreeMap::new(), BTreeMap::new());
+    // generation time, read by a float op whose kernel does not decode codes, `Kind::decodes`):
+    // the contract's "no float copy of a quantized weight" is this list being empty.
+    let mut float_copies = BTreeMap::new();
     for op in ops {
-        for (i, name) in op.inputs.iter().enumerate().filter(|(i, n)| values.is_dequantized(n) && !op.kind.decodes(*i)) {
+        for (_, name) in op.inputs.iter().enumerate().filter(|(i, n)| values.is_dequantized(n) && !op.kind.decodes(*i)) {
             let c = values.constant(name)?;
-            let list = if op.kind.decodes_per_call(i) { &mut per_call } else { &mut float_copies };
-            list.insert(name.clone(), json!({ "elements": c.f32_bits.len(), "read_by": op.node }));
+            float_copies.insert(name.clone(), json!({ "elements": c.f32_bits.len(), "read_by": op.node }));
         }
     }
-    let doc = json!({ "format": 1, "source": source, "inputs": inputs, "groups": groups, "constants": consts, "float_copies": float_copies, "decoded_per_call": per_call });
+    let doc = json!({ "format": 1, "source": source, "inputs": inputs, "groups": groups, "constants": consts, "float_copies": float_copies });
     let mut text = serde_json::to_string(&doc).map_err(|e| e.to_string())?;
     text.push('\n');
     Ok(text.into_bytes())

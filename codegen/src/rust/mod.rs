@@ -28,7 +28,7 @@
 //! | `DequantizeLinear → f32 Sigmoid/Tanh/Exp/Relu/HardSigmoid/… → QuantizeLinear` per tensor, and a QLinearAdd/Mul of those codes with the chain's (SiLU) | one 256-entry table per node, filled in `Model::new` by the chain's own kernels (`chains.rs`), then `codes::lut::apply_lut` |
 //! | Resize nearest (codes or f32), linear (f32, last two axes), by constant scales or sizes | `codes::movement::resize_nearest`, `float::resize::resize_linear` |
 //! | QuantizeLinear, DequantizeLinear (per tensor, per axis); DequantizeLinear of a constant is evaluated here, with ONNX Runtime's arithmetic | `codes::qdq` |
-//! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary, map}`, `conv`, `gemm`, `pool` |
+//! | f32 Add, Sub, Mul, Div, Max, Min (broadcasting), Relu, LeakyRelu, Clip (constant bounds), HardSigmoid, HardSwish, Sqrt, Reciprocal, Neg, Abs; Conv (1–3-D), Gemm, AveragePool, MaxPool, GlobalAveragePool | the kernel crate's `float::` (fixed evaluation orders, the same bits on every ISA): `elementwise::{binary_operands, map}`, `conv`, `gemm`, `pool`; a dequantized constant operand is read as its codes (`float::dq`), decoded where it is read |
 //! | f32 ConvTranspose (1–3-D, groups, strides, pads, dilations, output_padding; no `output_shape`, auto_pad NOTSET) — also where it sits between DQ and Q: no integer kernel or proof exists for it, so it stays float under both contracts | `float::conv_transpose::conv_transpose` (a scatter in a fixed order) |
 //! | f32 GlobalMaxPool | `float::pool::global_pool` |
 //! | `Where(Equal(p, q), a, b)` where the Equal is read only as Where conditions (TensorFlow's `div_no_nan`), any element types | `codes::compare::select_equal` |
@@ -36,8 +36,8 @@
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp, Erf, Gelu (`none` and `tanh`) | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
-//! | f32 BatchNormalization (inference) | `float::norm::batch_norm` (ONNX Runtime's order) |
-//! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm` (ONNX's function body, fixed order) |
+//! | f32 BatchNormalization (inference) | `float::norm::batch_norm_operands` (ONNX Runtime's order; dequantized parameters decoded per channel) |
+//! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm_operands` (ONNX's function body, fixed order; a dequantized scale and bias decoded 64 elements at a time per row) |
 //! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |
 //! | f32 MatMul (batch broadcasting) | `float::gemm::matmul` |
 //! | f32 MatMul by the DequantizeLinear of a constant rank-2 weight of 4- or 8-bit codes (per tensor, per column, per row, blocked along K; 8-bit per tensor/column only up to 16 rows of A), and Gather (run-time int64 indices) of such a table (a tied embedding) | `float::weight_only` (codes packed here, decoded in the GEMV, `gemm`'s order; the Gather decodes only what it gathers) |
@@ -69,13 +69,15 @@
 //! time by the kernel crate's own packing and borrowed from the blob by `Model::new()`
 //! (`PackedB::from_packed`: no copy, a page resident once a kernel reads it); other 8-bit constants
 //! (an embedding table, dequantized weights) are borrowed from the blob in ONNX layout, so a Gather
-//! pages in only the rows it reads. Convolution panels (`PackedConv`), requantization forms and
-//! Add/Mul plans are still built once in `Model::new()` from the blob. `include_bytes!` costs rustc far
-//! less than an array literal but still about 12 times the bytes (256 MiB: 3.2 GB, 37 s): above
-//! [`EMBED_LIMIT`] the weights go beside the crate, mapped read-only once per process
-//! (`qdqc_kernels::weights`), with the same offsets, so the kernels borrow them in place either way
-//! and only the pages they read become resident. The header's length and hash are constants of
-//! the generated code: a weights file from another compile is refused at load.
+//! pages in only the rows it reads. Convolution weights (`PackedConv`) likewise: packed at compile
+//! time by `PackedConv::from_i8`/`from_u8` in the layout of their lowering and borrowed
+//! (`PackedConv::from_packed`). Requantization forms and Add/Mul plans are built once in
+//! `Model::new()` from the blob. `include_bytes!` costs rustc far less than an array literal but
+//! still about 12 times the bytes (256 MiB: 3.2 GB, 37 s): above [`EMBED_LIMIT`] the weights go
+//! beside the crate, mapped read-only once per process (`qdqc_kernels::weights`), with the same
+//! offsets, so the kernels borrow them in place either way and only the pages they read become
+//! resident. The header's length and hash are constants of the generated code: a weights file
+//! from another compile is refused at load.
 
 mod batched;
 mod blob;

@@ -228,31 +228,20 @@ pub struct Op {
 
 impl Kind {
     /// Whether the op's kernel reads input `i` as a `float::dq::Operand`: a dequantized constant
-    /// there is stored as its codes and decoded where it is read, a block or an element at a time
-    /// (no float copy of the weight at run time). The float Conv and ConvTranspose (weights,
-    /// bias), Gemm (A, B, C) and MatMul (both operands).
+    /// there is stored as its codes and decoded where it is read, a block, a run or an element at
+    /// a time (no float copy of the weight at run time, not even for one call). The float Conv and
+    /// ConvTranspose (weights, bias), Gemm (A, B, C), MatMul (both operands), element-wise
+    /// arithmetic (both operands), BatchNormalization's four parameters and LayerNormalization's
+    /// scale and bias.
     pub fn decodes(&self, i: usize) -> bool {
         match self {
             Kind::FloatConv { .. } | Kind::FloatConvTranspose { .. } => (1..=2).contains(&i),
             Kind::FloatGemm { .. } => i <= 2,
-            Kind::MatMul => i <= 1,
-            Kind::WeightOnly(_) => i == 1,
-            Kind::GatherWeights { .. } => i == 0,
-            _ => false,
-        }
-    }
-
-    /// Whether a dequantized constant the op reads as input `i` is stored as its codes and decoded
-    /// whole into a buffer of the call (freed when it returns) because the kernel takes f32
-    /// slices: element-wise arithmetic (a constant that broadcasts: a scalar, a per-channel
-    /// vector), BatchNormalization's per-channel parameters and LayerNormalization's scale and bias
-    /// (one row's worth). Any other reader holds a float
-    /// copy (`groups.json`'s `float_copies`).
-    pub fn decodes_per_call(&self, i: usize) -> bool {
-        match self {
-            Kind::FloatBinary { .. } => i <= 1,
+            Kind::MatMul | Kind::FloatBinary { .. } => i <= 1,
             Kind::BatchNorm { .. } => (1..=4).contains(&i),
             Kind::LayerNorm { .. } => (1..=2).contains(&i),
+            Kind::WeightOnly(_) => i == 1,
+            Kind::GatherWeights { .. } => i == 0,
             _ => false,
         }
     }

@@ -8,32 +8,33 @@
 use super::Geometry;
 use crate::isa::{Isa, Kernels};
 
-/// One output plane `out` (`[od·oh·ow]`) from one input plane `x` (`[id·ih·iw]`) and the taps
-/// `w − zw` (`[kd·kh·kw]`).
+/// One output plane `out` (`[od·oh·ow]`) from one input plane `x` (`[id·ih·iw]`), the weights `w`
+/// (`[kd·kh·kw]`, int8 domain) and their zero point `zw`.
 /// Returns the line pitch of `out`: output line `l` (of `od·oh`) is `out[l·pitch..][..ow]`.
-pub(super) fn plane(kernels: Kernels, g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
+#[allow(clippy::too_many_arguments)] // the plane's operands, spelled out
+pub(super) fn plane(kernels: Kernels, g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
         // function only lets the compiler use AVX-512 instructions for safe code.
-        Isa::Avx512Vnni => unsafe { plane_avx512(g, x, zx, taps, out, padded) },
+        Isa::Avx512Vnni => unsafe { plane_avx512(g, x, zx, w, zw, out, padded) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { plane_avx2(g, x, zx, taps, out, padded) },
-        _ => plane_generic(g, x, zx, taps, out, padded),
+        Isa::Avx2 => unsafe { plane_avx2(g, x, zx, w, zw, out, padded) },
+        _ => plane_generic(g, x, zx, w, zw, out, padded),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn plane_avx512(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
-    plane_generic(g, x, zx, taps, out, padded)
+unsafe fn plane_avx512(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
+    plane_generic(g, x, zx, w, zw, out, padded)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn plane_avx2(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
-    plane_generic(g, x, zx, taps, out, padded)
+unsafe fn plane_avx2(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
+    plane_generic(g, x, zx, w, zw, out, padded)
 }
 
 /// Output indices `o` along one axis whose input coordinate `o·stride + offset − pad` lies in
@@ -54,7 +55,7 @@ pub(super) fn inside(output: usize, input: usize, stride: usize, offset: usize, 
 /// `ow` are computed and never read); otherwise one run per output line, reading a phase of the
 /// lines when the last axis' stride exceeds 1.
 #[inline(always)]
-fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
+fn plane_generic(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
     let [id, ih, iw] = g.input;
     let [od, oh, ow] = g.output;
     let [kd, kh, kw] = g.kernel;
@@ -106,8 +107,9 @@ fn plane_generic(g: &Geometry, x: &[u8], zx: u8, taps: &[i32], out: &mut Vec<i32
         (&mut at_heap[..], &mut w_heap[..], &mut o_heap[..])
     };
     let mut n = 0;
-    for (t, &w) in taps[..all].iter().enumerate().filter(|(_, w)| **w != 0) {
-        (coords[n], weights[n]) = ([t / (kh * kw), t / kw % kh, t % kw], w);
+    // The taps `w − zw` (|·| ≤ 255), the zero ones left out.
+    for (t, tap) in w[..all].iter().map(|&v| i32::from(v) - zw).enumerate().filter(|&(_, tap)| tap != 0) {
+        (coords[n], weights[n]) = ([t / (kh * kw), t / kw % kh, t % kw], tap);
         n += 1;
     }
     let (live, weights, offsets) = (&coords[..n], &weights[..n], &mut offsets[..n]);

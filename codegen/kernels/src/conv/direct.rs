@@ -40,32 +40,17 @@ struct Tap {
     inside: [std::ops::Range<usize>; 3],
 }
 
-/// One group's weights, `[co][k4·4]` i8 (zero past K), with their row sums and zero points
-/// (uint8 weights shifted to int8 with their zero points, as in [`crate::PackedB`]).
-#[derive(Clone, Debug)]
-pub(super) struct Weights {
-    k: usize,
-    pub(super) w: Vec<i8>,
-    pub(super) sums: Vec<i32>,
-    pub(super) zero_points: Vec<i32>,
+/// One group's weights as the GEMM reads them, `[co][k4·4]` i8 (zero past K), with their row
+/// sums and zero points (uint8 weights shifted to int8 with their zero points, as in
+/// [`crate::PackedB`]): a view of [`super::PackedConv`]'s packed rows.
+pub(super) struct Weights<'a> {
+    pub(super) k: usize,
+    pub(super) w: &'a [i8],
+    pub(super) sums: &'a [i32],
+    pub(super) zero_points: &'a [i32],
 }
 
-impl Weights {
-    /// `rows` channels of `k` weights `get(co·k + i)`, zero point `zp(co)` (int8 domain).
-    pub(super) fn new(rows: usize, k: usize, get: impl Fn(usize) -> i8, zp: impl Fn(usize) -> i32) -> Weights {
-        let ldw = k.div_ceil(KR) * KR;
-        let mut w = vec![0i8; rows * ldw];
-        let mut sums = vec![0i32; rows];
-        for (co, (row, sum)) in w.chunks_exact_mut(ldw).zip(&mut sums).enumerate() {
-            for (i, v) in row[..k].iter_mut().enumerate() {
-                *v = get(co * k + i);
-                // |Σ| ≤ K·128 with K ≤ 2^24 (checked by the caller): no overflow.
-                *sum += i32::from(*v);
-            }
-        }
-        Weights { k, w, sums, zero_points: (0..rows).map(zp).collect() }
-    }
-
+impl Weights<'_> {
     pub(super) fn rows(&self) -> usize {
         self.sums.len()
     }

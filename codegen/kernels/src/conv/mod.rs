@@ -4,9 +4,12 @@
 //! output positions as columns (`direct`: activations packed per block of positions straight from
 //! the input planes, weights `[Cout/groups][Cin/groups · Π kernel]` — ONNX's layout — packed
 //! once), so the result rows are NCHW planes; depthwise (one input channel per group) runs tap by
-//! tap (`depthwise`). Output: i32 accumulators ([`PackedConv::run`]) or, fused into the same
-//! pass, the correctly rounded requantization ([`PackedConv::run_requant`]) — the same integers
-//! and codes on every path.
+//! tap (`depthwise`). The packed weights are built by one function ([`PackedConv::from_i8`],
+//! [`PackedConv::from_u8`]), called at load or by the compiler, whose output a generated crate
+//! borrows from its weight blob ([`PackedConv::from_packed`]): no second copy at run time.
+//! Output: i32 accumulators ([`PackedConv::run`]) or, fused into the same pass, the correctly
+//! rounded requantization ([`PackedConv::run_requant`]) — the same integers and codes on every
+//! path.
 
 mod depthwise;
 pub(crate) mod direct;
@@ -14,10 +17,11 @@ pub(crate) mod shifted;
 
 use crate::gemm::GemmError;
 use crate::isa::{Isa, Kernels};
-use crate::pack::PackError;
+use crate::pack::{KR, PackError};
 use crate::requant::{Certified, CodeOut, Output, count_fallbacks, row_uniform};
 pub use direct::Scratch;
 use direct::{Sink, Weights};
+use std::borrow::Cow;
 use std::fmt;
 
 /// The attributes of one convolution (ONNX `Conv` with explicit pads).
@@ -100,23 +104,57 @@ impl ConvParams {
     }
 }
 
-/// A convolution with its weights packed per group.
+/// A convolution with its weights packed in the layout its lowering reads: packed at load
+/// ([`Self::from_i8`], [`Self::from_u8`]) or ahead, by the same function, and borrowed
+/// ([`Self::from_packed`]: a generated crate's weight blob holds [`Self::data`], [`Self::sums`]
+/// and [`Self::zero_points`]; nothing is copied at load).
 #[derive(Clone, Debug)]
 pub struct PackedConv {
     params: ConvParams,
     lowering: Lowering,
+    /// `[Cout][row]` i8 (int8 domain), a group's channels one after the other: per channel the
+    /// GEMM row (`k4·4` bytes, zero past K) for [`Lowering::Gemm`] and [`Lowering::Shifted`] (in
+    /// its own order), the taps `[Π kernel]` for [`Lowering::Depthwise`].
+    weights: Cow<'static, [i8]>,
+    /// `Σ_k w` per output channel (the GEMM lowerings' zero-point correction); empty for depthwise.
+    sums: Vec<i32>,
+    /// Weight zero point per output channel (int8 domain).
+    zero_points: Vec<i32>,
 }
 
 /// How the convolution runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lowering {
-    /// One direct GEMM per group, weights packed per group.
-    Gemm(Vec<Weights>),
+    /// One direct GEMM per group.
+    Gemm,
     /// Stride 1 along the innermost axis: one GEMM per group over the input framed and
-    /// interleaved once per image (`shifted`), weights packed per group in its order.
-    Shifted(Vec<Weights>),
-    /// One input channel per group: direct, with the taps `w − zw` per output channel (`[Cout][Π kernel]`).
-    Depthwise(Vec<i32>),
+    /// interleaved once per image (`shifted`), the weights in its order.
+    Shifted,
+    /// One input channel per group: direct, with the taps `w − zw` per output channel.
+    Depthwise,
+}
+
+impl Lowering {
+    /// The lowering of a convolution (a function of its attributes only: the packer and
+    /// [`PackedConv::from_packed`] agree on it).
+    fn of(p: &ConvParams) -> Lowering {
+        if p.in_channels == p.groups {
+            Lowering::Depthwise
+        } else if p.strides.last() == Some(&1) {
+            Lowering::Shifted
+        } else {
+            Lowering::Gemm
+        }
+    }
+
+    /// The reduction depth of one packed row and the row's length in bytes.
+    fn row(self, p: &ConvParams) -> (usize, usize) {
+        let k = match self {
+            Lowering::Shifted => shifted::depth(p.in_channels / p.groups, p.kernel.iter().product()),
+            Lowering::Gemm | Lowering::Depthwise => p.depth(),
+        };
+        (k, if self == Lowering::Depthwise { k } else { k.div_ceil(KR) * KR })
+    }
 }
 
 impl PackedConv {
@@ -133,27 +171,85 @@ impl PackedConv {
 
     /// `weight(i)`: weight `i` in the int8 domain; `zero_point(z)`: zero point `z` likewise.
     fn pack(params: ConvParams, len: usize, zps: usize, weight: impl Fn(usize) -> i8, zero_point: impl Fn(usize) -> i32) -> Result<PackedConv, ConvError> {
+        let (lowering, k, ldw) = PackedConv::layout(&params)?;
+        let (depth, cout) = (params.depth(), params.out_channels);
+        if len != cout * depth {
+            return Err(ConvError::Pack(PackError::Length { expected: cout * depth, got: len }));
+        }
+        if zps != 1 && zps != cout {
+            return Err(ConvError::Pack(PackError::ZeroPoints { columns: cout, got: zps }));
+        }
+        let (cig, taps) = (params.in_channels / params.groups, params.kernel.iter().product());
+        let mut weights = vec![0i8; cout * ldw];
+        for (co, row) in weights.chunks_exact_mut(ldw).enumerate() {
+            for (i, v) in row[..k].iter_mut().enumerate() {
+                let at = if lowering == Lowering::Shifted { shifted::source(i, cig, taps) } else { Some(i) };
+                *v = at.map_or(0, |at| weight(co * depth + at));
+            }
+        }
+        // |Σ| ≤ K·128 with K ≤ 2^24 (checked by `layout`): no overflow.
+        let sums =
+            if lowering == Lowering::Depthwise { Vec::new() } else { weights.chunks_exact(ldw).map(|r| r.iter().map(|&v| i32::from(v)).sum()).collect() };
+        let zero_points = (0..cout).map(|co| zero_point(if zps == 1 { 0 } else { co })).collect();
+        Ok(PackedConv { params, lowering, weights: Cow::Owned(weights), sums, zero_points })
+    }
+
+    /// Weights packed ahead (a generated crate's blob holds [`Self::data`], [`Self::sums`] and
+    /// [`Self::zero_points`] of the `PackedConv` the compiler built with [`Self::from_i8`] or
+    /// [`Self::from_u8`] for the same `params`), borrowed as they are. The layout is checked
+    /// (length, 64-byte alignment, one sum and zero point per output channel); the bytes are not
+    /// read here.
+    pub fn from_packed(params: ConvParams, data: &'static [i8], sums: Vec<i32>, zero_points: Vec<i32>) -> Result<PackedConv, ConvError> {
+        let (lowering, _, ldw) = PackedConv::layout(&params)?;
+        let cout = params.out_channels;
+        if data.len() != cout * ldw {
+            return Err(ConvError::Pack(PackError::Length { expected: cout * ldw, got: data.len() }));
+        }
+        if data.as_ptr().align_offset(64) != 0 {
+            return Err(ConvError::Pack(PackError::Unaligned));
+        }
+        let want_sums = if lowering == Lowering::Depthwise { 0 } else { cout };
+        if sums.len() != want_sums || zero_points.len() != cout {
+            return Err(ConvError::Params(format!(
+                "conv weights packed ahead: {} sums and {} zero points for {cout} output channels, expected {want_sums} and {cout}",
+                sums.len(),
+                zero_points.len()
+            )));
+        }
+        Ok(PackedConv { params, lowering, weights: Cow::Borrowed(data), sums, zero_points })
+    }
+
+    /// The lowering, a packed row's reduction depth and its length in bytes, of valid `params`.
+    fn layout(params: &ConvParams) -> Result<(Lowering, usize, usize), ConvError> {
         params.check()?;
-        let (k, cog) = (params.depth(), params.out_channels / params.groups);
+        let lowering = Lowering::of(params);
+        let (k, ldw) = lowering.row(params);
         if k > 1 << 24 {
             return Err(ConvError::Pack(PackError::Depth(k)));
         }
-        if len != params.out_channels * k {
-            return Err(ConvError::Pack(PackError::Length { expected: params.out_channels * k, got: len }));
-        }
-        if zps != 1 && zps != params.out_channels {
-            return Err(ConvError::Pack(PackError::ZeroPoints { columns: params.out_channels, got: zps }));
-        }
-        let zp = |co: usize| zero_point(if zps == 1 { 0 } else { co });
-        let lowering = if params.in_channels == params.groups {
-            Lowering::Depthwise((0..len).map(|i| i32::from(weight(i)) - zp(i / k)).collect())
-        } else if params.strides.last() == Some(&1) {
-            let (cig, taps) = (params.in_channels / params.groups, params.kernel.iter().product());
-            Lowering::Shifted((0..params.groups).map(|g| shifted::weights(cog, cig, taps, |i| weight(g * cog * k + i), |co| zp(g * cog + co))).collect())
-        } else {
-            Lowering::Gemm((0..params.groups).map(|g| Weights::new(cog, k, |i| weight(g * cog * k + i), |co| zp(g * cog + co))).collect())
-        };
-        Ok(PackedConv { params, lowering })
+        Ok((lowering, k, ldw))
+    }
+
+    /// The packed weights (`[Cout][row]`, see the struct).
+    pub fn data(&self) -> &[i8] {
+        &self.weights
+    }
+
+    /// `Σ_k w` per output channel in the int8 domain (empty for a depthwise convolution).
+    pub fn sums(&self) -> &[i32] {
+        &self.sums
+    }
+
+    /// Weight zero point per output channel, in the int8 domain.
+    pub fn zero_points(&self) -> &[i32] {
+        &self.zero_points
+    }
+
+    /// Group `g`'s weights as the GEMM lowerings read them.
+    fn group(&self, g: usize) -> Weights<'_> {
+        let (k, ldw) = self.lowering.row(&self.params);
+        let cog = self.params.out_channels / self.params.groups;
+        Weights { k, w: &self.weights[g * cog * ldw..][..cog * ldw], sums: &self.sums[g * cog..][..cog], zero_points: &self.zero_points[g * cog..][..cog] }
     }
 
     pub fn params(&self) -> &ConvParams {
@@ -233,25 +329,26 @@ impl PackedConv {
         let in_sp: usize = input.iter().product();
         let (cig, cog, k) = (p.in_channels / p.groups, p.out_channels / p.groups, p.depth());
         let x = &x[b * p.in_channels * in_sp..][..p.in_channels * in_sp];
-        match &self.lowering {
-            Lowering::Gemm(groups) => {
-                for (g, w) in groups.iter().enumerate() {
-                    direct::group(kernels, &geometry, w, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
+        match self.lowering {
+            Lowering::Gemm => {
+                for g in 0..p.groups {
+                    direct::group(kernels, &geometry, &self.group(g), &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
                 }
             }
-            Lowering::Shifted(groups) => {
+            Lowering::Shifted => {
                 // A pointwise convolution (1×…×1, strides 1, no pads) reads its planes as one line.
                 let pointwise = p.kernel.iter().chain(&p.strides).all(|&v| v == 1) && p.pads_begin.iter().chain(&p.pads_end).all(|&v| v == 0);
                 let geometry = if pointwise { Geometry::line(in_sp) } else { geometry };
-                for (g, w) in groups.iter().enumerate() {
-                    shifted::group(kernels, &geometry, w, k, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
+                for g in 0..p.groups {
+                    shifted::group(kernels, &geometry, &self.group(g), k, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
                 }
             }
-            Lowering::Depthwise(taps) => {
+            Lowering::Depthwise => {
                 let (mut plane, mut padded) = (std::mem::take(&mut s.plane), std::mem::take(&mut s.padded));
                 let ow = output.last().copied().unwrap_or(1);
                 for co in 0..p.out_channels {
-                    let pitch = depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, &taps[co * k..][..k], &mut plane, &mut padded);
+                    let taps = &self.weights[co * k..][..k];
+                    let pitch = depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, taps, self.zero_points[co], &mut plane, &mut padded);
                     emit(kernels, sink, co, &plane, pitch, ow);
                 }
                 (s.plane, s.padded) = (plane, padded);
@@ -366,5 +463,88 @@ impl Geometry {
     /// A pointwise convolution over planes of `n` positions, as one line.
     fn line(n: usize) -> Geometry {
         Geometry { input: [1, 1, n], output: [1, 1, n], kernel: [1; 3], strides: [1; 3], dilations: [1; 3], pads: [0; 3] }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes leaked at a 64-byte boundary (+ `shift`), as a generated crate's static blob holds them.
+    fn leak(bytes: &[i8], shift: usize) -> &'static [i8] {
+        let data = vec![0i8; bytes.len() + shift + 64];
+        let start = data.as_ptr().align_offset(64) + shift;
+        let data = Vec::leak(data);
+        data[start..][..bytes.len()].copy_from_slice(bytes);
+        &data[start..][..bytes.len()]
+    }
+
+    fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], stride: usize, pad: usize) -> ConvParams {
+        let r = kernel.len();
+        ConvParams {
+            in_channels: cin,
+            out_channels: cout,
+            groups,
+            kernel: kernel.to_vec(),
+            strides: vec![stride; r],
+            dilations: vec![1; r],
+            pads_begin: vec![pad; r],
+            pads_end: vec![pad; r],
+        }
+    }
+
+    /// Weights packed ahead and borrowed give the accumulators of the ones packed at load, on
+    /// every path, for every lowering (GEMM, shifted, depthwise), u8 and i8 weights, zero points
+    /// per tensor and per channel.
+    #[test]
+    fn packed_ahead_is_packed_at_load() {
+        let cases = [
+            (params(6, 10, 1, &[3, 3], 2, 1), Lowering::Gemm),
+            (params(6, 8, 2, &[3, 2], 1, 1), Lowering::Shifted),
+            (params(5, 7, 1, &[1, 1], 1, 0), Lowering::Shifted),
+            (params(4, 8, 4, &[3, 3], 1, 1), Lowering::Depthwise),
+            (params(3, 3, 3, &[5], 2, 2), Lowering::Depthwise),
+        ];
+        for (p, lowering) in cases {
+            let depth = p.depth();
+            let input: Vec<usize> = vec![9; p.kernel.len()];
+            let x: Vec<u8> = (0..2 * p.in_channels * input.iter().product::<usize>()).map(|i| ((i * 37 + 5) % 256) as u8).collect();
+            let w: Vec<i8> = (0..p.out_channels * depth).map(|i| ((i * 73 + 11) % 251) as i8).collect();
+            let u: Vec<u8> = w.iter().map(|&v| v as u8).collect();
+            let zps: Vec<i8> = (0..p.out_channels).map(|c| ((c * 7) % 100) as i8 - 9).collect();
+            let uzps: Vec<u8> = zps.iter().map(|&z| z as u8).collect();
+            let out_len = 2 * p.out_channels * p.output(&input).unwrap().iter().product::<usize>();
+            for load in [
+                PackedConv::from_i8(p.clone(), &w, &zps).unwrap(),
+                PackedConv::from_u8(p.clone(), &u, &uzps).unwrap(),
+                PackedConv::from_i8(p.clone(), &w, &zps[..1]).unwrap(),
+            ] {
+                assert_eq!(load.lowering, lowering, "{p:?}");
+                let ahead = PackedConv::from_packed(p.clone(), leak(load.data(), 0), load.sums().to_vec(), load.zero_points().to_vec()).unwrap();
+                assert!(matches!(ahead.weights, Cow::Borrowed(_)));
+                for kernels in Isa::available().into_iter().map(|isa| Kernels::new(isa).unwrap()) {
+                    let (mut want, mut got) = (vec![0i32; out_len], vec![1i32; out_len]);
+                    load.run(kernels, &x, 2, &input, 3, &mut want).unwrap();
+                    ahead.run(kernels, &x, 2, &input, 3, &mut got).unwrap();
+                    assert_eq!(got, want, "{kernels:?} {p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_ahead_with_another_layout_is_refused() {
+        let p = params(6, 10, 1, &[3, 3], 2, 1);
+        let load = PackedConv::from_i8(p.clone(), &[1; 10 * 54], &[0]).unwrap();
+        let (data, sums, zps) = (load.data(), load.sums().to_vec(), load.zero_points().to_vec());
+        let err = |r: Result<PackedConv, ConvError>| r.map(|_| ()).unwrap_err();
+        assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(&data[1..], 0), sums.clone(), zps.clone())), ConvError::Pack(PackError::Length { .. })));
+        assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 1), sums.clone(), zps.clone())), ConvError::Pack(PackError::Unaligned)));
+        assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 0), sums[1..].to_vec(), zps.clone())), ConvError::Params(_)));
+        assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 0), sums.clone(), vec![0])), ConvError::Params(_)));
+        // Another lowering of the same weights: stride 1 selects the shifted layout, whose rows differ in length.
+        let shifted = ConvParams { strides: vec![1, 1], ..p.clone() };
+        assert!(matches!(err(PackedConv::from_packed(shifted, leak(data, 0), sums.clone(), zps.clone())), ConvError::Pack(PackError::Length { .. })));
+        assert!(matches!(err(PackedConv::from_packed(ConvParams { groups: 4, ..p }, leak(data, 0), sums, zps)), ConvError::Params(_)));
     }
 }

@@ -24,21 +24,19 @@ use crate::pack::KR;
 /// Panels per block: every output-channel tile runs over the block's panels before the next.
 const BLOCK_PANELS: usize = 8 * NP;
 
-/// The weights of one group for this layout: `[co][q][4]` with `q` = channel group × taps + tap,
-/// `w[co][c4·4 + j][tap]` at `(q, j)` (0 where `c4·4 + j` is past the group's channels).
-pub(super) fn weights(cog: usize, cig: usize, taps: usize, get: impl Fn(usize) -> i8, zp: impl Fn(usize) -> i32) -> Weights {
-    let k = cig.div_ceil(KR) * KR * taps;
-    Weights::new(
-        cog,
-        k,
-        |i| {
-            let (co, i) = (i / k, i % k);
-            let (q, j) = (i / KR, i % KR);
-            let c = q / taps * KR + j;
-            if c < cig { get((co * cig + c) * taps + q % taps) } else { 0 }
-        },
-        zp,
-    )
+/// The reduction depth of a row in this layout: the group's `cig` channels padded to a multiple
+/// of four, times the taps.
+pub(super) fn depth(cig: usize, taps: usize) -> usize {
+    cig.div_ceil(KR) * KR * taps
+}
+
+/// Element `i` of a channel's row in this layout (`[q][4]` with `q` = channel group × taps + tap:
+/// `w[c4·4 + j][tap]` at `(q, j)`): its index in the channel's ONNX weights `[cig][taps]`, or
+/// `None` where `c4·4 + j` is past the group's channels (weight 0).
+pub(super) fn source(i: usize, cig: usize, taps: usize) -> Option<usize> {
+    let (q, j) = (i / KR, i % KR);
+    let c = q / taps * KR + j;
+    (c < cig).then_some(c * taps + q % taps)
 }
 
 /// Byte offsets of the reduction steps in the interleaved input, with their maximum (every

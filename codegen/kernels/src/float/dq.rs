@@ -1,8 +1,9 @@
 //! Float operands stored as quantized codes: a constant weight (or bias) that ONNX dequantizes
 //! (`DequantizeLinear` of an initializer) and a float op reads. The program keeps only the codes,
 //! the scales and the zero points (a quarter of the floats' bytes for 8-bit codes); the float
-//! kernels decode each element where they read it, into a small per-block workspace, so no float
-//! copy of a quantized weight exists at run time (issue 12).
+//! kernels decode each element where they read it, in a register or a small per-block workspace
+//! (GEMM blocks, a run of 64 element-wise operands, a channel's BatchNormalization parameters), so
+//! no float copy of a quantized weight exists at run time, not even for one call (issue 12).
 //!
 //! | condition | why |
 //! |---|---|
@@ -83,6 +84,7 @@ impl Dequantized {
 
     /// Elements `start .. start + out.len()`, decoded into `out`: one channel's run at a time, so
     /// the channel index is computed once per run, not per element.
+    #[inline]
     pub fn decode(&self, start: usize, out: &mut [f32]) {
         let channels = self.scales.len();
         let (mut i, mut o) = (start, 0);
@@ -101,20 +103,24 @@ impl Dequantized {
         }
     }
 
-    /// Every element, decoded: for a kernel that takes f32 slices, a buffer of one call (the
-    /// generator does this only for scalars and per-channel vectors, `Kind::decodes_per_call`).
+    /// Every element, decoded: the float copy a kernel reading the codes never holds (the
+    /// reference the kernels' tests compare the decoding paths with).
     pub fn to_vec(&self) -> Vec<f32> {
         let mut v = vec![0f32; self.len()];
         self.decode(0, &mut v);
         v
     }
 
-    /// Element `i`, decoded.
-    #[inline]
+    /// Element `i`, decoded in a register: [`Self::decode`]'s formula for one element.
+    #[inline(always)]
     pub fn get(&self, i: usize) -> f32 {
-        let mut v = [0f32];
-        self.decode(i, &mut v);
-        v[0]
+        let channels = self.scales.len();
+        let (s, z) = self.params(if channels == 1 { 0 } else { (i / self.inner) % channels });
+        match &self.codes {
+            Codes::U8(v) => (i32::from(v[i]) - z as i32) as f32 * s,
+            Codes::I8(v) => (i32::from(v[i]) - z as i32) as f32 * s,
+            Codes::I32(v) => (i64::from(v[i]) - z) as f32 * s,
+        }
     }
 }
 
@@ -254,7 +260,8 @@ mod tests {
                     assert_eq!(got, want[start..start + len], "start {start} len {len} inner {inner}");
                 }
             }
-            assert_eq!(d.get(17).to_bits(), want[17]);
+            let got: Vec<u32> = (0..60).map(|i| d.get(i).to_bits()).collect();
+            assert_eq!(got, want, "get, inner {inner}");
         }
     }
 
@@ -265,12 +272,14 @@ mod tests {
         let mut out = vec![0f32; 256];
         d.decode(0, &mut out);
         assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q8, &[0.01, 0.3], &[-5, 9], 128));
+        assert_eq!((0..256).map(|i| d.get(i).to_bits()).collect::<Vec<_>>(), folded(&q8, &[0.01, 0.3], &[-5, 9], 128), "get");
         // int32 codes beyond f32's 24-bit integers: q − zp rounds once to f32, as the fold.
         let q32: Vec<i64> = vec![i64::from(i32::MAX), i64::from(i32::MIN), 16_777_217, -3, 0];
         let d = Dequantized::new(Codes::I32(q32.iter().map(|&v| v as i32).collect()), vec![1.3e-6], vec![], 1).unwrap();
         let mut out = vec![0f32; 5];
         d.decode(0, &mut out);
         assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), folded(&q32, &[1.3e-6], &[], 1));
+        assert_eq!((0..5).map(|i| d.get(i).to_bits()).collect::<Vec<_>>(), folded(&q32, &[1.3e-6], &[], 1), "get");
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! | Sqrt, Reciprocal | `√x`, `1/x` (correctly rounded) | the same |
 //! | Floor/Ceil/Round | exact; Round ties to even | `std::floor/ceil/nearbyint` |
 
+use super::dq::{Dequantized, Operand};
 use super::{ShapeError, bail, broadcast_shape, broadcast_strides, check_len, math, numel};
 
 /// A two-operand op.
@@ -195,14 +196,39 @@ pub fn map_in_place(op: Map, x: &mut [f32]) {
 
 /// `out = op(a, b)` with numpy broadcasting; `out` has [`broadcast_shape`]`(a_shape, b_shape)`.
 pub fn binary(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
+    let shape = binary_shape(op, a.len(), a_shape, b.len(), b_shape, out.len())?;
+    binary_generic(op, Operand::F32(a), a_shape, Operand::F32(b), b_shape, &shape, out);
+    Ok(())
+}
+
+/// [`binary`] with operands that may be codes decoded where they are read ([`Operand::Codes`]: a
+/// dequantized constant, a scalar or a per-channel vector in the models): a broadcast element
+/// once per output row, a run of elements [`RUN`] at a time into a stack buffer. Each output is
+/// the same `op(a, b)` of the same decoded values (DequantizeLinear's `fl32(fl32(q − zp)·s)`), so
+/// the bits are those of [`binary`] on the float copy. One instance for every kernel path (no
+/// AVX2/AVX-512 copies: each would add ~70 KiB of code, eight ops times the operand forms, to
+/// ops that are bound by memory; the baseline instance is vectorized with SSE2).
+pub fn binary_operands(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], out: &mut [f32]) -> Result<(), ShapeError> {
+    let shape = binary_shape(op, a.len(), a_shape, b.len(), b_shape, out.len())?;
+    binary_generic(op, a, a_shape, b, b_shape, &shape, out);
+    Ok(())
+}
+
+/// The output shape, after checking the operands' and the output's lengths.
+fn binary_shape(op: Binary, a: usize, a_shape: &[usize], b: usize, b_shape: &[usize], out: usize) -> Result<Vec<usize>, ShapeError> {
     let named = |e: ShapeError| ShapeError(format!("{op:?} {}", e.0));
-    check_len("input A", a.len(), a_shape).map_err(named)?;
-    check_len("input B", b.len(), b_shape).map_err(named)?;
+    check_len("input A", a, a_shape).map_err(named)?;
+    check_len("input B", b, b_shape).map_err(named)?;
     let shape = broadcast_shape(a_shape, b_shape).map_err(named)?;
-    check_len("output", out.len(), &shape).map_err(named)?;
+    check_len("output", out, &shape).map_err(named)?;
+    Ok(shape)
+}
+
+/// One monomorphic broadcast per op, so the compiler can vectorize each (across outputs only).
+fn binary_generic(op: Binary, a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], shape: &[usize], out: &mut [f32]) {
     macro_rules! run {
         ($f:expr) => {
-            broadcast2(a, a_shape, b, b_shape, &shape, out, $f)
+            broadcast2(a, a_shape, b, b_shape, shape, out, $f)
         };
     }
     match op {
@@ -215,43 +241,54 @@ pub fn binary(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[us
         Binary::Pow => run!(pow),
         Binary::PRelu => run!(|x, y| Binary::PRelu.apply(x, y)),
     }
-    Ok(())
 }
 
-/// The broadcast loop: whole-tensor fast paths, else rows of the last output axis.
-fn broadcast2(a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], shape: &[usize], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+/// Elements decoded at a time from an operand's codes (a stack buffer: no allocation).
+pub const RUN: usize = 64;
+
+/// An operand's elements along one output row.
+#[derive(Clone, Copy)]
+enum Row<'a> {
+    /// Broadcast along the row: one element, decoded once.
+    Scalar(f32),
+    F32(&'a [f32]),
+    /// Codes from this element on.
+    Codes(&'a Dequantized, usize),
+}
+
+impl<'a> Row<'a> {
+    /// `x`'s row from element `offset`, `len` long, at stride `stride` (0: broadcast, 1: along).
+    #[inline(always)]
+    fn of(x: Operand<'a>, offset: usize, stride: usize, len: usize) -> Row<'a> {
+        match (x, stride) {
+            (x, 0) => Row::Scalar(x.get(offset)),
+            (Operand::F32(v), _) => Row::F32(&v[offset..][..len]),
+            (Operand::Codes(d), _) => Row::Codes(d, offset),
+        }
+    }
+}
+
+/// The broadcast loop: the whole tensor as one row when each operand is whole or one element,
+/// else rows of the last output axis (along which a stride is 0 or 1).
+#[inline(always)]
+fn broadcast2(a: Operand<'_>, a_shape: &[usize], b: Operand<'_>, b_shape: &[usize], shape: &[usize], out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Copy) {
     let n = numel(shape);
     if n == 0 {
         return;
     }
-    if a.len() == n && b.len() == n {
-        out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&x, &y))| *o = f(x, y));
-        return;
-    }
-    if b.len() == 1 && a.len() == n {
-        let y = b[0];
-        out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, y));
-        return;
-    }
-    if a.len() == 1 && b.len() == n {
-        let x = a[0];
-        out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(x, y));
-        return;
+    let flat = |len: usize| (len == n || len == 1).then_some(usize::from(len == n));
+    if let (Some(ta), Some(tb)) = (flat(a.len()), flat(b.len())) {
+        return row(out, Row::of(a, 0, ta, n), Row::of(b, 0, tb, n), f);
     }
     let (sa, sb) = (broadcast_strides(a_shape, shape), broadcast_strides(b_shape, shape));
     let rank = shape.len();
     let last = shape[rank - 1];
     let (ta, tb) = (sa[rank - 1], sb[rank - 1]);
     let mut index = vec![0usize; rank];
-    for row in out.chunks_mut(last) {
+    for out in out.chunks_mut(last) {
         let oa: usize = index.iter().zip(&sa).map(|(i, s)| i * s).sum();
         let ob: usize = index.iter().zip(&sb).map(|(i, s)| i * s).sum();
-        match (ta, tb) {
-            (1, 1) => row.iter_mut().zip(a[oa..][..last].iter().zip(&b[ob..][..last])).for_each(|(o, (&x, &y))| *o = f(x, y)),
-            (1, 0) => row.iter_mut().zip(&a[oa..][..last]).for_each(|(o, &x)| *o = f(x, b[ob])),
-            (0, 1) => row.iter_mut().zip(&b[ob..][..last]).for_each(|(o, &y)| *o = f(a[oa], y)),
-            _ => row.iter_mut().enumerate().for_each(|(j, o)| *o = f(a[oa + j * ta], b[ob + j * tb])),
-        }
+        row(out, Row::of(a, oa, ta, last), Row::of(b, ob, tb, last), f);
         // Next row: increment the index over all axes but the last.
         for axis in (0..rank - 1).rev() {
             index[axis] += 1;
@@ -260,5 +297,59 @@ fn broadcast2(a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], shape:
             }
             index[axis] = 0;
         }
+    }
+}
+
+/// An operand's elements along a run of outputs, as [`row_f32`] reads them.
+#[derive(Clone, Copy)]
+enum Run<'a> {
+    Scalar(f32),
+    F32(&'a [f32]),
+}
+
+/// Elements `at .. at + buf.len()` of `x`'s row: codes decoded into `buf`.
+#[inline(always)]
+fn decoded<'b>(x: Row<'b>, at: usize, buf: &'b mut [f32]) -> Run<'b> {
+    match x {
+        Row::Scalar(v) => Run::Scalar(v),
+        Row::F32(v) => Run::F32(&v[at..][..buf.len()]),
+        Row::Codes(d, o) => {
+            d.decode(o + at, buf);
+            Run::F32(buf)
+        }
+    }
+}
+
+/// `out[j] = f(a[j], b[j])` along one row, [`RUN`] outputs at a time (one loop per pair of
+/// operand forms, whether codes were decoded into the stack buffers or not: the code stays small).
+#[inline(always)]
+fn row(out: &mut [f32], a: Row<'_>, b: Row<'_>, f: impl Fn(f32, f32) -> f32 + Copy) {
+    let (mut da, mut db) = ([0f32; RUN], [0f32; RUN]);
+    for (c, out) in out.chunks_mut(RUN).enumerate() {
+        let n = out.len();
+        row_f32(out, decoded(a, c * RUN, &mut da[..n]), decoded(b, c * RUN, &mut db[..n]), f);
+    }
+}
+
+/// `out[j] = f(a[j], b[j])` for f32 runs or scalars.
+#[inline(always)]
+fn row_f32(out: &mut [f32], a: Run<'_>, b: Run<'_>, f: impl Fn(f32, f32) -> f32) {
+    match (a, b) {
+        (Run::F32(a), Run::F32(b)) => {
+            for (o, (&x, &y)) in out.iter_mut().zip(a.iter().zip(b)) {
+                *o = f(x, y);
+            }
+        }
+        (Run::F32(a), Run::Scalar(y)) => {
+            for (o, &x) in out.iter_mut().zip(a) {
+                *o = f(x, y);
+            }
+        }
+        (Run::Scalar(x), Run::F32(b)) => {
+            for (o, &y) in out.iter_mut().zip(b) {
+                *o = f(x, y);
+            }
+        }
+        (Run::Scalar(x), Run::Scalar(y)) => out.fill(f(x, y)),
     }
 }
