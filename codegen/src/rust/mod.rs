@@ -80,6 +80,7 @@ mod emit;
 mod fold;
 mod manifest;
 mod ops;
+mod repeat;
 mod shapes;
 mod slots;
 mod values;
