@@ -3,7 +3,9 @@
 //! `run_with` executes the ops in order over the planned workspace slots. Both come in parts of
 //! `OPS_PER_PART` ops (a function each, the part's operands in a struct of their own), and every
 //! kernel is called through its concrete instance in `qdqc_kernels::entry`: what LLVM optimizes
-//! in the generated crate is glue, in functions of bounded size.
+//! in the generated crate is glue, in functions of bounded size. A run of ops that repeats layer
+//! after layer is one loop instead (`repeat.rs`): every op is first emitted flat, then the
+//! repeated runs are found on that text and written as a loop over per-layer tables.
 
 use super::blob::Blob;
 use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};

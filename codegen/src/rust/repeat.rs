@@ -715,4 +715,51 @@ mod tests {
         assert_eq!(unify(&layers, &mut tables, &mut |_| Err("no field".into())).unwrap(), "f(&t0[layer], t1[layer], 7, t1[layer]);");
         assert_eq!(tables.decls(""), "let t0 = [[1, 2], [3, 4]];\nlet t1 = [\"x\", \"y\"];\n");
     }
+
+    /// Layers of two ops, six lines each: the first reads its own requantization (`n{op}_rq`)
+    /// and the field `shared(layer)` names; the second its own table.
+    fn program(layers: usize, shared: impl Fn(usize) -> String) -> (Vec<String>, Vec<(String, String, String)>) {
+        let (mut texts, mut fields) = (Vec::new(), Vec::new());
+        fields.push(("p0.c0".to_string(), "Vec<f32>".to_string(), "blob.f32s(0, 4)".to_string()));
+        for r in 0..layers {
+            let (a, b) = (2 * r, 2 * r + 1);
+            fields.push((format!("p{a}.n{a}_rq"), "Requant".into(), format!("Requant::new({}, \"conv{r}\")?", 64 * r)));
+            fields.push((format!("p{b}.n{b}_t"), "[u8; 256]".into(), format!("table({r})")));
+            let lines = |op: usize, what: &str| {
+                format!(
+                    "        // op{op}\n        let mut y = slot(&mut ws.u8[{}], 8);\n{what}        a(&y);\n        b(&y);\n        ws.u8[{}] = y;\n",
+                    r % 2,
+                    r % 2
+                )
+            };
+            texts.push(lines(a, &format!("        f(&self.p{a}.n{a}_rq, &self.{}, \"conv{r}\")?;\n", shared(r))));
+            texts.push(lines(b, &format!("        g(&self.p{b}.n{b}_t, &[1, {r}])?;\n")));
+        }
+        (texts, fields)
+    }
+
+    #[test]
+    fn a_field_every_layer_reads_stays_shared_and_each_layers_own_goes_to_its_struct() {
+        let (texts, fields) = program(4, |_| "p0.c0".into());
+        let a = Arrangement::new(&texts, &fields, 16);
+        assert_eq!(a.blocks.len(), 1);
+        let b = &a.blocks[0];
+        assert_eq!((b.start, b.len, b.layers), (0, 2, 4));
+        assert_eq!(b.fields.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(), ["n0_rq", "n1_t"]);
+        assert_eq!(a.home[0], Home::Shared(0));
+        assert_eq!((a.location(&fields, 7), a.location(&fields, 8)), ("b0[3].n0_rq".to_string(), "b0[3].n1_t".to_string()));
+        let body = block_body(&a, 0, &texts, &fields).unwrap();
+        assert!(body.contains("f(&l.n0_rq, &self.s0.c0, t1[layer])?;") && body.contains("let t1 = [\"conv0\", \"conv1\", \"conv2\", \"conv3\"];"), "{body}");
+        let build = layer_struct(&a, 0, &fields).unwrap();
+        assert!(build.contains("n0_rq: Requant::new(t0[layer], t1[layer])?,"), "{build}");
+    }
+
+    #[test]
+    fn a_field_that_differs_but_is_not_one_layers_own_is_refused() {
+        // From layer 1 on, each layer reads the previous layer's requantization: no `l.` names it.
+        let (texts, fields) = program(4, |r| if r == 0 { "p0.c0".into() } else { format!("p{}.n{}_rq", 2 * r - 2, 2 * r - 2) });
+        let a = Arrangement::new(&texts, &fields, 16);
+        // (Layers 1 to 3 neither: layer r's own is read by layer r + 1.)
+        assert!(a.blocks.is_empty(), "{:?}", a.blocks.iter().map(|b| (b.start, b.len, b.layers)).collect::<Vec<_>>());
+    }
 }
