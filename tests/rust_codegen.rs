@@ -101,6 +101,8 @@ fn pow2_models_are_byte_identical_to_onnx_runtime() {
         "dwsep_net_u8u8_pt_pow2",
         "dwsep_net_u8s8_pc_asym_pow2",
         "dwsep_net_s8s8_pc_pow2",
+        // Four identical residual blocks: `run_with` runs them as one loop (repeat.rs).
+        "resblocks_u8s8_pt_pow2",
     ] {
         let dir = work(name);
         let out = dir.join("crate");
@@ -199,6 +201,28 @@ fn generation_is_deterministic_and_snapshotted() {
     let lib = std::fs::read_to_string(a.join("src/lib.rs")).unwrap();
     assert!(!lib.contains("unsafe {") && lib.contains("#![forbid(unsafe_code)]"));
     insta::assert_snapshot!("rust_codegen_cnn_residual_u8u8_pt_pow2_lib", lib);
+}
+
+/// A model of four identical residual blocks (`tests/rust_codegen/make_resblocks.py`): its
+/// generated code runs them as one loop over per-layer tables (`codegen/src/rust/repeat.rs`), the
+/// blocks' operands built by one loop too; byte identity with ONNX Runtime is checked with the
+/// pow2 models above.
+#[test]
+fn repeated_blocks_are_one_loop_and_snapshotted() {
+    let name = "resblocks_u8s8_pt_pow2";
+    let dir = work("repeated_blocks");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    generate(&model(name), &a);
+    generate(&model(name), &b);
+    let lib = std::fs::read_to_string(a.join("src/lib.rs")).unwrap();
+    assert_eq!(lib, std::fs::read_to_string(b.join("src/lib.rs")).unwrap(), "lib.rs differs between two generations");
+    assert!(lib.contains("Ops 1 to 12 of `run_with`: 4 layers of 3 ops"), "the four blocks are not one loop:\n{lib}");
+    assert!(lib.contains("for layer in 0..4 {") && lib.contains("b0: Vec<Layer0>,"));
+    // Each layer's own operands, and its real node names in errors and `observe`.
+    for k in 0..4 {
+        assert!(lib.contains(&format!("\"block{k}_conv2_q/qdqc_QLinearConv\"")) && lib.contains(&format!("\"block{k}_out\"")));
+    }
+    insta::assert_snapshot!("rust_codegen_resblocks_u8s8_pt_pow2_lib", lib);
 }
 
 #[test]

@@ -3,10 +3,13 @@
 //! `run_with` executes the ops in order over the planned workspace slots. Both come in parts of
 //! `OPS_PER_PART` ops (a function each, the part's operands in a struct of their own), and every
 //! kernel is called through its concrete instance in `qdqc_kernels::entry`: what LLVM optimizes
-//! in the generated crate is glue, in functions of bounded size.
+//! in the generated crate is glue, in functions of bounded size. A run of ops that repeats layer
+//! after layer is one loop instead (`repeat.rs`): every op is first emitted flat, then the
+//! repeated runs are found on that text and written as a loop over per-layer tables.
 
 use super::blob::Blob;
 use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};
+use super::repeat::{Arrangement, Home, Segment, block_body, layer_struct, split};
 use super::slots::Plan;
 use super::values::{Elem, Extent, Values};
 use qdqc_kernels::conv::{ConvParams, PackedConv};
@@ -1029,17 +1032,31 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         reads: RefCell::default(),
         part: 0,
     };
-    // `run_with`'s parts: their text, then what each reads.
-    let mut parts: Vec<(String, Reads)> = Vec::new();
+    // First pass: every op's flat text, its fields named `p{op}.{name}` (their owner op), and
+    // what it reads; then the blocks that repeat and the parts between them (`repeat.rs`).
+    let mut texts = Vec::new();
+    let mut op_reads = Vec::new();
     for (i, op) in p.ops.iter().enumerate() {
-        if i % OPS_PER_PART == 0 {
-            parts.push((String::new(), e.reads.take()));
+        e.part = i;
+        texts.push(e.op(i, op).map_err(|m| format!("node '{}': {m}", op.node))?);
+        op_reads.push(e.reads.take());
+    }
+    let layout = Arrangement::new(&texts, &e.fields, OPS_PER_PART);
+    let mut op_reads = op_reads.into_iter().map(Some).collect::<Vec<_>>();
+    let mut take_reads = |ops: std::ops::Range<usize>| ops.fold(Reads::default(), |r, i| r.merge(op_reads[i].take().unwrap_or_default()));
+    let mut segments: Vec<(String, Reads)> = Vec::new();
+    for s in &layout.segments {
+        match s {
+            Segment::Flat(ops) => {
+                let text: String = ops.clone().map(|i| layout.flat(&texts[i], &e.fields)).collect();
+                segments.push((text, take_reads(ops.clone())));
+            }
+            Segment::Block(b) => {
+                let bl = &layout.blocks[*b];
+                let ops = bl.start..bl.start + bl.len * bl.layers;
+                segments.push((block_body(&layout, *b, &texts, &e.fields)?, take_reads(ops)));
+            }
         }
-        e.part = i / OPS_PER_PART;
-        let text = e.op(i, op).map_err(|m| format!("node '{}': {m}", op.node))?;
-        let last = parts.last_mut().expect("a part was opened");
-        last.0.push_str(&text);
-        last.1 = e.reads.take().merge(std::mem::take(&mut last.1));
     }
     let mut decl = Vec::new();
     for (name, elem, shape) in &p.inputs {
@@ -1081,33 +1098,64 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     let names: Vec<String> = e.names.iter().map(|n| format!("{n:?}")).collect();
     writeln!(w, "/// Named dimensions, bound by the inputs at run time.\nconst NAMES: &[&str] = &[{}];\n", names.join(", ")).unwrap();
     // The operands by part, each part's in a struct of its own built by a function of its own
-    // (one `Model::new` initializing every field took LLVM minutes, like one flat `run_with`).
-    let mut operands: BTreeMap<usize, Vec<(&str, &str, &str)>> = BTreeMap::new();
-    for (f, t, init) in &e.fields {
-        let (part, name) = f.split_once('.').expect("fields are named p{part}.{name}");
-        operands.entry(part[1..].parse::<usize>().expect("part number")).or_default().push((name, t, init));
-    }
-    writeln!(w, "/// The model: kernel path and every operand built once.\npub struct Model {{\n    k: Kernels,").unwrap();
-    for part in operands.keys() {
-        writeln!(w, "    p{part}: Part{part},").unwrap();
-    }
-    writeln!(w, "}}\n").unwrap();
-    for (part, fields) in &operands {
-        writeln!(w, "/// The operands of `run_with`'s part {part}.\nstruct Part{part} {{").unwrap();
-        for (f, t, _) in fields {
-            writeln!(w, "    {f}: {t},").unwrap();
+    // (one `Model::new` initializing every field took LLVM minutes, like one flat `run_with`);
+    // a block's per-layer operands in `Layer{B}`, built by one loop, and those every layer shares
+    // in `Shared{B}`.
+    let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut shared: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (f, home) in layout.home.iter().enumerate() {
+        match home {
+            Home::Part(k) => parts.entry(*k).or_default().push(f),
+            Home::Shared(b) => shared.entry(*b).or_default().push(f),
+            Home::Layer { .. } => {}
         }
-        writeln!(w, "}}\n").unwrap();
+    }
+    // The Model's fields and their constructors, in program order.
+    let mut members: Vec<(String, String, String)> = Vec::new();
+    let mut structs = String::new();
+    let mut part = 0;
+    let plain = |field: String, holder: &str, doc: &str, list: &[usize], members: &mut Vec<(String, String, String)>, structs: &mut String| {
+        members.push((field, holder.to_string(), format!("{holder}::new(&blob, k)?")));
+        writeln!(structs, "/// {doc}\nstruct {holder} {{").unwrap();
+        for &f in list {
+            writeln!(structs, "    {}: {},", split(&e.fields[f].0).1, e.fields[f].1).unwrap();
+        }
+        writeln!(structs, "}}\n").unwrap();
         writeln!(
-            w,
-            "impl Part{part} {{\n    #[inline(never)]\n    fn new(blob: &Blob, k: Kernels) -> Result<Part{part}, Error> {{\n        let _ = (blob, k);\n        Ok(Part{part} {{"
+            structs,
+            "impl {holder} {{\n    #[inline(never)]\n    fn new(blob: &Blob, k: Kernels) -> Result<{holder}, Error> {{\n        let _ = (blob, k);\n        Ok({holder} {{"
         )
         .unwrap();
-        for (f, _, init) in fields {
-            writeln!(w, "            {f}: {init},").unwrap();
+        for &f in list {
+            writeln!(structs, "            {}: {},", split(&e.fields[f].0).1, e.fields[f].2).unwrap();
         }
-        writeln!(w, "        }})\n    }}\n}}\n").unwrap();
+        writeln!(structs, "        }})\n    }}\n}}\n").unwrap();
+    };
+    for s in &layout.segments {
+        match s {
+            Segment::Flat(_) => {
+                if let Some(list) = parts.get(&part) {
+                    plain(format!("p{part}"), &format!("Part{part}"), &format!("The operands of `run_with`'s part {part}."), list, &mut members, &mut structs);
+                }
+                part += 1;
+            }
+            Segment::Block(b) => {
+                if !layout.blocks[*b].fields.is_empty() {
+                    members.push((format!("b{b}"), format!("Vec<Layer{b}>"), format!("Layer{b}::build(&blob, k)?")));
+                    structs.push_str(&layer_struct(&layout, *b, &e.fields)?);
+                }
+                if let Some(list) = shared.get(b) {
+                    plain(format!("s{b}"), &format!("Shared{b}"), &format!("The operands every layer of block {b} reads."), list, &mut members, &mut structs);
+                }
+            }
+        }
     }
+    writeln!(w, "/// The model: kernel path and every operand built once.\npub struct Model {{\n    k: Kernels,").unwrap();
+    for (f, t, _) in &members {
+        writeln!(w, "    {f}: {t},").unwrap();
+    }
+    writeln!(w, "}}\n").unwrap();
+    w.push_str(&structs);
     let count = |el: Elem| p.plan.counts.get(&el).copied().unwrap_or(0);
     // f32, u8 and i8 slots always (the runtime's wrappers take them); integer ones where used.
     let slot_elems: Vec<Elem> =
@@ -1144,8 +1192,8 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "        let _ = &blob;").unwrap();
     writeln!(w, "        let k = Kernels::from_env().map_err(|e| Error::Kernel(e.to_string()))?;").unwrap();
     writeln!(w, "        Ok(Model {{\n            k,").unwrap();
-    for part in operands.keys() {
-        writeln!(w, "            p{part}: Part{part}::new(&blob, k)?,").unwrap();
+    for (f, _, init) in &members {
+        writeln!(w, "            {f}: {init},").unwrap();
     }
     writeln!(w, "        }})\n    }}\n").unwrap();
     writeln!(w, "    /// Runs the model on `inputs` (in `INPUTS` order); the outputs come in `OUTPUTS` order.").unwrap();
@@ -1160,10 +1208,32 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         "    pub fn run_with(&self, ws: &mut Workspace, inputs: &[Value], mut observe: Option<&mut dyn FnMut(&str, Value)>) -> Result<Vec<Value>, Error> {{"
     )
     .unwrap();
-    let dims = e.reads.take().dims || parts.iter().any(|(_, r)| r.dims);
+    let dims = e.reads.take().dims || segments.iter().any(|(_, r)| r.dims);
     let binding = if dims { "let d" } else { "let _" };
     writeln!(w, "        {binding} = bind(inputs, INPUTS, NAMES)?;").unwrap();
-    for (k, (_, r)) in parts.iter().enumerate() {
+    // A flat part is `part{K}`, a block `block{B}`.
+    let mut names = Vec::new();
+    let mut part = 0;
+    for s in &layout.segments {
+        names.push(match s {
+            Segment::Flat(ops) => {
+                part += 1;
+                (format!("part{}", part - 1), format!("Ops {} to {} of `run_with`.", ops.start, ops.end - 1))
+            }
+            Segment::Block(b) => {
+                let bl = &layout.blocks[*b];
+                let doc = format!(
+                    "Ops {} to {} of `run_with`: {} layers of {} ops, one loop over the layers' tables.",
+                    bl.start,
+                    bl.start + bl.len * bl.layers - 1,
+                    bl.layers,
+                    bl.len
+                );
+                (format!("block{b}"), doc)
+            }
+        });
+    }
+    for ((name, _), (_, r)) in names.iter().zip(&segments) {
         let mut args = vec!["ws"];
         if r.dims {
             args.push("&d");
@@ -1174,11 +1244,11 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         if r.observe {
             args.push("&mut observe");
         }
-        writeln!(w, "        self.part{k}({})?;", args.join(", ")).unwrap();
+        writeln!(w, "        self.{name}({})?;", args.join(", ")).unwrap();
     }
     writeln!(w, "        let _ = observe.as_mut();").unwrap();
     writeln!(w, "        Ok(vec![\n{}\n        ])\n    }}", outs.join("\n")).unwrap();
-    for (k, (text, r)) in parts.iter().enumerate() {
+    for ((name, doc), (text, r)) in names.iter().zip(&segments) {
         let mut params = vec!["&self".to_string(), "ws: &mut Workspace".into()];
         if r.dims {
             params.push("d: &[usize]".into());
@@ -1189,14 +1259,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         if r.observe {
             params.push("observe: &mut Option<&mut dyn FnMut(&str, Value)>".into());
         }
-        writeln!(
-            w,
-            "\n    /// Ops {} to {} of `run_with`.\n    #[inline(never)]\n    fn part{k}({}) -> Result<(), Error> {{",
-            k * OPS_PER_PART,
-            (k * OPS_PER_PART + OPS_PER_PART).min(p.ops.len()) - 1,
-            params.join(", ")
-        )
-        .unwrap();
+        writeln!(w, "\n    /// {doc}\n    #[inline(never)]\n    fn {name}({}) -> Result<(), Error> {{", params.join(", ")).unwrap();
         for &i in &r.inputs {
             writeln!(w, "        let x{i} = {}_input(&inputs[{i}]);", p.inputs[i].1.rust()).unwrap();
         }

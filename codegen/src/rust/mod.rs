@@ -4,7 +4,7 @@
 //! | file | what |
 //! |---|---|
 //! | `Cargo.toml` | package and harness named after the model file ([`crate_name`]), lib `generated`, its own workspace; `qdqc-kernels` by relative path ([`KernelsPath`]), `npyz` and `zip` for the harness |
-//! | `src/lib.rs` | `Model::new()`, `Model::run`, `Model::run_with` (workspace reuse, intermediates), `INPUTS`, `OUTPUTS` (`emit.rs`); the ops in parts of 16, each part a function with its operands in a struct of their own, every kernel called through a concrete instance of `qdqc_kernels::entry` (the build cost stays linear in the model's size) |
+//! | `src/lib.rs` | `Model::new()`, `Model::run`, `Model::run_with` (workspace reuse, intermediates), `INPUTS`, `OUTPUTS` (`emit.rs`); the ops in parts of 16, each part a function with its operands in a struct of their own; a run of ops that repeats layer after layer (transformer layers, a ResNet stage's blocks) one function `block{B}` looping `for layer in 0..R` over per-layer tables (slots, shapes, node names), its operands one `Layer{B}` struct per layer built by one loop over the blob offsets' tables (`repeat.rs`: the loop is the flat code, hole for hole); every kernel called through a concrete instance of `qdqc_kernels::entry` (the build cost stays linear in the model's size) |
 //! | `src/runtime.rs` | tensors, errors, input checks, blob reader, the requantizing wrappers (the same text in every crate) |
 //! | `src/main.rs` | the harness: `.npz` in, `.npz` out, `--intermediates`, `--bench N` (median seconds of N `run_with` calls on one workspace; `bench/rust_target.py`) |
 //! | `src/weights.bin` | every constant, 64-byte aligned entries, embedded with `include_bytes!` (`blob.rs`); above [`EMBED_LIMIT`] (or `--weights file`) `weights.bin` beside the crate instead: a 64-byte header naming this compile, then the same bytes, mapped by `Model::new()` ([`Weights`]) |
@@ -86,6 +86,7 @@ mod emit;
 mod fold;
 mod manifest;
 mod ops;
+mod repeat;
 mod shapes;
 mod slots;
 mod values;
