@@ -17,12 +17,23 @@ row would change that row's outputs). ORT's float MatMul (one rounding per produ
 is compared for the record. The rank-3 symmetric form also compiles with a symbolic batch (one
 crate run on batches 1 and 3).
 
+Under `exact` (the default) the rule refuses every one of these groups (the DQ → MatMul float output
+is deterministic only where P2 holds, which depends on a scale made at run time), and the model
+compiles as float evaluation: every op as authored — the reductions and the parameter chain as f32
+ops, Round, the Cast f32 → u8/i8, QuantizeLinear and DequantizeLinear with run-time parameters in
+ONNX Runtime's arithmetic (`codes::qdq::quantize_by`, `float::dq::dequantize_by`), the float MatMul
+in the kernel crate's documented order. Checked on the same seeds: the codes (x_q, and z where the
+graph makes one) byte-identical to ORT_DISABLE_ALL's (the harness's `--intermediates`), and every
+output `y` equal bit for bit to that documented evaluation (`s = +0; s = s + a·b` for k in order, no
+FMA) of ORT's own x_dq and w_dq — so the per-row scales are ORT's too. ORT's MatMul (MLAS, FMA,
+blocked K) is another rounding of the same sum: the outputs where it differs are counted, not hidden.
+
 Refused near-misses (reasons checked in rewrites/tests/families.rs): the reduction over the wrong
-axis (axis 0: a scale per column of K, not per row), the same group under `exact` (the DQ → MatMul
-float output is deterministic only where P2 holds, which depends on a scale made at run time); both
-then stop at the first op of the parameter chain the Rust target does not run, exit 2, one line,
-nothing written. An all-zero row (scale 0/0: the graph's codes are undefined) is a run-time error of the
-crate naming the node, not a guess.
+axis (axis 0: a scale per column of K, not per row) under both contracts; the Rust target then meets
+its QuantizeLinear blocked along axis 0 with elements after it (ORT's `opNotLastAxis`, not MLAS's
+arithmetic): exit 2, one line, nothing written. An all-zero row (scale 0/0: the graph's codes are
+undefined) is a run-time error of the crate naming the node, not a guess: under `real` the fused
+group's, under `exact` the Cast of the NaN zero point.
 """
 from __future__ import annotations
 
@@ -241,15 +252,86 @@ def test_all_zero_row_is_a_runtime_error():
     assert h.returncode != 0 and "undefined" in h.stderr, (h.returncode, h.stderr)
 
 
-@pytest.mark.parametrize("name,contract", [("row_wrong_axis", "real"), ("row_asym_u8_rank3", "exact")])
+@pytest.mark.parametrize("name,contract", [("row_wrong_axis", "real"), ("row_wrong_axis", "exact")])
 def test_near_miss_is_refused_and_not_compiled(name, contract):
-    """The rule refuses both (reasons checked in rewrites/tests/families.rs,
-    `rust_row_dynamic_refuses_*`); the Rust target then meets the parameter chain's first op it does
-    not run: exit 2, one line naming it, nothing written. ORT_DISABLE_ALL runs the authored model."""
-    spec = REFUSED.get(name) or CASES[name]
+    """The rule refuses it (reason checked in rewrites/tests/families.rs,
+    `rust_row_dynamic_refuses_*`); the Rust target then meets the QuantizeLinear blocked along
+    axis 0 it does not run: exit 2, one line naming it, nothing written. ORT_DISABLE_ALL runs the
+    authored model."""
+    spec = REFUSED[name]
     m, d, crate, report, r = compile_rust(name, spec, contract)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not supported by the Rust target" in lines[0], r.stderr
+    assert len(lines) == 1 and "QuantizeLinear" in lines[0] and "not supported by the Rust target" in lines[0], r.stderr
     assert not crate.exists() and not report.exists(), "no partial output"
     assert ort_session(m).run(["y"], {"x": seeded(spec[0], 0)})[0].shape == tuple(spec[0][:-1] + [N])
+
+
+def ort_float_path(m: onnx.ModelProto, x: np.ndarray, code: int) -> dict:
+    """ORT_DISABLE_ALL's x_q, z (if the graph makes one), x_dq, w_dq and y, exposed as graph outputs
+    of a copy."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(m)
+    names = ["x_q", "x_dq", "w_dq"] + (["z"] if any(n.output[0] == "z" for n in m.graph.node) else [])
+    for o in names:
+        copy.graph.output.append(helper.make_tensor_value_info(o, code if o in ("x_q", "z") else TensorProto.FLOAT, None))
+    names.append("y")
+    return dict(zip(names, ort_session(copy).run(names, {"x": x})))
+
+
+def sequential_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The kernel crate's float MatMul order (`float::gemm`): `s = +0`, then `s = s + a[.., k]·b[k]`
+    for k in order, each product and sum one f32 rounding (numpy's f32 ufuncs: no FMA)."""
+    rows = a.reshape(-1, a.shape[-1])
+    s = np.zeros((rows.shape[0], b.shape[1]), np.float32)
+    for k in range(rows.shape[1]):
+        s = s + rows[:, k:k + 1] * b[k:k + 1, :]
+    return s.reshape(a.shape[:-1] + (b.shape[1],))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_exact_refuses_the_group_and_evaluates_in_float(name):
+    m, d, crate, report, r = compile_rust(name, CASES[name], "exact")
+    assert r.returncode == 0, r.stderr
+    decisions = [x for x in json.loads(report.read_text())["decisions"] if x["rule"] == "row-dynamic-matmul"]
+    assert len(decisions) == 1 and not decisions[0]["fired"] and decisions[0]["reason"], decisions
+    lib = (crate / "src" / "lib.rs").read_text()
+    assert "Granularity::RowBy" not in lib and "entry::quantize_by_" in lib and "float::dq::dequantize_by" in lib, "not the float evaluation"
+    build_crate(crate)
+    code = CASES[name][2]
+    shape = CASES[name][0]
+    ort_differs, total = 0, 0
+    for seed in range(3):
+        x = seeded(shape, seed)
+        np.savez(d / "in.npz", x=x)
+        h = subprocess.run([str(BUILD_DIR / "debug" / crate.name), str(d / "in.npz"), str(d / "out.npz"), "--intermediates"],
+                           capture_output=True, text=True)
+        assert h.returncode == 0, h.stderr
+        rust = dict(np.load(d / "out.npz"))
+        ort = ort_float_path(m, x, code)
+        for t in [k for k in ("x_q", "z") if k in ort]:
+            assert t in rust, f"{name}: the harness wrote no intermediate '{t}'"
+            assert rust[t].dtype == ort[t].dtype and rust[t].tobytes() == ort[t].tobytes(), f"{name} seed {seed}: {t} differs from ORT_DISABLE_ALL"
+        want = sequential_matmul(ort["x_dq"], ort["w_dq"])
+        got = rust["y"]
+        assert got.shape == want.shape and got.dtype == np.float32
+        bad = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
+        assert bad == 0, f"{name} seed {seed}: {bad} of {want.size} outputs are not the documented evaluation of ORT's x_dq and w_dq"
+        ort_differs += int(np.count_nonzero(ort["y"].view(np.uint32) != got.view(np.uint32)))
+        total += got.size
+    print(f"{name} exact: 3 seeds: codes byte-identical to ORT_DISABLE_ALL, {total} outputs the documented float MatMul of ORT's "
+          f"x_dq and w_dq; ORT's MatMul (MLAS) rounds {ort_differs} of them differently")
+
+
+def test_exact_all_zero_row_is_a_runtime_error():
+    """Under `exact` the all-zero row's zero point is `Cast(Round(Clip(0 − 0/0)))`: a Cast of NaN,
+    undefined in ONNX Runtime; the crate stops there, naming the node."""
+    name = "row_asym_u8_rank3"
+    m, d, crate, report, r = compile_rust(name, CASES[name], "exact")
+    assert r.returncode == 0, r.stderr
+    build_crate(crate)
+    x = seeded(CASES[name][0], 0)
+    x[1, 2, :] = 0.0
+    np.savez(d / "in.npz", x=x)
+    h = subprocess.run([str(BUILD_DIR / "debug" / crate.name), str(d / "in.npz"), str(d / "out.npz")], capture_output=True, text=True)
+    assert h.returncode != 0 and "undefined" in h.stderr and "Cast" in h.stderr, (h.returncode, h.stderr)

@@ -39,6 +39,24 @@ macro_rules! dequantize {
 }
 dequantize!(dequantize_linear_u8: u8, dequantize_linear_i8: i8);
 
+macro_rules! quantize_by {
+    ($($name:ident, $cast:ident: $y:ty),*) => {$(
+        /// [`qdq::quantize_by`] to these codes.
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)] // QuantizeLinear's operands and attributes
+        pub fn $name(x: &[f32], shape: &[usize], scale: &[f32], scale_shape: &[usize], zero_point: Option<&[$y]>, axis: usize, block: usize, out: &mut [$y]) -> Result<(), CodesError> {
+            qdq::quantize_by(x, shape, scale, scale_shape, zero_point, axis, block, out)
+        }
+
+        /// [`qdq::cast_to_codes`] to these codes.
+        #[inline(never)]
+        pub fn $cast(x: &[f32], out: &mut [$y]) -> Result<(), CodesError> {
+            qdq::cast_to_codes(x, out)
+        }
+    )*};
+}
+quantize_by!(quantize_by_u8, cast_to_u8: u8, quantize_by_i8, cast_to_i8: i8);
+
 macro_rules! conv_requant {
     ($($name:ident: $c:ty),*) => {$(
         /// [`PackedConv::run_requant`] into these codes.

@@ -933,6 +933,17 @@ impl Emitter<'_, '_> {
                 let x1 = op.inputs[1].as_str();
                 format!("self.{field}.gather({axis}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x1)?)
             }
+            Kind::QuantizeBy { axis, block } => {
+                let zp = self.optional_slice(op.inputs.get(2))?;
+                format!(
+                    "entry::quantize_by_{yt}({}, &{}, {}, &{}, {zp}, {axis}, {block}, &mut y).map_err(codes_err({node}))?;",
+                    self.slice(x0)?,
+                    self.shape(x0)?,
+                    self.slice(&op.inputs[1])?,
+                    self.shape(&op.inputs[1])?
+                )
+            }
+            Kind::CastToCode => format!("entry::cast_to_{yt}({}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?),
             Kind::DequantizeBy { axis, block } => {
                 let zp = self.optional_slice(op.inputs.get(2))?;
                 format!(

@@ -111,6 +111,13 @@ pub enum Kind {
     Quantize { axis: usize, scales: Vec<u32>, zps: Vec<i64> },
     /// DequantizeLinear: codes → f32.
     Dequantize { axis: usize, scales: Vec<u32>, zps: Vec<i64> },
+    /// QuantizeLinear whose scale (and zero point) are computed at run time (a row's parameters
+    /// made by the graph's own ops, `--contract exact`), per tensor, per axis or blocked along
+    /// the last axis (`block` > 0), ONNX Runtime's arithmetic (`codes::qdq::quantize_by`);
+    /// inputs x, scales and the optional zero points.
+    QuantizeBy { axis: usize, block: usize },
+    /// Cast f32 → u8/i8: truncation, an element out of range a run-time error (`codes::qdq::cast_to_codes`).
+    CastToCode,
     /// QLinearConv.
     Conv { int: Integer, groups: usize, window: Window },
     /// QGemm / QLinearMatMul with constant weights: `[m][k] × [k][n]`.
@@ -478,6 +485,44 @@ pub fn lower(n: &Node) -> Result<Op, String> {
     }
     let tensor = |i: usize| n.input(i).map(str::to_string);
     let (kind, inputs, elem) = match n.op_type {
+        "QuantizeLinear" if !n.values.is_constant(n.input(1)?) || n.inputs.get(2).is_some_and(|z| !z.is_empty() && !n.values.is_constant(z)) => {
+            n.only(&["axis", "block_size", "output_dtype", "saturate"])?;
+            if !float_input(n, 0)? || !float_input(n, 1)? {
+                return Err("QuantizeLinear of another type than f32 (x and scale) is not supported by the Rust target".into());
+            }
+            let rank = n.rank(0)?;
+            let axis = axis(n.int("axis", 1)?, rank)?;
+            let block = usize::try_from(n.int("block_size", 0)?).map_err(|_| "negative block_size")?;
+            // ORT's blocked QuantizeLinear is MLAS's only along the last axis (`codes::qdq`).
+            if block > 0 && axis + 1 != rank {
+                return Err(format!("QuantizeLinear blocked along axis {axis} of a rank-{rank} input (only the last) is not supported by the Rust target"));
+            }
+            let inputs = n.inputs.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>();
+            let declared = match n.int("output_dtype", 0)? {
+                0 => None,
+                t => Some(DataType::try_from(t as i32).ok().and_then(code_elem).ok_or_else(|| format!("output_dtype {t} (u8/i8 codes only)"))?),
+            };
+            let elem = match (inputs.len(), declared) {
+                (3, d) => {
+                    let z = code_input(n, 2)?;
+                    if d.is_some_and(|d| d != z) {
+                        return Err("output_dtype differs from the zero point's type".into());
+                    }
+                    z
+                }
+                (_, d) => d.unwrap_or(Elem::U8),
+            };
+            (Kind::QuantizeBy { axis, block }, inputs, elem)
+        }
+        "Cast" if float_input(n, 0)? => {
+            n.only(&["to", "saturate"])?;
+            let to = n.int("to", 0)?;
+            let elem = DataType::try_from(to as i32)
+                .ok()
+                .and_then(code_elem)
+                .ok_or_else(|| format!("Cast of f32 to type {to} is not supported by the Rust target (u8/i8 only)"))?;
+            (Kind::CastToCode, vec![tensor(0)?], elem)
+        }
         "QuantizeLinear" => {
             n.only(&["axis", "saturate"])?;
             let scales = n.constant(1)?.f32_bits;
@@ -776,7 +821,7 @@ pub fn lower(n: &Node) -> Result<Op, String> {
             };
             (Kind::FloatUnary { function }, vec![tensor(0)?], Elem::F32)
         }
-        "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "HardSwish" if float_input(n, 0)? => {
+        "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "HardSwish" | "Floor" | "Ceil" | "Round" if float_input(n, 0)? => {
             n.only(&[])?;
             (Kind::FloatMap { map: format!("Map::{}", n.op_type) }, vec![tensor(0)?], Elem::F32)
         }

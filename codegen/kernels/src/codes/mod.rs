@@ -116,12 +116,14 @@ pub enum CodesError {
     ZeroPoint(String),
     /// Shapes, buffer lengths or attributes that do not fit together.
     Shape(String),
+    /// A value the graph leaves undefined (a Cast of NaN or of a value out of range).
+    Undefined(String),
 }
 
 impl fmt::Display for CodesError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CodesError::Scale(s) | CodesError::ZeroPoint(s) | CodesError::Shape(s) => f.write_str(s),
+            CodesError::Scale(s) | CodesError::ZeroPoint(s) | CodesError::Shape(s) | CodesError::Undefined(s) => f.write_str(s),
         }
     }
 }

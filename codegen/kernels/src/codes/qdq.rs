@@ -12,9 +12,19 @@
 //! - dequantize: `fl32((q − zp) as f32 · s)`; `q − zp` is exact in f32 (|·| ≤ 510).
 //!
 //! Scales are taken as given (ORT does not check them); zero points must be codes of the type.
+//!
+//! [`quantize_by`] is QuantizeLinear with parameters known only at run time (a row's scale and
+//! zero point made by the graph's own ops under `--contract exact`); [`cast_to_codes`] is the
+//! f32 → 8-bit integer Cast of such a zero point.
+//!
+//! | condition | why |
+//! |---|---|
+//! | `quantize_by`: per tensor, per axis, or blocked with nothing after the axis (`inner` 1) | ORT runs exactly these through `MlasQuantizeLinear` ([`quantize`]): `ComputeLoop` per axis, `BlockedQuantizeLinear::opLastAxis` per block; a block along an axis with elements after it takes `opNotLastAxis`, `clamp(static_cast<int32_t>(nearbyint(x / s)) + zp)`, another arithmetic out of range (an error here) |
+//! | `cast_to_codes`: `trunc(x)` in the type's range | ORT's Cast is C++'s `static_cast` (truncation toward zero); NaN, ±∞ or a value out of range is undefined behaviour there (its bits depend on the compiler's vectorization), so it is a run-time error, never a guess |
 
 use super::shape::check_len;
 use super::{CodesError, QCode, shape_err};
+use crate::float::dq::ParamIndex;
 
 /// One value, ORT's QuantizeLinear.
 #[inline]
@@ -93,4 +103,121 @@ pub fn dequantize_linear<X: QCode>(q: &[X], shape: &[usize], axis: usize, scales
         }
     }
     Ok(())
+}
+
+/// QuantizeLinear with run-time parameters (ONNX opset 21 layouts, [`ParamIndex`]): `scale` of
+/// shape `scale_shape`, `zero_point` as many codes (or none: 0); ORT's [`quantize`] per element.
+#[allow(clippy::too_many_arguments)] // QuantizeLinear's operands and attributes
+pub fn quantize_by<Y: QCode>(
+    x: &[f32],
+    shape: &[usize],
+    scale: &[f32],
+    scale_shape: &[usize],
+    zero_point: Option<&[Y]>,
+    axis: usize,
+    block: usize,
+    out: &mut [Y],
+) -> Result<(), CodesError> {
+    check_len("QuantizeLinear input", x.len(), shape)?;
+    check_len("QuantizeLinear output", out.len(), shape)?;
+    let p = ParamIndex::new(shape, scale.len(), scale_shape, zero_point.map(<[Y]>::len), axis, block).map_err(|e| CodesError::Shape(e.0))?;
+    if block > 0 && p.inner > 1 {
+        return shape_err(format!("QuantizeLinear blocked along axis {axis} of {shape:?}: ONNX Runtime's arithmetic there is not MLAS's (only the last axis)"));
+    }
+    for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
+        let c = p.at(i);
+        *y = quantize(v, scale[c], zero_point.map_or(0, |z| z[c].value()));
+    }
+    Ok(())
+}
+
+/// Cast f32 → 8-bit integer: truncation toward zero; an element whose truncation is NaN or out
+/// of the type's range is an error (undefined in ONNX Runtime).
+pub fn cast_to_codes<Y: QCode>(x: &[f32], out: &mut [Y]) -> Result<(), CodesError> {
+    if x.len() != out.len() {
+        return shape_err(format!("Cast: input has {} elements, output {}", x.len(), out.len()));
+    }
+    for (y, &v) in out.iter_mut().zip(x) {
+        let t = v.trunc();
+        // NaN fails both comparisons.
+        if !(t >= Y::MIN as f32 && t <= Y::MAX as f32) {
+            return Err(CodesError::Undefined(format!("Cast of {v:e} to {}..={}: out of range, the value is undefined", Y::MIN, Y::MAX)));
+        }
+        *y = Y::from_index(usize::from(t as i32 as u8));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn activations(n: usize) -> Vec<f32> {
+        // Quotients across the range, halves (ties), NaN and infinities.
+        let mut x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.37 - 180.0).collect();
+        x[..6].copy_from_slice(&[0.5, -2.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30]);
+        x
+    }
+
+    /// Per axis with run-time parameters is [`quantize_linear`] per axis, bit for bit.
+    #[test]
+    fn quantize_by_per_axis_is_quantize_linear() {
+        let shape = [3, 4, 5];
+        let x = activations(60);
+        let scales = [0.5f32, 1.25, 0.0, 3.0];
+        let zps = [3u8, 250, 128, 0];
+        let mut want = vec![0u8; 60];
+        quantize_linear(&x, &shape, 1, &scales, &zps.map(i32::from), &mut want).unwrap();
+        let mut got = vec![0u8; 60];
+        quantize_by(&x, &shape, &scales, &[4], Some(&zps), 1, 0, &mut got).unwrap();
+        assert_eq!(got, want);
+    }
+
+    /// Blocked along the last axis (a block per row, and two blocks per row): each element takes
+    /// its block's parameters through [`quantize`].
+    #[test]
+    fn quantize_by_blocked_last_axis_reads_each_blocks_parameters() {
+        let (rows, k) = (3, 8);
+        let x = activations(rows * k);
+        for block in [8, 4, 3] {
+            let blocks = k.div_ceil(block);
+            let scales: Vec<f32> = (0..rows * blocks).map(|b| 0.25 + b as f32 * 0.75).collect();
+            let zps: Vec<i8> = (0..rows * blocks).map(|b| (b as i8) * 9 - 20).collect();
+            let mut got = vec![0i8; rows * k];
+            quantize_by(&x, &[rows, k], &scales, &[rows, blocks], Some(&zps), 1, block, &mut got).unwrap();
+            for (i, &g) in got.iter().enumerate() {
+                let b = (i / k) * blocks + (i % k) / block;
+                assert_eq!(g, quantize::<i8>(x[i], scales[b], i32::from(zps[b])), "element {i}, block {block}");
+            }
+            let mut none = vec![0i8; rows * k];
+            quantize_by(&x, &[rows, k], &scales, &[rows, blocks], None, 1, block, &mut none).unwrap();
+            assert!(none.iter().enumerate().all(|(i, &g)| g == quantize::<i8>(x[i], scales[(i / k) * blocks + (i % k) / block], 0)));
+        }
+    }
+
+    /// A block along an axis with elements after it is ORT's other arithmetic: refused.
+    #[test]
+    fn quantize_by_refuses_blocks_before_the_last_axis_and_bad_layouts() {
+        let x = activations(24);
+        let mut out = vec![0u8; 24];
+        assert!(quantize_by(&x, &[6, 4], &[1.0; 4], &[1, 4], None, 0, 6, &mut out).is_err());
+        assert!(quantize_by(&x, &[6, 4], &[1.0; 5], &[5], None, 0, 0, &mut out).is_err());
+        assert!(quantize_by(&x, &[6, 4], &[1.0; 6], &[6], Some(&[0u8; 5]), 0, 0, &mut out).is_err());
+    }
+
+    #[test]
+    fn cast_truncates_in_range_and_refuses_the_undefined() {
+        let mut u = [0u8; 6];
+        cast_to_codes(&[0.0, 254.9, 255.0, -0.7, 3.5, 128.0], &mut u).unwrap();
+        assert_eq!(u, [0, 254, 255, 0, 3, 128]);
+        let mut s = [0i8; 5];
+        cast_to_codes(&[-128.0, 127.0, -3.9, 0.0, -0.0], &mut s).unwrap();
+        assert_eq!(s, [-128, 127, -3, 0, 0]);
+        for bad in [f32::NAN, 256.0, -1.0, f32::INFINITY] {
+            assert!(matches!(cast_to_codes(&[bad], &mut [0u8]), Err(CodesError::Undefined(_))), "{bad}");
+        }
+        for bad in [128.0, -129.0, f32::NEG_INFINITY] {
+            assert!(matches!(cast_to_codes(&[bad], &mut [0i8]), Err(CodesError::Undefined(_))), "{bad}");
+        }
+    }
 }

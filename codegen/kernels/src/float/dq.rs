@@ -173,10 +173,65 @@ impl<'a> From<&'a Dequantized> for Operand<'a> {
     }
 }
 
+/// Where element `i` of a Q/DQ input of shape `shape` finds its parameters when they are
+/// tensors known at run time: `scale_shape` is one element (per tensor), the dim of `axis` (per
+/// axis, `block` 0), or `shape` with that dim divided by `block`, rounded up (blocked). Shared
+/// by [`dequantize_by`] and [`crate::codes::qdq::quantize_by`].
+#[derive(Clone, Copy, Debug)]
+pub struct ParamIndex {
+    per_tensor: bool,
+    /// The extent of `axis`.
+    d: usize,
+    /// Elements after `axis` (1 when `axis` is the last).
+    pub inner: usize,
+    block: usize,
+}
+
+impl ParamIndex {
+    /// The layout, checked: `scale` elements in `scale_shape`, `zero_points` (if any) as many.
+    pub fn new(shape: &[usize], scale: usize, scale_shape: &[usize], zero_points: Option<usize>, axis: usize, block: usize) -> Result<ParamIndex, ShapeError> {
+        super::check_len("Q/DQ scale", scale, scale_shape)?;
+        if zero_points.is_some_and(|z| z != scale) {
+            bail!("Q/DQ: {} zero points for {scale} scales", zero_points.unwrap_or(0));
+        }
+        if axis >= shape.len().max(1) && scale > 1 {
+            bail!("Q/DQ: axis {axis} of a rank-{} input", shape.len());
+        }
+        let d = shape.get(axis).copied().unwrap_or(1);
+        let inner: usize = shape.iter().skip(axis + 1).product();
+        let per_tensor = scale == 1 && (block == 0 || scale_shape.iter().product::<usize>() == 1 && d <= block);
+        if !per_tensor {
+            let ok = if block == 0 {
+                scale_shape == [d]
+            } else {
+                scale_shape.len() == shape.len() && scale_shape.iter().enumerate().all(|(a, &s)| s == if a == axis { d.div_ceil(block) } else { shape[a] })
+            };
+            if !ok {
+                bail!("Q/DQ: scale {scale_shape:?} for input {shape:?} (axis {axis}, block {block})");
+            }
+        }
+        Ok(ParamIndex { per_tensor, d, inner, block })
+    }
+
+    /// The index of element `i`'s scale (and zero point).
+    #[inline]
+    pub fn at(&self, i: usize) -> usize {
+        let (d, inner, block) = (self.d, self.inner, self.block);
+        if self.per_tensor {
+            0
+        } else if block == 0 {
+            (i / inner) % d
+        } else {
+            let (outer, along, r) = (i / (d * inner), (i / inner) % d, i % inner);
+            (outer * d.div_ceil(block) + along / block) * inner + r
+        }
+    }
+}
+
 /// DequantizeLinear of codes known at run time with parameters known at run time (the gathered
-/// rows of an embedding table and their gathered scales, `gather-before-dequantize`): `x` of
-/// shape `shape`, `scale` of shape `scale_shape` — one element (per tensor), the dim of `axis`
-/// (per axis, `block` 0), or `shape` with that dim divided by `block`, rounded up (blocked).
+/// rows of an embedding table and their gathered scales, `gather-before-dequantize`; a row's
+/// graph-made scale and zero point under `--contract exact`): `x` of shape `shape`, `scale` of
+/// shape `scale_shape` as [`ParamIndex`] reads them.
 /// Element i decodes to `fl32(fl32(q − zp)·s)` with its parameters, as [`Dequantized`].
 #[allow(clippy::too_many_arguments)] // DequantizeLinear's operands and attributes
 pub fn dequantize_by<T: Copy + Into<i32>>(
@@ -190,36 +245,10 @@ pub fn dequantize_by<T: Copy + Into<i32>>(
     out: &mut [f32],
 ) -> Result<(), ShapeError> {
     super::check_len("DequantizeLinear input", x.len(), shape)?;
-    super::check_len("DequantizeLinear scale", scale.len(), scale_shape)?;
     super::check_len("DequantizeLinear output", out.len(), shape)?;
-    if zero_point.is_some_and(|z| z.len() != scale.len()) {
-        bail!("DequantizeLinear: {} zero points for {} scales", zero_point.map_or(0, <[T]>::len), scale.len());
-    }
-    if axis >= shape.len().max(1) && scale.len() > 1 {
-        bail!("DequantizeLinear: axis {axis} of a rank-{} input", shape.len());
-    }
-    let d = shape.get(axis).copied().unwrap_or(1);
-    let inner: usize = shape.iter().skip(axis + 1).product();
-    let per_tensor = scale.len() == 1 && (block == 0 || scale_shape.iter().product::<usize>() == 1 && d <= block);
-    if !per_tensor {
-        let ok = if block == 0 {
-            scale_shape == [d]
-        } else {
-            scale_shape.len() == shape.len() && scale_shape.iter().enumerate().all(|(a, &s)| s == if a == axis { d.div_ceil(block) } else { shape[a] })
-        };
-        if !ok {
-            bail!("DequantizeLinear: scale {scale_shape:?} for input {shape:?} (axis {axis}, block {block})");
-        }
-    }
+    let p = ParamIndex::new(shape, scale.len(), scale_shape, zero_point.map(<[T]>::len), axis, block)?;
     for (i, (o, &q)) in out.iter_mut().zip(x).enumerate() {
-        let c = if per_tensor {
-            0
-        } else if block == 0 {
-            (i / inner) % d
-        } else {
-            let (outer, along, r) = (i / (d * inner), (i / inner) % d, i % inner);
-            (outer * d.div_ceil(block) + along / block) * inner + r
-        };
+        let c = p.at(i);
         let z = zero_point.map_or(0, |z| z[c].into());
         *o = (q.into() - z) as f32 * scale[c];
     }
