@@ -84,7 +84,8 @@ impl MatMulCodes {
         if a.len() != a_shape.iter().product::<usize>() || b.len() != b_shape.iter().product::<usize>() || out.len() != batch.count * m * n {
             return shape(format!("{} × {} elements for {a_shape:?} × {b_shape:?}, {} outputs", a.len(), b.len(), out.len()));
         }
-        let (mut a32, mut b32, mut acc) = (vec![0i32; m * k], vec![0i32; k * n], vec![0i32; m * n]);
+        // The i32 operands are sized when a batch first takes that path.
+        let (mut a32, mut b32, mut acc) = (Vec::new(), Vec::new(), vec![0i32; m * n]);
         #[cfg(target_arch = "x86_64")]
         let mut bytes = Bytes::default();
         for (i, y) in out.chunks_exact_mut((m * n).max(1)).enumerate().take(batch.count) {
@@ -99,6 +100,8 @@ impl MatMulCodes {
                 }
                 continue;
             }
+            a32.resize(m * k, 0);
+            b32.resize(k * n, 0);
             a32.iter_mut().zip(&a[ia * m * k..(ia + 1) * m * k]).for_each(|(d, &v)| *d = v.into() - self.za);
             b32.iter_mut().zip(&b[ib * k * n..(ib + 1) * k * n]).for_each(|(d, &v)| *d = v.into() - self.zb);
             match kernels.isa() {
@@ -150,9 +153,10 @@ struct Bytes {
     /// `a8`, each row padded with zeros to `4·k4` bytes, rows padded with zeros to a multiple of
     /// [`MR`] (zeros add nothing to a sum).
     a: Vec<u8>,
-    /// `b8` in groups of 4 k: byte `(q·ldb + j)·4 + t` is `b8[4q + t][j]` (`ldb` = N rounded up
-    /// to 16), zero beyond K and N; one group of a panel of 16 columns is one zmm.
-    b: Vec<i8>,
+    /// `b8` in groups of 4 k: byte t of word `q·ldb + j` (little-endian) is `b8[4q + t][j]`
+    /// (`ldb` = N rounded up to 16), zero beyond K and N; one group of a panel of 16 columns is
+    /// one zmm.
+    b: Vec<u32>,
     /// `zb8·Σ_k a8[i][k]` per row.
     rows: Vec<i32>,
     /// `K·za8·zb8 − za8·Σ_k b8[k][j]` per column, zero on the padding.
@@ -176,7 +180,7 @@ impl Bytes {
         self.a.clear();
         self.a.resize(m.div_ceil(MR) * MR * lda, 0);
         self.b.clear();
-        self.b.resize(k4 * ldb * 4, 0);
+        self.b.resize(k4 * ldb, 0);
         self.rows.clear();
         self.rows.resize(m, 0);
         // Any bit above the low 8 of a code's byte value: outside its type.
@@ -192,12 +196,13 @@ impl Bytes {
             *fix = zb8.wrapping_mul(sum);
         }
         let mut sums = vec![0i32; ldb];
+        // Row by row into the words' bytes (contiguous loads and stores: they vectorize).
         for (kk, src) in b.chunks_exact(n).enumerate() {
-            let group = &mut self.b[(kk / 4) * ldb * 4..][..ldb * 4];
-            for (j, (&v, s)) in src.iter().zip(&mut sums).enumerate() {
+            let (words, shift) = (&mut self.b[(kk / 4) * ldb..][..n], 8 * (kk % 4));
+            for ((w, &v), s) in words.iter_mut().zip(src).zip(&mut sums) {
                 let c = v.into().wrapping_sub(ob);
                 outside |= c.wrapping_add(128) as u32 >> 8;
-                group[j * 4 + kk % 4] = c as i8;
+                *w |= (c as u32 & 0xff) << shift;
                 *s = s.wrapping_add(c);
             }
         }
@@ -215,7 +220,7 @@ impl Bytes {
     unsafe fn products(&self, m: usize, n: usize, acc: &mut [i32]) {
         let panels = n.div_ceil(16);
         assert!(acc.len() == m * n && self.a.len() == m.div_ceil(MR) * MR * 4 * self.k4);
-        assert!(self.b.len() == self.k4 * panels * 64 && self.cols.len() == panels * 16 && self.rows.len() == m);
+        assert!(self.b.len() == self.k4 * panels * 16 && self.cols.len() == panels * 16 && self.rows.len() == m);
         for i0 in (0..m).step_by(MR) {
             let mut p0 = 0;
             while p0 < panels {
@@ -250,10 +255,10 @@ impl Bytes {
         unsafe {
             let a = self.a.as_ptr().add(i0 * lda);
             for q in 0..self.k4 {
-                let bq = self.b.as_ptr().add((q * ldb + p0 * 16) * 4);
+                let bq = self.b.as_ptr().add(q * ldb + p0 * 16);
                 let mut w = [_mm512_setzero_si512(); P];
                 for (p, w) in w.iter_mut().enumerate() {
-                    *w = _mm512_loadu_si512(bq.add(p * 64).cast());
+                    *w = _mm512_loadu_si512(bq.add(p * 16).cast());
                 }
                 for (r, c) in c.iter_mut().enumerate() {
                     let x = _mm512_set1_epi32(a.add(r * lda + 4 * q).cast::<i32>().read_unaligned());
