@@ -512,3 +512,17 @@ fn each<A: QCode, B: QCode, Y: QCode>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::exact_i32;
+
+    #[test]
+    fn exact_i32_is_the_conversion_of_every_integer_the_clamp_lets_through() {
+        // Every integer within ±2^20 (the clamp's range, ends included), negative zero too.
+        for i in -(1 << 20)..=(1 << 20) {
+            assert_eq!(exact_i32(f64::from(i)), i);
+        }
+        assert_eq!(exact_i32(-0.0), 0);
+    }
+}
