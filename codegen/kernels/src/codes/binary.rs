@@ -146,12 +146,22 @@ impl Sum {
     }
 }
 
+/// 1.5·2^52: f64's spacing is 1 from 2^52 to 2^53.
+const SHIFT: f64 = 6_755_399_441_055_744.0;
+
 /// `v.round_ties_even()` for |v| ≤ 2^20 without the libm call: `v + 1.5·2^52` lies where f64's
 /// spacing is 1, so the addition rounds to nearest even and the subtraction is exact.
 #[inline(always)]
 fn rne64(v: f64) -> f64 {
-    const SHIFT: f64 = 6_755_399_441_055_744.0;
     (v + SHIFT) - SHIFT
+}
+
+/// `r as i32` for an integer `r` with |r| ≤ 2^20, in integer operations that vectorize on every
+/// path: `r + 1.5·2^52` is exact and has the exponent of 1.5·2^52, so its bits exceed that
+/// constant's by `r` (two's complement in the difference).
+#[inline(always)]
+fn exact_i32(r: f64) -> i32 {
+    (r + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32
 }
 
 impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
@@ -341,19 +351,20 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
                 }
             }
         }
-        let mut near = [false; CH];
-        let mut r = [0f64; CH];
+        let (mut near, mut r, mut any) = ([false; CH], [0f64; CH], false);
         for k in 0..n {
             (r[k], near[k]) = s.centred_value(x[k], z[k]);
+            // Reduced in registers: a test of `near` once stored (bytes) measured a stall.
+            any |= near[k];
         }
-        // `r` is an integer within ±2^20 and `zy` a code: the i32 conversion (`vcvttpd2dq`, where
-        // f64 → i64 has no AVX-512F/AVX2 instruction) and the sum are exact, the clamp in i32
-        // is `saturate`'s.
+        // `r` is an integer within ±2^20 and `zy` a code: the conversion (`exact_i32`, integer
+        // operations: `as` would be a saturating conversion, compiled element by element with
+        // NaN tests) and the sum are exact, the clamp in i32 is `saturate`'s.
         for (y, &r) in y.iter_mut().zip(&r) {
-            *y = Y::saturate(i64::from((r as i32 + zy).clamp(Y::MIN, Y::MAX)));
+            *y = Y::saturate(i64::from((exact_i32(r) + zy).clamp(Y::MIN, Y::MAX)));
         }
-        // Ties are rare: one vector test, then the scan.
-        if !near[..n].iter().fold(false, |acc, &f| acc | f) {
+        // Ties are rare: one test, then the scan.
+        if !any {
             continue;
         }
         for k in (0..n).filter(|&k| near[k]) {
@@ -500,4 +511,18 @@ fn each<A: QCode, B: QCode, Y: QCode>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exact_i32;
+
+    #[test]
+    fn exact_i32_is_the_conversion_of_every_integer_the_clamp_lets_through() {
+        // Every integer within ±2^20 (the clamp's range, ends included), negative zero too.
+        for i in -(1 << 20)..=(1 << 20) {
+            assert_eq!(exact_i32(f64::from(i)), i);
+        }
+        assert_eq!(exact_i32(-0.0), 0);
+    }
 }
