@@ -123,6 +123,9 @@ pub(crate) struct Tile<'a> {
 }
 
 /// The raw sums `Σ_k x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
+// Inlined into each path's instance of `group_generic`, so that the AVX2 one vectorizes it with
+// 256-bit registers (a separate function is compiled for baseline x86-64 only).
+#[inline(always)]
 fn tile_portable(t: &Tile, out: &mut [[i32; BLOCK]; MR]) {
     let (ldw, pstride) = (t.k4 * KR, t.k4 * PANEL * KR);
     for (r, out) in out.iter_mut().enumerate().take(t.mr) {

@@ -116,6 +116,9 @@ unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
 }
 
 /// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
+// Inlined into each path's instance of `group_generic`, so that the AVX2 one vectorizes it with
+// 256-bit registers (a separate function is compiled for baseline x86-64 only).
+#[inline(always)]
 fn tile_portable(t: &Tile, out: &mut [[i32; NP * PANEL]; MR]) {
     t.check();
     let ldw = t.offsets.list().len() * KR;
