@@ -109,7 +109,11 @@ unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, x: &[u8], zx: u8, co_ba
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, x, zx, co_base, s, sink, tile_portable)
+    group_generic(g, w, x, zx, co_base, s, sink, |t, out| {
+        // SAFETY: this instance only runs where AVX2 was checked; `tile` checks the operands'
+        // bounds itself.
+        unsafe { crate::micro::conv_avx2::tile(t, out) }
+    })
 }
 
 /// One tile's operands: `mr` weight rows of `k4·4` bytes from `w`, `np` packed panels of
@@ -123,9 +127,6 @@ pub(crate) struct Tile<'a> {
 }
 
 /// The raw sums `Σ_k x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
-// Inlined into each path's instance of `group_generic`, so that the AVX2 one vectorizes it with
-// 256-bit registers (a separate function is compiled for baseline x86-64 only).
-#[inline(always)]
 fn tile_portable(t: &Tile, out: &mut [[i32; BLOCK]; MR]) {
     let (ldw, pstride) = (t.k4 * KR, t.k4 * PANEL * KR);
     for (r, out) in out.iter_mut().enumerate().take(t.mr) {

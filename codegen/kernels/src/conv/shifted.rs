@@ -112,13 +112,14 @@ unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, depth, x, zx, co_base, s, sink, tile_portable)
+    group_generic(g, w, depth, x, zx, co_base, s, sink, |t, out| {
+        // SAFETY: this instance only runs where AVX2 was checked; `tile_shifted` checks the
+        // operands' bounds itself.
+        unsafe { crate::micro::conv_avx2::tile_shifted(t, out) }
+    })
 }
 
 /// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
-// Inlined into each path's instance of `group_generic`, so that the AVX2 one vectorizes it with
-// 256-bit registers (a separate function is compiled for baseline x86-64 only).
-#[inline(always)]
 fn tile_portable(t: &Tile, out: &mut [[i32; NP * PANEL]; MR]) {
     t.check();
     let ldw = t.offsets.list().len() * KR;

@@ -9,6 +9,8 @@ pub type Epilogue<'a> = dyn FnMut(&[i32], usize, usize, usize, usize) + 'a;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
+pub mod conv_avx2;
+#[cfg(target_arch = "x86_64")]
 pub mod conv_vnni;
 pub mod peak;
 pub mod portable;
