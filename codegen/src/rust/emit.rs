@@ -487,46 +487,25 @@ impl Emitter<'_, '_> {
         ))
     }
 
-    /// qdqc's DynamicMatMul: the packed weights and the group's constant part as one field
-    /// (`qdqc_kernels::dynamic::DynamicMatMul`), then one call of `entry::dynamic_matmul_f32` on
-    /// the f32 activation, which it quantizes itself.
-    fn dynamic(&mut self, i: usize, op: &Op, d: &Dynamic) -> Result<String, String> {
+    /// qdqc's DynamicMatMul (`Granularity::Tensor`, ORT's DynamicQuantizeLinear) or
+    /// RowDynamicMatMul (`Granularity::RowBy`: each row's parameters by the graph's recipe, the
+    /// output correctly rounded): one `DynamicMatMul` plan over weights packed at compile time,
+    /// the activations quantized into the workspace's scratch each run.
+    fn dynamic(&mut self, i: usize, op: &Op, d: &Dynamic, recipe: Option<qdqc_kernels::dynamic::Recipe>) -> Result<String, String> {
         let node = str_lit(&op.node);
         let x0 = op.inputs[0].as_str();
+        let (what, suffix) = if recipe.is_some() { ("RowDynamicMatMul", "row_dynamic") } else { ("DynamicMatMul", "dynamic") };
         if let Place::Field(_) = self.place(x0)? {
-            return Err("DynamicMatMul of a constant activation".into());
+            return Err(format!("{what} of a constant activation"));
         }
-        let field = format!("p{}.n{i}_dynamic", self.part);
-        let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
-        let packed = self.packed_b(&d.weights, d.weight_elem, d.k, d.n, Layout::KN, &d.weight_zps, &err)?;
-        let epilogue = if d.correctly_rounded { "Real" } else { "Graph" };
-        let init = format!(
-            "{{ let b = {packed}; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::Tensor, qdqc_kernels::dynamic::Epilogue::{epilogue}).map_err({err})?; (b, plan) }}",
-            self.f32_init(&d.weight_scales)
-        );
-        self.fields.push((field.clone(), "(PackedB, qdqc_kernels::dynamic::DynamicMatMul)".into(), init));
-        let x = self.slice(x0)?;
-        Ok(format!(
-            "{{ let x = {x}; let s = &mut ws.scratch; s.codes.resize(x.len(), 0); s.acc.resize(y.len(), 0); entry::dynamic_matmul_f32(&self.{field}.1, self.k, x, ({}) / {}, &self.{field}.0, &mut s.codes, &mut s.acc, &mut y).map_err({err})?; }}",
-            self.numel(x0)?,
-            d.k
-        ))
-    }
-
-    /// qdqc's RowDynamicMatMul: as [`Self::dynamic`], with each row's parameters made by the
-    /// graph's recipe (`Granularity::RowBy`) and the correctly rounded output.
-    fn row_dynamic(&mut self, i: usize, op: &Op, d: &Dynamic, recipe: qdqc_kernels::dynamic::Recipe) -> Result<String, String> {
-        let node = str_lit(&op.node);
-        let x0 = op.inputs[0].as_str();
-        if let Place::Field(_) = self.place(x0)? {
-            return Err("RowDynamicMatMul of a constant activation".into());
-        }
-        let field = format!("p{}.n{i}_row_dynamic", self.part);
+        let field = format!("p{}.n{i}_{suffix}", self.part);
         let err = format!("|e| Error::Kernel(format!(\"{{}}: {{e}}\", {node}))");
         let packed = self.packed_b(&d.weights, d.weight_elem, d.k, d.n, Layout::KN, &d.weight_zps, &err)?;
         // Recipe's Debug form is its struct literal.
+        let granularity = recipe.map_or("Tensor".to_string(), |r| format!("RowBy(qdqc_kernels::dynamic::Recipe::{r:?})"));
+        let epilogue = if d.correctly_rounded { "Real" } else { "Graph" };
         let init = format!(
-            "{{ let b = {packed}; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::RowBy(qdqc_kernels::dynamic::Recipe::{recipe:?}), qdqc_kernels::dynamic::Epilogue::Real).map_err({err})?; (b, plan) }}",
+            "{{ let b = {packed}; let plan = qdqc_kernels::dynamic::DynamicMatMul::new(&b, &{}, qdqc_kernels::dynamic::Granularity::{granularity}, qdqc_kernels::dynamic::Epilogue::{epilogue}).map_err({err})?; (b, plan) }}",
             self.f32_init(&d.weight_scales)
         );
         self.fields.push((field.clone(), "(PackedB, qdqc_kernels::dynamic::DynamicMatMul)".into(), init));
@@ -616,8 +595,8 @@ impl Emitter<'_, '_> {
                 )
             }
             Kind::A8W8(a) => self.a8w8(i, op, a)?,
-            Kind::Dynamic(d) => self.dynamic(i, op, d)?,
-            Kind::RowDynamic(d, recipe) => self.row_dynamic(i, op, d, *recipe)?,
+            Kind::Dynamic(d) => self.dynamic(i, op, d, None)?,
+            Kind::RowDynamic(d, recipe) => self.dynamic(i, op, d, Some(*recipe))?,
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
                 let field = format!("p{}.n{i}_binary", self.part);

@@ -433,29 +433,14 @@ fn a8w8(n: &Node) -> Result<A8W8, String> {
 /// qdqc's DynamicMatMul (`rewrites/src/rules/dynamic.rs`): inputs x (f32), w, sw, zw.
 fn dynamic(n: &Node) -> Result<Dynamic, String> {
     n.only(&["correctly_rounded"])?;
-    let w = n.constant(1)?;
-    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
-    let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
-    let weight_scales = n.scales(2)?;
-    let weight_zps = n.constant(3)?.ints;
-    if ![1, nn].contains(&weight_scales.len()) || ![1, nn].contains(&weight_zps.len()) {
-        return Err(format!("{} weight scales and {} zero points for {nn} columns", weight_scales.len(), weight_zps.len()));
-    }
-    Ok(Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded: n.int("correctly_rounded", 0)? != 0 })
+    dynamic_weights(n, n.int("correctly_rounded", 0)? != 0)
 }
 
 /// qdqc's RowDynamicMatMul (`rewrites/src/rules/row_dynamic.rs`): inputs x (f32), w, sw, zw;
 /// the recipe's constants as attributes (f32 bit patterns), the output correctly rounded.
 fn row_dynamic(n: &Node) -> Result<(Dynamic, qdqc_kernels::dynamic::Recipe), String> {
     n.only(&["symmetric", "signed", "divisor_bits", "floor_bits", "offset_bits", "clip_lo", "clip_hi"])?;
-    let w = n.constant(1)?;
-    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
-    let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
-    let weight_scales = n.scales(2)?;
-    let weight_zps = n.constant(3)?.ints;
-    if ![1, nn].contains(&weight_scales.len()) || ![1, nn].contains(&weight_zps.len()) {
-        return Err(format!("{} weight scales and {} zero points for {nn} columns", weight_scales.len(), weight_zps.len()));
-    }
+    let d = dynamic_weights(n, true)?;
     let bits = |name: &str| u32::try_from(n.int(name, -1)?).map_err(|_| format!("attribute {name}: not an f32 bit pattern"));
     let bound = |name: &str| i32::try_from(n.int(name, 0)?).map_err(|_| format!("attribute {name}: out of range"));
     let (signed, divisor) = (n.int("signed", 0)? != 0, bits("divisor_bits")?);
@@ -464,8 +449,21 @@ fn row_dynamic(n: &Node) -> Result<(Dynamic, qdqc_kernels::dynamic::Recipe), Str
     } else {
         qdqc_kernels::dynamic::Recipe::Asymmetric { signed, divisor, offset: bits("offset_bits")?, lo: bound("clip_lo")?, hi: bound("clip_hi")? }
     };
-    let d = Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded: true };
     Ok((d, recipe))
+}
+
+/// The constant weights (input 1, `[K, N]` u8/i8) and their scales and zero points (inputs 2, 3:
+/// one or one per column) of a dynamic MatMul.
+fn dynamic_weights(n: &Node, correctly_rounded: bool) -> Result<Dynamic, String> {
+    let w = n.constant(1)?;
+    let weight_elem = code_elem(w.dtype).ok_or("weights must be u8 or i8")?;
+    let [k, nn] = w.dims[..] else { return Err("weights of rank other than 2".into()) };
+    let weight_scales = n.scales(2)?;
+    let weight_zps = n.constant(3)?.ints;
+    if ![1, nn].contains(&weight_scales.len()) || ![1, nn].contains(&weight_zps.len()) {
+        return Err(format!("{} weight scales and {} zero points for {nn} columns", weight_scales.len(), weight_zps.len()));
+    }
+    Ok(Dynamic { weights: n.input(1)?.to_string(), weight_elem, weight_zps, weight_scales, k, n: nn, correctly_rounded })
 }
 
 fn code_elem(dt: DataType) -> Option<Elem> {
