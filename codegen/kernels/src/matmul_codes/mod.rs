@@ -11,20 +11,30 @@
 //! On AVX-512 VNNI the sums come from `vpdpbusd` instead (4 u8 × i8 products per i32 lane per
 //! instruction, tiles of 4 rows × 64 columns in registers over all of K): per batch A is encoded
 //! as u8 and B as i8 in groups of 4 k (`Bytes`), the zero points moved to row and column
-//! corrections. Same integers, so the same codes; `vpmulld` outer products were ~12 % of the
-//! MiniLM encoder's time.
+//! corrections ([`bytes`]). On AVX2 they come from `vpmaddwd` on i16 pairs of the centred codes
+//! ([`pairs`]: 16 products per instruction, tiles of 4 rows × 16 columns). Same integers, so the
+//! same codes; `vpmulld` outer products were ~12 % of the MiniLM encoder's time on a VNNI host and
+//! 7.5 % on an AVX2 one.
 //!
 //! | condition | why |
 //! |---|---|
 //! | `K ≤ max_k` ([`max_k`]: the largest K whose `K·max|a − za|·max|b − zb|` fits i32) | the i32 sum is exact only there; a longer K (a symbolic sequence) is a run-time error, never a wrapped sum |
 //! | both operands rank ≥ 2, batch dims broadcast as numpy's (ONNX MatMul) | the shapes ONNX MatMul takes, but rank 1 |
+//! | AVX2: every centred operand in [−32767, 32767], checked per batch (else the i32 path) | [`pairs`]: a `vpmaddwd` pair sum stays below 2^31, the wrapping accumulation is the i32 path's |
 //! | VNNI: `a8 = a − min(A)` ∈ u8, `b8 = b − min(B) − 128` ∈ i8, checked per batch (else the i32 path) | `vpdpbusd`'s operand types; then `Σ(a − za)(b − zb) = Σ a8·b8 − zb8·Σ a8 − za8·Σ b8 + K·za8·zb8` with `za8 = za − min(A)`, `zb8 = zb − min(B) − 128`, in wrapping i32: equal modulo 2^32, so equal under `max_k` |
 //!
 //! The accumulation wraps (no overflow check in debug builds); under the bound it is exact.
 
+#[cfg(target_arch = "x86_64")]
+mod bytes;
+#[cfg(target_arch = "x86_64")]
+mod pairs;
+
 use crate::isa::{Isa, Kernels};
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
+use bytes::Bytes;
+#[cfg(target_arch = "x86_64")]
+use pairs::Pairs;
 
 use crate::requant::{Certified, Code, CodeOut, Form, Output, Plan, Ratio, RequantError, requantize};
 
@@ -87,7 +97,7 @@ impl MatMulCodes {
         // The i32 operands are sized when a batch first takes that path.
         let (mut a32, mut b32, mut acc) = (Vec::new(), Vec::new(), vec![0i32; m * n]);
         #[cfg(target_arch = "x86_64")]
-        let mut bytes = Bytes::default();
+        let (mut bytes, mut pairs) = (Bytes::default(), Pairs::default());
         for (i, y) in out.chunks_exact_mut((m * n).max(1)).enumerate().take(batch.count) {
             let (ia, ib) = batch.operands(i);
             #[cfg(target_arch = "x86_64")]
@@ -98,6 +108,14 @@ impl MatMulCodes {
                 if m * n > 0 {
                     requantize(kernels, &self.plan, &acc, n, None, y)?;
                 }
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if kernels.isa() == Isa::Avx2 && pairs.pack(self, &a[ia * m * k..(ia + 1) * m * k], m, k, &b[ib * k * n..(ib + 1) * k * n], n) {
+                // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2;
+                // `pack` sized the buffers for (m, k, n).
+                unsafe { pairs.products(m, n, &mut acc) };
+                requantize(kernels, &self.plan, &acc, n, None, y)?;
                 continue;
             }
             a32.resize(m * k, 0);
@@ -132,153 +150,6 @@ unsafe fn products_avx512(a: &[i32], b: &[i32], k: usize, n: usize, acc: &mut [i
 #[target_feature(enable = "avx2")]
 unsafe fn products_avx2(a: &[i32], b: &[i32], k: usize, n: usize, acc: &mut [i32]) {
     products(a, b, k, n, acc)
-}
-
-/// Rows of a VNNI tile; with [`NP`] panels of 16 columns, 16 accumulators, [`NP`] weight
-/// vectors and one broadcast in the 32 zmm registers.
-#[cfg(target_arch = "x86_64")]
-const MR: usize = 4;
-/// Panels of 16 columns per VNNI tile.
-#[cfg(target_arch = "x86_64")]
-const NP: usize = 4;
-
-/// One batch's operands for `vpdpbusd` (u8 × i8, 4 pairs per i32 lane, wrapping): `a − za =
-/// a8 − za8` with `a8 = a − min(A)` a u8, and `b − zb = b8 − zb8` with `b8 = b − min(B) − 128` an
-/// i8, so `Σ_k (a − za)(b − zb) = Σ_k a8·b8 − zb8·Σ_k a8 − za8·Σ_k b8 + K·za8·zb8`. Every term is
-/// taken in wrapping i32: the result is the exact sum modulo 2^32, and under [`max_k`] the exact
-/// sum is in i32, so it is that sum, the other paths' integers.
-#[cfg(target_arch = "x86_64")]
-#[derive(Default)]
-struct Bytes {
-    /// `a8`, each row padded with zeros to `4·k4` bytes, rows padded with zeros to a multiple of
-    /// [`MR`] (zeros add nothing to a sum).
-    a: Vec<u8>,
-    /// `b8` in groups of 4 k: byte t of word `q·ldb + j` (little-endian) is `b8[4q + t][j]`
-    /// (`ldb` = N rounded up to 16), zero beyond K and N; one group of a panel of 16 columns is
-    /// one zmm.
-    b: Vec<u32>,
-    /// `zb8·Σ_k a8[i][k]` per row.
-    rows: Vec<i32>,
-    /// `K·za8·zb8 − za8·Σ_k b8[k][j]` per column, zero on the padding.
-    cols: Vec<i32>,
-    k4: usize,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Bytes {
-    /// Encodes one batch (`a` m × k, `b` k × n); false when a dimension is 0 or a code lies
-    /// outside its declared type (the i32 path then computes the batch).
-    fn pack<A: Copy + Into<i32>, B: Copy + Into<i32>>(&mut self, mm: &MatMulCodes, a: &[A], m: usize, k: usize, b: &[B], n: usize) -> bool {
-        if m == 0 || k == 0 || n == 0 {
-            return false;
-        }
-        let (oa, ob) = (mm.codes.0.min(), mm.codes.1.min() + 128);
-        let (za8, zb8) = (mm.za - oa, mm.zb - ob);
-        let (k4, ldb) = (k.div_ceil(4), n.div_ceil(16) * 16);
-        let lda = 4 * k4;
-        self.k4 = k4;
-        self.a.clear();
-        self.a.resize(m.div_ceil(MR) * MR * lda, 0);
-        self.b.clear();
-        self.b.resize(k4 * ldb, 0);
-        self.rows.clear();
-        self.rows.resize(m, 0);
-        // Any bit above the low 8 of a code's byte value: outside its type.
-        let mut outside = 0u32;
-        for ((dst, src), fix) in self.a.chunks_exact_mut(lda).zip(a.chunks_exact(k)).zip(&mut self.rows) {
-            let mut sum = 0i32;
-            for (d, &v) in dst.iter_mut().zip(src) {
-                let c = v.into().wrapping_sub(oa);
-                outside |= c as u32 >> 8;
-                *d = c as u8;
-                sum = sum.wrapping_add(c);
-            }
-            *fix = zb8.wrapping_mul(sum);
-        }
-        let mut sums = vec![0i32; ldb];
-        // Row by row into the words' bytes (contiguous loads and stores: they vectorize).
-        for (kk, src) in b.chunks_exact(n).enumerate() {
-            let (words, shift) = (&mut self.b[(kk / 4) * ldb..][..n], 8 * (kk % 4));
-            for ((w, &v), s) in words.iter_mut().zip(src).zip(&mut sums) {
-                let c = v.into().wrapping_sub(ob);
-                outside |= c.wrapping_add(128) as u32 >> 8;
-                *w |= (c as u32 & 0xff) << shift;
-                *s = s.wrapping_add(c);
-            }
-        }
-        let kzz = (k as i32).wrapping_mul(za8).wrapping_mul(zb8);
-        self.cols.clear();
-        self.cols.extend(sums.iter().enumerate().map(|(j, &s)| if j < n { kzz.wrapping_sub(za8.wrapping_mul(s)) } else { 0 }));
-        outside == 0
-    }
-
-    /// `acc[i][j] = Σ_k (a − za)(b − zb)` (wrapping i32) for the packed batch, `m × n`.
-    ///
-    /// # Safety
-    /// The host has AVX-512 F/BW/VNNI; `pack(.., m, _, .., n)` returned true.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn products(&self, m: usize, n: usize, acc: &mut [i32]) {
-        let panels = n.div_ceil(16);
-        assert!(acc.len() == m * n && self.a.len() == m.div_ceil(MR) * MR * 4 * self.k4);
-        assert!(self.b.len() == self.k4 * panels * 16 && self.cols.len() == panels * 16 && self.rows.len() == m);
-        for i0 in (0..m).step_by(MR) {
-            let mut p0 = 0;
-            while p0 < panels {
-                let np = NP.min(panels - p0);
-                // SAFETY: the tiles read within the sizes asserted above (their comments).
-                unsafe {
-                    match np {
-                        4 => self.tile::<4>(i0, p0, m, n, acc),
-                        3 => self.tile::<3>(i0, p0, m, n, acc),
-                        2 => self.tile::<2>(i0, p0, m, n, acc),
-                        _ => self.tile::<1>(i0, p0, m, n, acc),
-                    }
-                }
-                p0 += np;
-            }
-        }
-    }
-
-    /// Rows `i0..i0 + MR` (those below `m` stored) × panels `p0..p0 + P` of `acc`, accumulators
-    /// in registers over all of K, the corrections added before the (masked) stores.
-    ///
-    /// # Safety
-    /// As [`Bytes::products`], whose asserts bound every access: `a` holds `i0 + MR` padded rows
-    /// of `4·k4` bytes, `b` `k4` groups of `ldb ≥ 16·(p0 + P)` columns, `cols` `ldb` entries,
-    /// and the stores are masked to the columns below `n` of the rows below `m`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    #[inline]
-    unsafe fn tile<const P: usize>(&self, i0: usize, p0: usize, m: usize, n: usize, acc: &mut [i32]) {
-        let (lda, ldb) = (4 * self.k4, self.cols.len());
-        let mut c = [[_mm512_setzero_si512(); P]; MR];
-        // SAFETY (all pointer reads and writes): the bounds in the function's contract.
-        unsafe {
-            let a = self.a.as_ptr().add(i0 * lda);
-            for q in 0..self.k4 {
-                let bq = self.b.as_ptr().add(q * ldb + p0 * 16);
-                let mut w = [_mm512_setzero_si512(); P];
-                for (p, w) in w.iter_mut().enumerate() {
-                    *w = _mm512_loadu_si512(bq.add(p * 16).cast());
-                }
-                for (r, c) in c.iter_mut().enumerate() {
-                    let x = _mm512_set1_epi32(a.add(r * lda + 4 * q).cast::<i32>().read_unaligned());
-                    for (c, &w) in c.iter_mut().zip(&w) {
-                        *c = _mm512_dpbusd_epi32(*c, x, w);
-                    }
-                }
-            }
-            for (r, c) in c.iter().enumerate().take(m - i0) {
-                let i = i0 + r;
-                let fix = _mm512_set1_epi32(self.rows[i]);
-                for (p, &c) in c.iter().enumerate() {
-                    let j = (p0 + p) * 16;
-                    let v = _mm512_sub_epi32(_mm512_add_epi32(c, _mm512_loadu_si512(self.cols.as_ptr().add(j).cast())), fix);
-                    let live = (n - j).min(16);
-                    _mm512_mask_storeu_epi32(acc.as_mut_ptr().add(i * n + j), (u32::MAX >> (32 - live)) as u16, v);
-                }
-            }
-        }
-    }
 }
 
 /// `acc[i][j] = Σ_k a[i][k]·b[k][j]` in wrapping i32 (exact under [`max_k`]; the operands are
@@ -433,17 +304,35 @@ mod tests {
                     unsafe { bytes.products(m, n, &mut acc) };
                     assert_eq!(acc, sums, "case {case}: VNNI sums");
                 }
+                #[cfg(target_arch = "x86_64")]
+                if kernels.isa() == Isa::Avx2 {
+                    let (mut pairs, mut acc) = (Pairs::default(), vec![0i32; m * n]);
+                    assert!(pairs.pack(&mm, &a, m, k, &b, n), "case {case}");
+                    // SAFETY: the path is available and `pack` returned true.
+                    unsafe { pairs.products(m, n, &mut acc) };
+                    assert_eq!(acc, sums, "case {case}: AVX2 sums");
+                }
             }
         }
     }
 
     #[test]
-    fn codes_outside_their_declared_type_leave_the_vnni_path_for_the_i32_one() {
+    fn codes_a_path_cannot_encode_leave_it_for_the_i32_one() {
         let mm = MatMulCodes::new(1.0, 0, Code::U8, 1.0, 0, Code::I8, 1.0, 0, Code::I8).unwrap();
-        // 256 is no u8, 128 no i8: `pack` refuses them, and every path computes the same codes.
-        for (a, b) in [(vec![256, 1], vec![1, 1]), (vec![1, 1], vec![128, 1])] {
+        // 256 is no u8, 128 no i8: the VNNI `pack` refuses them; 40000 and −32768 are no i16
+        // pair half either (the AVX2 `pack` refuses those, it takes the first two); every path
+        // computes the same codes.
+        // The sums (257, 129, 40001, −32767) saturate the i8 output.
+        for (a, b, in_i16, want) in [
+            (vec![256, 1], vec![1, 1], true, 127),
+            (vec![1, 1], vec![128, 1], true, 127),
+            (vec![40000, 1], vec![1, 1], false, 127),
+            (vec![1, 1], vec![-32768, 1], false, -128),
+        ] {
             #[cfg(target_arch = "x86_64")]
             assert!(!Bytes::default().pack(&mm, &a, 1, 2, &b, 1));
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(Pairs::default().pack(&mm, &a, 1, 2, &b, 1), in_i16, "{a:?} × {b:?}");
             let runs: Vec<[i8; 1]> = Isa::available()
                 .into_iter()
                 .map(|isa| {
@@ -452,7 +341,7 @@ mod tests {
                     y
                 })
                 .collect();
-            assert!(runs.iter().all(|y| *y == [127]), "{runs:?}");
+            assert!(runs.iter().all(|y| *y == [want]), "{runs:?}");
         }
     }
 
