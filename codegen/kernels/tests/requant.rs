@@ -60,6 +60,24 @@ fn sweep(sx: f32, sw: f32, sy: f32, out: Output, bias: i32) -> (u64, u64) {
             panic!("{isa}: certified {} ≠ exact {} at acc {} bias {bias}, scales {sx:e} {sw:e} {sy:e} {out:?}", codes[i], exact[i], accs[i]);
         }
         assert_eq!(*fallbacks.get_or_insert(stats.fallbacks), stats.fallbacks, "{isa}: another fallback count");
+        // The same accumulators as rows of 29 columns (three vector steps of 8 on AVX2, two
+        // halves of 16 on AVX-512, and a tail): the vectorized rows' lanes, not only their tails.
+        let wide = accs.len() / 29 * 29;
+        let (got, _) = match out.code() {
+            Code::U8 => {
+                let mut c = vec![0u8; wide];
+                let s = requantize(kern, &plan, &accs[..wide], 29, Some(&[bias; 29]), &mut c).unwrap();
+                (c.into_iter().map(i32::from).collect::<Vec<_>>(), s)
+            }
+            Code::I8 => {
+                let mut c = vec![0i8; wide];
+                let s = requantize(kern, &plan, &accs[..wide], 29, Some(&[bias; 29]), &mut c).unwrap();
+                (c.into_iter().map(i32::from).collect(), s)
+            }
+        };
+        if let Some(i) = (0..wide).find(|&i| got[i] != exact[i]) {
+            panic!("{isa}, rows of 29: certified {} ≠ exact {} at acc {} bias {bias}, scales {sx:e} {sw:e} {sy:e} {out:?}", got[i], exact[i], accs[i]);
+        }
     }
     for (&acc, &e) in accs.iter().zip(&exact) {
         // The unclamped rounding, checked independently where the code is not saturated.

@@ -110,8 +110,9 @@ fn ties_with_an_offset_go_through_the_fallback() {
 #[test]
 fn per_column_offsets_in_one_block() {
     let (sx, sy) = (0.05f32, 0.2f32);
-    let sws = [0.01f32, 0.02, 0.005, 0.0125];
-    let biases = [300, -7, 0, 12_345];
+    // 12 columns: one vector step of 8 on AVX2 and a tail.
+    let sws = [0.01f32, 0.02, 0.005, 0.0125].repeat(3);
+    let biases = [300, -7, 0, 12_345, 1, -40_000, 77, 5, 0, 3, -3, 999];
     let (codes, ratios): (Vec<i32>, Vec<Ratio>) =
         sws.iter().zip(&biases).map(|(&sw, &b)| Ratio::new(sx, sw, sy).unwrap().with_bias(b, sx * sw * 1.001).unwrap()).unzip();
     let out = u8_out(100);

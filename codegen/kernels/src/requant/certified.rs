@@ -16,8 +16,11 @@
 //! default round-to-nearest mode is assumed (as by every float kernel).
 //!
 //! On AVX-512 (the VNNI path) a row runs 16 lanes at a time by hand (`row_avx512`: the same IEEE
-//! steps lane by lane, steps that are identities for the block's columns left out), the lanes
-//! near a boundary then settled one by one by the exact form.
+//! steps lane by lane, steps that are identities for the block's columns left out), on AVX2 8
+//! ([`avx2`]), the lanes near a boundary then settled one by one by the exact form.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
@@ -119,7 +122,14 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    rows_generic(acc, bias, plans, out, codes)
+    let n = bias.len();
+    let cs = columns(bias, plans, out);
+    let mut fallbacks = 0;
+    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+        // SAFETY: the caller guarantees AVX2; the row and its columns have n elements.
+        fallbacks += unsafe { avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
+    }
+    fallbacks
 }
 
 #[inline(always)]
