@@ -30,14 +30,27 @@ pub(super) struct Pairs {
     ldb: usize,
 }
 
-/// `c` as the low or high half of a pair word, or None outside the i16 range the table allows.
-fn half(c: i32, high: bool) -> Option<u32> {
-    (-32767..=32767).contains(&c).then_some(u32::from(c as u16) << (16 * u32::from(high)))
+/// The smallest and largest centred operand seen, to check against the i16 range once per batch
+/// (no branch per element: the packing loops vectorize).
+struct Range(i32, i32);
+
+impl Range {
+    /// `v − z` as a pair half (its low 16 bits), recording it.
+    #[inline(always)]
+    fn half(&mut self, v: i32, z: i32) -> u32 {
+        let c = v.wrapping_sub(z);
+        (self.0, self.1) = (self.0.min(c), self.1.max(c));
+        u32::from(c as u16)
+    }
+
+    fn in_i16(&self) -> bool {
+        self.0 >= -32767 && self.1 <= 32767
+    }
 }
 
 impl Pairs {
     /// Encodes one batch (`a` m × k, `b` k × n); false when a dimension is 0 or a centred
-    /// operand leaves i16 (the i32 path then computes the batch).
+    /// operand leaves [−32767, 32767] (the i32 path then computes the batch).
     pub(super) fn pack<A: Copy + Into<i32>, B: Copy + Into<i32>>(&mut self, mm: &MatMulCodes, a: &[A], m: usize, k: usize, b: &[B], n: usize) -> bool {
         if m == 0 || k == 0 || n == 0 {
             return false;
@@ -48,28 +61,23 @@ impl Pairs {
         self.a.resize(m.div_ceil(MR) * MR * k2, 0);
         self.b.clear();
         self.b.resize(k2 * ldb, 0);
-        let mut fits = true;
+        let mut range = Range(0, 0);
         for (dst, src) in self.a.chunks_exact_mut(k2).zip(a.chunks_exact(k)) {
-            for (d, pair) in dst.iter_mut().zip(src.chunks(2)) {
-                for (t, &v) in pair.iter().enumerate() {
-                    match half(v.into().wrapping_sub(mm.za), t == 1) {
-                        Some(h) => *d |= h,
-                        None => fits = false,
-                    }
-                }
+            for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = range.half(pair[0].into(), mm.za) | range.half(pair[1].into(), mm.za) << 16;
+            }
+            if k % 2 == 1 {
+                dst[k2 - 1] = range.half(src[k - 1].into(), mm.za);
             }
         }
         // Row by row of B into the words' halves (contiguous loads and stores).
         for (kk, src) in b.chunks_exact(n).enumerate() {
-            let words = &mut self.b[(kk / 2) * ldb..][..n];
+            let (words, shift) = (&mut self.b[(kk / 2) * ldb..][..n], 16 * (kk % 2));
             for (w, &v) in words.iter_mut().zip(src) {
-                match half(v.into().wrapping_sub(mm.zb), kk % 2 == 1) {
-                    Some(h) => *w |= h,
-                    None => fits = false,
-                }
+                *w |= range.half(v.into(), mm.zb) << shift;
             }
         }
-        fits
+        range.in_i16()
     }
 
     /// `acc[i][j] = Σ_k (a − za)(b − zb)` (wrapping i32) for the packed batch, `m × n`.
