@@ -310,8 +310,9 @@ def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str, bias
         if got.dtype != CODE[g["elem"]]:
             failures.append(f"{where}: {g['node']}: output {out} is {got.dtype}, the manifest says {g['elem']}")
             continue
-        if g["kind"] == "quantize":
-            kinds["quantize (f32 in, not evaluated)"] = kinds.get("quantize (f32 in, not evaluated)", 0) + 1
+        if g["kind"] in ("quantize", "quantize_by", "cast_to_code"):
+            key = f"{g['kind']} (f32 in, not evaluated)"
+            kinds[key] = kinds.get(key, 0) + 1
             continue
         if g["kind"] == "unary_table":
             # A table of f32 functions of the codes (Sigmoid: no exact model here). What it must

@@ -53,6 +53,9 @@ fn integer(int: &Integer) -> Value {
 fn params(kind: &Kind) -> Option<(&'static str, Value)> {
     Some(match kind {
         Kind::Quantize { axis, scales, zps } => ("quantize", json!({ "axis": axis, "scales": scales, "zero_points": zps })),
+        // f32 in, scales made at run time by the graph's own ops: no fused group to evaluate.
+        Kind::QuantizeBy { axis, block } => ("quantize_by", json!({ "axis": axis, "block": block })),
+        Kind::CastToCode => ("cast_to_code", json!({})),
         Kind::Conv { int, groups, window: w } => ("conv", json!({ "int": integer(int), "groups": groups, "window": window(w) })),
         Kind::Gemm { int, k, n, trans_b } => ("gemm", json!({ "int": integer(int), "k": k, "n": n, "trans_b": trans_b })),
         Kind::Binary { mul, a, b, y } => (if *mul { "mul" } else { "add" }, json!({ "a": q(*a), "b": q(*b), "y": q(*y) })),
