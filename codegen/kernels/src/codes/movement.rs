@@ -18,6 +18,11 @@ use super::shape::{check_len, strides};
 use super::{CodesError, numel, shape_err};
 
 /// `out[o] = x[Σ_a maps[a][o_a]·stride_a]`, or `fill` when some `maps[a][o_a]` is `None`.
+///
+/// Row by row of the last axis: a row reading the same input row as the previous output row
+/// (nearest upsampling repeats rows) is a copy of it, a row whose last-axis map is a run of
+/// consecutive offsets (Slice, Pad's interior, Gather of a range) one `copy_from_slice`; the
+/// others gather element by element. Every branch writes the same elements as the definition.
 fn map_axes<T: Copy>(x: &[T], shape: &[usize], maps: &[Vec<Option<usize>>], fill: Option<T>, out: &mut [T]) {
     let out_shape: Vec<usize> = maps.iter().map(Vec::len).collect();
     if out.is_empty() {
@@ -31,17 +36,35 @@ fn map_axes<T: Copy>(x: &[T], shape: &[usize], maps: &[Vec<Option<usize>>], fill
     let fill = fill.unwrap_or_else(|| x[0]);
     let st = strides(shape);
     let rank = maps.len();
+    let width = out_shape[rank - 1];
     let last: Vec<Option<usize>> = maps[rank - 1].iter().map(|m| m.map(|i| i * st[rank - 1])).collect();
+    // The last axis' offsets when none is the pad, and whether they are one consecutive run.
+    let dense: Option<Vec<usize>> = last.iter().copied().collect();
+    let run = dense.as_ref().is_some_and(|d| d.windows(2).all(|w| w[1] == w[0] + 1));
     let mut idx = vec![0usize; rank - 1];
-    for row in out.chunks_exact_mut(out_shape[rank - 1]) {
+    let mut previous: Option<(usize, usize)> = None;
+    for start in (0..out.len()).step_by(width) {
         // The row's base offset, or None when an outer axis reads the pad.
         let base = idx.iter().enumerate().try_fold(0usize, |acc, (a, &i)| maps[a][i].map(|s| acc + s * st[a]));
-        for (y, m) in row.iter_mut().zip(&last) {
-            *y = match (base, m) {
-                (Some(b), Some(o)) => x[b + o],
-                _ => fill,
-            };
+        match (base, &dense) {
+            (Some(b), _) if previous.is_some_and(|(pb, _)| pb == b) => {
+                let (_, from) = previous.expect("checked");
+                out.copy_within(from..from + width, start);
+            }
+            (Some(b), Some(d)) if run => out[start..start + width].copy_from_slice(&x[b + d[0]..][..width]),
+            (Some(b), Some(d)) => {
+                for (y, &o) in out[start..start + width].iter_mut().zip(d) {
+                    *y = x[b + o];
+                }
+            }
+            (Some(b), None) => {
+                for (y, m) in out[start..start + width].iter_mut().zip(&last) {
+                    *y = m.map_or(fill, |o| x[b + o]);
+                }
+            }
+            (None, _) => out[start..start + width].fill(fill),
         }
+        previous = base.map(|b| (b, start));
         for a in (0..rank - 1).rev() {
             idx[a] += 1;
             if idx[a] < out_shape[a] {
