@@ -33,9 +33,11 @@ fn random_shapes(isa: Isa) {
     // Row strides that are multiples of 1 KiB (K = 2048 widened to i16 on AVX2 is padded by a
     // line; VNNI reads rows 4 KiB apart in place).
     let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64), (5, 4096, 20)];
-    // K around the K blocks (128 groups on AVX2, 1024 on VNNI) with K not a multiple of 4, and
-    // panels of exactly 4 KiB (K in 253..=256: packed with a padding row). (40, 2050, 150): 7
-    // row tiles sharing the next block's prefetches, 3 panel groups, 5 K blocks on AVX2;
+    // K around the K blocks (AVX2: 256 pairs of k from 3 rows on, 128 groups for 1–2 rows; VNNI:
+    // 1024 groups) with K not a multiple of 4, and panels of exactly 4 KiB (K in 253..=256:
+    // packed with a padding row). (40, 2050, 150): 7 row tiles sharing the next block's
+    // prefetches, 10 panels, 5 K blocks on AVX2; (11, 1100, 45): 3 K blocks on AVX2 (the last of
+    // 38 pairs) added into a last panel of 13 columns (both halves masked), rows 6 + 5;
     // (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI (128 + 3).
     let blocks = [
         (9, 1025, 70),
@@ -46,6 +48,7 @@ fn random_shapes(isa: Isa) {
         (1, 255, 300),
         (19, 253, 17),
         (40, 2050, 150),
+        (11, 1100, 45),
         (8, 4099, 40),
         (131, 4096, 24),
     ];
