@@ -3,7 +3,7 @@
 //! never leaves i32. (`vpmaddubsw`, MLAS's and oneDNN's AVX2 u8×s8 instruction, saturates pairs
 //! to int16 and is not used.)
 //!
-//! Three rows or more ([`wide`]): per panel of 16 columns, per call, the weights are widened once
+//! From [`WIDE_ROWS`] rows on ([`wide`]): per panel of 16 columns, per call, the weights are widened once
 //! (`vpmovsxbw`) into a scratch block in pair order — vector `2p + h` holds columns `8h..8h + 8`
 //! × k `2p, 2p + 1` — so that the 6 × 16 tile's inner loop is 2 aligned loads, 6 `vpbroadcastd`
 //! of an activation pair, 12 `vpmaddwd` and 12 `vpaddd`: no widening or shuffle beside the
@@ -12,7 +12,7 @@
 //! broadcast = 15 of 16 ymm. The tile with the weights widened in registers (6 rows × 8 columns
 //! over the packed `[k/4][16][4]` slices, half sums) spent 2 `vpmovsxbw` per 12 multiply-adds
 //! and reached about 75 % of the instruction peak on an L1-resident problem. The widening costs
-//! one pass over the panel per call, shared by all rows (≈ 2 % at 64 rows). K runs whole
+//! one pass over the panel per call, shared by all rows. K runs whole
 //! (up to [`KC_PAIRS`] pairs) with the accumulators in registers, then the tile is stored: the
 //! panel's widened block (128 KiB at K = 4096) stays in L2 while the row tiles pass, and the
 //! next panel's weights are prefetched into L2 meanwhile, spread over the tiles. Measured on
@@ -20,21 +20,27 @@
 //! 256 × 4096 × 4096 from about 120 and 43 GOPS to 133 and 68; L1-sized K blocks (`c` re-read
 //! per block, 1, 2 or 4 panels per pass over A) measured no faster at K = N = 4096.
 //!
-//! One or two rows ([`gemv_tile`]): the weights stream once, so they are widened in registers
-//! (each 16-byte slice of a packed row, 4 columns × 4 k, by `vpmovsxbw`) and multiplied with a
-//! broadcast of 4 activations (`vpbroadcastq`): each i32 lane holds half of one column's sum, the
-//! halves added when the tile is stored; 16 columns per tile keep 8 independent accumulators
-//! per row; K in blocks of [`KC`] groups (added into `c` after the first), the next panel's
-//! block prefetched into L2 while the tile runs. Widening into memory would double the bytes
-//! the bandwidth-bound product reads.
+//! Fewer rows ([`narrow`]): the weights are widened in registers (each 16-byte slice of a packed
+//! row, 4 columns × 4 k, by `vpmovsxbw`) and multiplied with a broadcast of 4 activations
+//! (`vpbroadcastq`): each i32 lane holds half of one column's sum, the halves added when the tile
+//! is stored. Tiles of 6 rows × 8 columns (12 accumulators, 2 weight vectors, 1 broadcast), or
+//! for one or two rows 16 columns, so that GEMV keeps 8 independent accumulators per row; K in
+//! blocks of [`KC`] groups (added into `c` after the first), the next panel's block prefetched
+//! into L2 by the tiles. One-row products stream the weights once: widening them into memory
+//! would double the bytes that bandwidth-bound product reads.
 
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
-/// Groups of 4 k per block of the one- and two-row path: the block's activations (2 × 1 KiB) and
-/// its panel's weights (8 KiB) stay in L1 while the tile runs.
+/// Groups of 4 k per block of the narrow path: a 6-row tile's activations (6 × 1 KiB × 2) and 16
+/// columns' weights (16 KiB) stay in L1 while the tile runs; the activations of all rows stay in
+/// L2 across the columns.
 const KC: usize = 128;
 
+/// Rows from which the weights are widened into memory ([`wide`]): below, the pass over each
+/// panel costs more than the widening in registers saves (3 × 1024 × 1024: 106 → 52 GOPS, 12 rows
+/// 98 → 83, 24 rows about even, 48 rows 101 → 116, fastest calls under load).
+const WIDE_ROWS: usize = 32;
 /// Rows per tile of the wide path.
 const MR: usize = 6;
 /// Pairs of k per block of the wide path (even): K up to 4096 in one block, whose widened panel
@@ -47,24 +53,37 @@ const KC_PAIRS: usize = 2048;
 /// # Safety
 /// The host has AVX2 (a [`crate::Kernels`] of that path proves it).
 pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
+    let k4 = b.k4();
+    assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * b.n() && lda >= k4 * KR);
+    // SAFETY: forwarded from the caller (AVX2); the assert above bounds the operands.
+    unsafe { if m >= WIDE_ROWS { wide(a, lda, m, b, c) } else { narrow(a, lda, m, b, c) } }
+}
+
+/// Fewer than [`WIDE_ROWS`] rows: the weights widened in registers.
+///
+/// # Safety
+/// As [`raw`].
+unsafe fn narrow(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     let (n, k4) = (b.n(), b.k4());
     assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * n && lda >= k4 * KR);
-    if m > 2 {
-        // SAFETY: forwarded from the caller (AVX2); the assert above bounds the operands.
-        return unsafe { wide(a, lda, m, b, c) };
-    }
+    // Chunks of 4 columns per tile: 2 (8 columns, 6 rows) or, for GEMV-like calls, 4.
+    let chunks = if m <= 2 { 4 } else { 2 };
+    let mr_max = if m <= 2 { 2 } else { 6 };
+    let width = chunks * 4;
     let mut q0 = 0;
     while q0 < k4 {
         let kq = KC.min(k4 - q0);
-        for panel in 0..b.panels() {
-            // SAFETY: forwarded from the caller (AVX2); the assert above bounds the block.
-            unsafe { gemv_block(a, lda, m, b, c, (q0, kq), panel) };
+        let mut c0 = 0;
+        while c0 < n {
+            // SAFETY: forwarded from the caller (AVX2); the asserts above bound the block.
+            unsafe { raw_block(a, lda, m, b, c, (q0, kq), c0, (chunks, mr_max)) };
+            c0 += width;
         }
         q0 += kq;
     }
 }
 
-/// Three rows or more. Panel by panel: the panel's weights are widened once into `scratch` in
+/// [`WIDE_ROWS`] rows or more. Panel by panel: the panel's weights are widened once into `scratch` in
 /// pair order (each vector 8 columns × one pair of k), then every row tile runs over all of K
 /// (blocks of [`KC_PAIRS`] beyond that, added into `c`), its accumulators in registers.
 ///
@@ -216,39 +235,60 @@ unsafe fn wide_tile<const MR: usize>(t: &Wide) {
     }
 }
 
-/// Groups `q0..q0 + kq` of one panel (added to `c` after the first block), one or two rows.
+/// Groups `q0..q0 + kq` of columns `c0..c0 + 4·chunks` (added to `c` after the first block), all rows.
 ///
 /// # Safety
 /// As [`raw`], whose asserts bound the reads and writes.
+#[allow(clippy::too_many_arguments)] // one block's coordinates
 #[inline(always)]
-unsafe fn gemv_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], (q0, kq): (usize, usize), panel: usize) {
+unsafe fn raw_block(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], (q0, kq): (usize, usize), c0: usize, (chunks, mr_max): (usize, usize)) {
     let n = b.n();
-    // The tile prefetches the next panel's block into L2, one line per group (a few in flight
-    // at a time, not a burst holding the fill buffers the tile's loads need), so that the next
-    // tile does not wait on L3.
-    let (pf, pf_lines) = match panel + 1 < b.panels() {
-        true => (b.data()[(panel + 1) * b.panel_stride() + q0 * NR * KR..].as_ptr(), kq),
-        false => (b.data().as_ptr(), 0),
-    };
-    let t = Tile {
-        pf,
-        pf_lines,
-        a: a[q0 * KR..].as_ptr(),
-        lda,
-        b: b.data()[panel * b.panel_stride() + q0 * NR * KR..].as_ptr(),
-        k4: kq,
-        c: c[panel * NR..].as_mut_ptr(),
-        ldc: n,
-        cols: (n - panel * NR).min(NR),
-        accumulate: q0 > 0,
-    };
-    // SAFETY: AVX2 is guaranteed by the caller; the asserts keep reads inside the `m` rows of
-    // `a` and inside one packed panel and the next one's block (groups q0..q0+kq), and
-    // `t.cols` keeps writes inside the `m` rows of `c`.
-    unsafe {
-        match m {
-            1 => gemv_tile::<1>(&t),
-            _ => gemv_tile::<2>(&t),
+    let width = chunks * 4;
+    {
+        let (panel, lane) = (c0 / NR, c0 % NR);
+        // At a panel's first columns the tiles prefetch the next panel's block into L2, its
+        // lines spread evenly over them (a few in flight at a time, not a burst holding the fill
+        // buffers the tiles' loads need), so that its first tile does not wait on L3.
+        let next = (lane == 0 && panel + 1 < b.panels()).then(|| b.data()[(panel + 1) * b.panel_stride() + q0 * NR * KR..].as_ptr());
+        let per = kq.div_ceil(m.div_ceil(mr_max));
+        let mut r0 = 0;
+        while r0 < m {
+            let mr = mr_max.min(m - r0);
+            let first = (r0 / mr_max * per).min(kq);
+            let (pf, pf_lines) = match next {
+                Some(p) => (p.wrapping_add(first * NR * KR), per.min(kq - first)),
+                _ => (b.data().as_ptr(), 0),
+            };
+            let t = Tile {
+                pf,
+                pf_lines,
+                a: a[r0 * lda + q0 * KR..].as_ptr(),
+                lda,
+                b: b.data()[panel * b.panel_stride() + q0 * NR * KR + lane * KR..].as_ptr(),
+                k4: kq,
+                c: c[r0 * n + c0..].as_mut_ptr(),
+                ldc: n,
+                cols: (n - c0).min(width),
+                accumulate: q0 > 0,
+            };
+            // SAFETY: AVX2 is guaranteed by the caller; the asserts and loop bounds keep reads
+            // inside rows r0..r0+mr of `a` and inside one packed panel (columns lane..lane+width
+            // ≤ 16 of it) and the next panel's block (groups q0..q0+kq: first + pf_lines ≤ kq),
+            // and `t.cols` keeps writes inside rows r0..r0+mr of `c`.
+            unsafe {
+                match (chunks, mr) {
+                    (4, 1) => tile::<1, 4>(&t),
+                    (4, 2) => tile::<2, 4>(&t),
+                    (2, 1) => tile::<1, 2>(&t),
+                    (2, 2) => tile::<2, 2>(&t),
+                    (2, 3) => tile::<3, 2>(&t),
+                    (2, 4) => tile::<4, 2>(&t),
+                    (2, 5) => tile::<5, 2>(&t),
+                    (2, 6) => tile::<6, 2>(&t),
+                    _ => unreachable!("tile {mr} rows x {chunks} chunks"),
+                }
+            }
+            r0 += mr;
         }
     }
 }
@@ -268,18 +308,14 @@ struct Tile {
     accumulate: bool,
 }
 
-/// `MR` (1 or 2) rows × 16 columns, the weights widened in registers: each accumulator holds
-/// half sums of 4 columns.
-///
 /// # Safety
-/// AVX2 present; `t.a` readable for `MR` rows of `k4·4` i16 at stride `lda`; `t.b` readable for
-/// `k4·64` bytes (one panel's groups), `t.pf` for `pf_lines·64`; `t.c` writable for `MR` rows of
-/// `t.cols ≤ 16` i32 at stride `ldc` (readable too when `t.accumulate`).
+/// AVX2 present; `t.a` readable for `MR` rows of `k4·4` i16 at stride `lda`; `t.b` readable at
+/// `q·64 + 16·j` for `q < k4`, `j < CH` (within one panel); `t.c` writable for `MR` rows of
+/// `t.cols ≤ 4·CH` i32 at stride `ldc` (readable too when `t.accumulate`); `CH` even.
 #[target_feature(enable = "avx2")]
-unsafe fn gemv_tile<const MR: usize>(t: &Tile) {
-    // Chunks of 4 columns.
-    const CH: usize = NR / 4;
+unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
     // SAFETY: the function's contract bounds every pointer offset below; unaligned loads only.
+    const { assert!(CH.is_multiple_of(2), "chunks are summed in pairs") };
     unsafe {
         let mut acc = [[_mm256_setzero_si256(); CH]; MR];
         for q in 0..t.k4 {
