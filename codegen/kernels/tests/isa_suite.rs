@@ -33,10 +33,15 @@ fn random_shapes(isa: Isa) {
     // Row strides that are multiples of 1 KiB (K = 2048 widened to i16 on AVX2 is padded by a
     // line; VNNI reads rows 4 KiB apart in place).
     let strided = [(7, 1024, 40), (3, 2048, 17), (13, 1021, 64), (5, 4096, 20)];
-    // K around the K blocks (128 groups on AVX2, 1024 on VNNI) with K not a multiple of 4, and
-    // panels of exactly 4 KiB (K in 253..=256: packed with a padding row). (40, 2050, 150): 7
-    // row tiles sharing the next block's prefetches, 3 panel groups, 5 K blocks on AVX2;
-    // (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI (128 + 3).
+    // K around the K blocks (AVX2: 128 groups below 32 rows, 2048 pairs of k from 32 rows on;
+    // VNNI: 1024 groups) with K not a multiple of 4, and panels of exactly 4 KiB (K in 253..=256:
+    // packed with a padding row). (40, 2050, 150): 7 row tiles sharing the next block's
+    // prefetches, 10 panels; (11, 1100, 45): 3 K blocks on AVX2 (the last of 19 groups) added
+    // into a last panel of 13 columns; (35, 4101, 45): AVX2's weights widened per panel, 2 K
+    // blocks (the second of 4 pairs) added into a last panel of 13 columns (both halves masked),
+    // rows 5 × 6 + 5; (33, 70, 8) and (38, 1021, 100): last panels of 8 and 4 columns, row tails
+    // of 3 and 2; (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI
+    // (128 + 3).
     let blocks = [
         (9, 1025, 70),
         (8, 513, 33),
@@ -46,6 +51,10 @@ fn random_shapes(isa: Isa) {
         (1, 255, 300),
         (19, 253, 17),
         (40, 2050, 150),
+        (11, 1100, 45),
+        (35, 4101, 45),
+        (33, 70, 8),
+        (38, 1021, 100),
         (8, 4099, 40),
         (131, 4096, 24),
     ];

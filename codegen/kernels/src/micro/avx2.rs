@@ -1,27 +1,69 @@
-//! AVX2, exact: A is widened to i16 once per call (`vpmovzxbw`), each 16-byte slice of a packed
-//! panel row (4 columns × 4 k) is widened in registers (`vpmovsxbw`), and `vpmaddwd` multiplies
-//! with a broadcast of 4 i16 activations, summing products in pairs into i32: |a·b| ≤ 255·128, so
-//! a pair never leaves i32. (`vpmaddubsw`, MLAS's and oneDNN's AVX2 u8×s8 instruction, saturates
-//! pairs to int16 and is not used.) Each i32 lane holds half of one column's sum; the halves are
-//! added when the tile is stored.
+//! AVX2, exact: A is widened to i16 once per call (`vpmovzxbw`) and `vpmaddwd` multiplies i16
+//! activations by i16 weights, summing products in pairs into i32: |a·b| ≤ 255·128, so a pair
+//! never leaves i32. (`vpmaddubsw`, MLAS's and oneDNN's AVX2 u8×s8 instruction, saturates pairs
+//! to int16 and is not used.)
 //!
-//! K runs in blocks of [`KC`] groups (the tile adds to `c` after the first).
+//! From [`WIDE_ROWS`] rows on ([`wide`]): per panel of 16 columns, per call, the weights are widened once
+//! (`vpmovsxbw`) into a scratch block in pair order — vector `2p + h` holds columns `8h..8h + 8`
+//! × k `2p, 2p + 1` — so that the 6 × 16 tile's inner loop is 2 aligned loads, 6 `vpbroadcastd`
+//! of an activation pair, 12 `vpmaddwd` and 12 `vpaddd`: no widening or shuffle beside the
+//! multiply-adds (Zen 3 runs `vpmaddwd` on two of its four FP pipes), each accumulator 8 whole
+//! column sums (no half sums to add at the end), 12 accumulators + 2 weight vectors + 1
+//! broadcast = 15 of 16 ymm. The tile with the weights widened in registers (6 rows × 8 columns
+//! over the packed `[k/4][16][4]` slices, half sums) spent 2 `vpmovsxbw` per 12 multiply-adds
+//! and reached about 75 % of the instruction peak on an L1-resident problem. The widening costs
+//! one pass over the panel per call, shared by all rows. K runs whole
+//! (up to [`KC_PAIRS`] pairs) with the accumulators in registers, then the tile is stored: the
+//! panel's widened block (128 KiB at K = 4096) stays in L2 while the row tiles pass, and the
+//! next panel's weights are prefetched into L2 meanwhile, spread over the tiles. Measured on
+//! this host (`examples/gemm_cycles`, fastest calls under load): 64 × 1024 × 1024 and
+//! 256 × 4096 × 4096 from about 120 and 43 GOPS to 133 and 68; L1-sized K blocks (`c` re-read
+//! per block, 1, 2 or 4 panels per pass over A) measured no faster at K = N = 4096.
 //!
-//! Tiles: 6 rows × 8 columns (12 accumulators, 2 weight vectors, 1 broadcast: 15 of 16 ymm), or
-//! for one or two rows 16 columns, so that GEMV keeps 8 independent accumulators per row.
+//! Fewer rows ([`narrow`]): the weights are widened in registers (each 16-byte slice of a packed
+//! row, 4 columns × 4 k, by `vpmovsxbw`) and multiplied with a broadcast of 4 activations
+//! (`vpbroadcastq`): each i32 lane holds half of one column's sum, the halves added when the tile
+//! is stored. Tiles of 6 rows × 8 columns (12 accumulators, 2 weight vectors, 1 broadcast), or
+//! for one or two rows 16 columns, so that GEMV keeps 8 independent accumulators per row; K in
+//! blocks of [`KC`] groups (added into `c` after the first), the next panel's block prefetched
+//! into L2 by the tiles. One-row products stream the weights once: widening them into memory
+//! would double the bytes that bandwidth-bound product reads.
 
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
-/// Groups of 4 k per block: a 6-row tile's activations (6 × 1 KiB × 2) and 16 columns' weights
-/// (16 KiB) stay in L1 while the tile runs; the activations of all rows stay in L2 across the columns.
+/// Groups of 4 k per block of the narrow path: a 6-row tile's activations (6 × 1 KiB × 2) and 16
+/// columns' weights (16 KiB) stay in L1 while the tile runs; the activations of all rows stay in
+/// L2 across the columns.
 const KC: usize = 128;
+
+/// Rows from which the weights are widened into memory ([`wide`]): below, the pass over each
+/// panel costs more than the widening in registers saves (3 × 1024 × 1024: 106 → 52 GOPS, 12 rows
+/// 98 → 83, 24 rows about even, 48 rows 101 → 116, fastest calls under load).
+const WIDE_ROWS: usize = 32;
+/// Rows per tile of the wide path.
+const MR: usize = 6;
+/// Pairs of k per block of the wide path (even): K up to 4096 in one block, whose widened panel
+/// (128 KiB) stays in L2 while the row tiles pass. Blocks of 128 or 256 pairs (in L1, `c`
+/// re-read per block, two or four panels per pass over A) measured no faster (see the header).
+const KC_PAIRS: usize = 2048;
 
 /// Raw sums of rows `a` (`m` rows of `lda ≥ k4·4` i16, zero-padded) into `c` (`m × n`).
 ///
 /// # Safety
 /// The host has AVX2 (a [`crate::Kernels`] of that path proves it).
 pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
+    let k4 = b.k4();
+    assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * b.n() && lda >= k4 * KR);
+    // SAFETY: forwarded from the caller (AVX2); the assert above bounds the operands.
+    unsafe { if m >= WIDE_ROWS { wide(a, lda, m, b, c) } else { narrow(a, lda, m, b, c) } }
+}
+
+/// Fewer than [`WIDE_ROWS`] rows: the weights widened in registers.
+///
+/// # Safety
+/// As [`raw`].
+unsafe fn narrow(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     let (n, k4) = (b.n(), b.k4());
     assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * n && lda >= k4 * KR);
     // Chunks of 4 columns per tile: 2 (8 columns, 6 rows) or, for GEMV-like calls, 4.
@@ -38,6 +80,158 @@ pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
             c0 += width;
         }
         q0 += kq;
+    }
+}
+
+/// [`WIDE_ROWS`] rows or more. Panel by panel: the panel's weights are widened once into `scratch` in
+/// pair order (each vector 8 columns × one pair of k), then every row tile runs over all of K
+/// (blocks of [`KC_PAIRS`] beyond that, added into `c`), its accumulators in registers.
+///
+/// # Safety
+/// As [`raw`], whose assert bounds the operands.
+#[target_feature(enable = "avx2")]
+unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
+    let (n, k4, panels) = (b.n(), b.k4(), b.panels());
+    let pairs = 2 * k4;
+    let mut scratch = vec![_mm256_setzero_si256(); 2 * KC_PAIRS.min(pairs)];
+    // Groups `p0/2..(p0 + kp)/2` of a panel: `kp/2` lines of 64 bytes.
+    let block = |panel: usize, p0: usize, kp: usize| &b.data()[panel * b.panel_stride() + p0 / 2 * NR * KR..][..kp / 2 * NR * KR];
+    for panel in 0..panels {
+        let c0 = panel * NR;
+        let mut p0 = 0;
+        while p0 < pairs {
+            // Even: whole groups of 4 k.
+            let kp = KC_PAIRS.min(pairs - p0);
+            // SAFETY: AVX2 (the caller); the block is `kp/2` groups, `scratch` holds `2·kp` vectors.
+            unsafe { widen(block(panel, p0, kp).as_ptr(), kp / 2, scratch.as_mut_ptr()) };
+            // The next block (one block deeper, or the next panel's first) is prefetched into L2
+            // while the row tiles run, a few lines before each, so that its widening does not
+            // wait on L3 or memory and no burst holds the fill buffers the tiles' loads need.
+            let next = if p0 + kp < pairs {
+                block(panel, p0 + kp, KC_PAIRS.min(pairs - p0 - kp))
+            } else if panel + 1 < panels {
+                block(panel + 1, 0, KC_PAIRS.min(pairs))
+            } else {
+                &[]
+            };
+            let per = (next.len() / (NR * KR)).div_ceil(m.div_ceil(MR)) * NR * KR;
+            let mut r0 = 0;
+            while r0 < m {
+                for line in next.iter().skip(r0 / MR * per).take(per).step_by(NR * KR) {
+                    _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(line));
+                }
+                let mr = MR.min(m - r0);
+                let t = Wide {
+                    a: a[r0 * lda + 2 * p0..].as_ptr(),
+                    lda,
+                    b: scratch.as_ptr(),
+                    pairs: kp,
+                    c: c[r0 * n + c0..].as_mut_ptr(),
+                    ldc: n,
+                    cols: (n - c0).min(NR),
+                    accumulate: p0 > 0,
+                };
+                // SAFETY: AVX2 is guaranteed by the caller; rows r0..r0+mr of `a` hold pairs
+                // p0..p0+kp (lda ≥ k4·4 = 2·pairs i16), `scratch` holds the block's pairs, and
+                // `t.cols` keeps reads and writes inside rows r0..r0+mr of `c`, columns c0..c0+cols.
+                unsafe {
+                    match mr {
+                        1 => wide_tile::<1>(&t),
+                        2 => wide_tile::<2>(&t),
+                        3 => wide_tile::<3>(&t),
+                        4 => wide_tile::<4>(&t),
+                        5 => wide_tile::<5>(&t),
+                        _ => wide_tile::<MR>(&t),
+                    }
+                }
+                r0 += mr;
+            }
+            p0 += kp;
+        }
+    }
+}
+
+/// One panel's `k4` groups (`[k4][16 columns][4 k]` i8 at `src`) into `2·k4` pairs of i16
+/// vectors at `dst`: pair `p` (k = 2p, 2p + 1) is vectors `2p` (columns 0–7) and `2p + 1`
+/// (columns 8–15), each lane one column's two weights.
+///
+/// # Safety
+/// AVX2 present; `src` readable for `k4·64` bytes, `dst` writable for `4·k4` vectors.
+#[target_feature(enable = "avx2")]
+unsafe fn widen(src: *const i8, k4: usize, dst: *mut __m256i) {
+    // Per 128-bit lane (4 columns × 4 k): the columns' first pairs to the low 8 bytes, their
+    // second pairs to the high 8.
+    let split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    for q in 0..k4 {
+        for half in 0..2 {
+            // SAFETY: within the function's contract (q < k4, half < 2).
+            unsafe {
+                let v = _mm256_loadu_si256(src.add(q * NR * KR + 32 * half).cast());
+                // Lanes [first pairs of columns 0–3 | second pairs of 0–3 || same for 4–7] to
+                // [first pairs of 0–7 | second pairs of 0–7].
+                let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(v, split));
+                dst.add(4 * q + half).write_unaligned(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)));
+                dst.add(4 * q + 2 + half).write_unaligned(_mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)));
+            }
+        }
+    }
+}
+
+struct Wide {
+    a: *const i16,
+    lda: usize,
+    b: *const __m256i,
+    pairs: usize,
+    c: *mut i32,
+    ldc: usize,
+    cols: usize,
+    /// Add to `c` (a later K block) rather than overwrite it.
+    accumulate: bool,
+}
+
+/// `MR` rows × 16 columns over all pairs: each accumulator holds 8 whole column sums.
+///
+/// # Safety
+/// AVX2 present; `t.a` readable for `MR` rows of `2·pairs` i16 at stride `lda`; `t.b` readable
+/// for `2·pairs` vectors; `t.c` writable for `MR` rows of `t.cols ≤ 16` i32 at stride `ldc`.
+#[target_feature(enable = "avx2")]
+unsafe fn wide_tile<const MR: usize>(t: &Wide) {
+    // SAFETY: the function's contract bounds every pointer offset below.
+    unsafe {
+        if t.accumulate {
+            // The tile's line of each row of `c`, read back at the end: in flight meanwhile.
+            for r in 0..MR {
+                _mm_prefetch::<_MM_HINT_T0>(t.c.add(r * t.ldc).cast());
+            }
+        }
+        let mut acc = [[_mm256_setzero_si256(); 2]; MR];
+        for p in 0..t.pairs {
+            let b0 = *t.b.add(2 * p);
+            let b1 = *t.b.add(2 * p + 1);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm256_set1_epi32(t.a.add(r * t.lda + 2 * p).cast::<i32>().read_unaligned());
+                acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(av, b0));
+                acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(av, b1));
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let row = t.c.add(r * t.ldc);
+            if t.cols == NR {
+                for (j, &acc) in acc.iter().enumerate() {
+                    let dst = row.add(8 * j).cast();
+                    let sums = if t.accumulate { _mm256_add_epi32(acc, _mm256_loadu_si256(dst)) } else { acc };
+                    _mm256_storeu_si256(dst, sums);
+                }
+            } else {
+                for (j, &acc) in acc.iter().enumerate().take_while(|&(j, _)| 8 * j < t.cols) {
+                    let cols = t.cols.saturating_sub(8 * j).min(8) as i32;
+                    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    let dst = row.add(8 * j);
+                    let sums = if t.accumulate { _mm256_add_epi32(acc, _mm256_maskload_epi32(dst, mask)) } else { acc };
+                    _mm256_maskstore_epi32(dst, mask, sums);
+                }
+            }
+        }
     }
 }
 
