@@ -198,6 +198,58 @@ impl Mean {
         let r = if count == 0 { 0 } else { rne_clamped(self.mx * i128::from(sum), self.shift, self.my * count as i128) };
         Y::saturate(r as i64 + self.zy)
     }
+
+    /// The rate `R = mx·2^shift/(my·count)` in f64 for windows of `count` taps, with the bound
+    /// `|sum| ≤ 255·count` of their sums ([`Rate`]); `None` beyond [`RATE_COUNTS`].
+    fn rate(&self, count: usize) -> Option<Rate> {
+        if count == 0 || count > RATE_COUNTS {
+            return None;
+        }
+        // |shift| < 300 (f32 exponents): 2^shift is a normal f64, built from its bits, and
+        // `mx·2^shift` (mx < 2^24) and `my·count` (< 2^36) are exact: one rounding, the division.
+        let pow = f64::from_bits(((1023 + self.shift) as u64) << 52);
+        let (num, den) = (self.mx as f64 * pow, (self.my * count as i128) as f64);
+        let r = num / den;
+        // Exact when the odd part of `my·count` divides `mx`'s: `R = q·2^k`, `q ≤ mx < 2^24`.
+        let d = self.my * count as i128;
+        let (mo, dodd) = (self.mx >> self.mx.trailing_zeros(), d >> d.trailing_zeros());
+        Some(Rate { r, exact: mo % dodd == 0 })
+    }
+
+    /// [`Mean::code`] through `rate` (made for this `count`): the f64 value `v = fl(sum·R)` where
+    /// it decides, the exact form elsewhere ([`Rate`]).
+    #[inline(always)]
+    fn code_at<Y: QCode>(&self, rate: &Rate, sum: i64, count: usize) -> Y {
+        // |sum| ≤ 255·count < 2^21: exact in f64.
+        let v = (sum as f64 * rate.r).clamp(-1_048_576.0, 1_048_576.0);
+        let r = (v + SHIFT) - SHIFT;
+        if !rate.exact && ((v - r).abs() - 0.5).abs() <= v.abs() * NEAR {
+            return self.code(sum, count);
+        }
+        Y::saturate(r as i64 + self.zy)
+    }
+}
+
+/// Counts up to which [`average_pool`] makes a [`Rate`] per count (each run, one division each).
+const RATE_COUNTS: usize = 4096;
+
+/// 1.5·2^52: f64's spacing is 1 from 2^52 to 2^53, so `(v + SHIFT) − SHIFT` rounds `v`
+/// (|v| ≤ 2^20) to the nearest integer, ties to even, exactly.
+const SHIFT: f64 = 6_755_399_441_055_744.0;
+
+/// 2^-50: the relative bound on `|fl(sum·R̃) − sum·R|` used by [`Mean::code_at`].
+const NEAR: f64 = 1.0 / 1_125_899_906_842_624.0;
+
+/// The f64 form of one window count's mean. `R̃ = fl(R) = R(1 + e1)`, `v = fl(sum·R̃) = sum·R(1 +
+/// e1)(1 + e2)`, `|e| ≤ u = 2^-53`: `|v − x| ≤ |x|·(2u + u²)` for the exact `x = sum·R`, below
+/// `|v|·2^-50`. Off every half-integer by more than that, `rne(v) = rne(x)`; within it, the exact
+/// form decides. With `exact` (`R = q·2^k`, `q < 2^24` odd) `R̃ = R` and `sum·q` < 2^45 is exact:
+/// `v = x`, whose rounding to even is the exact one, ties included. Values beyond ±2^20 are
+/// clamped there before rounding: `x` is then beyond ±2^10 too, and every code saturates alike
+/// (the zero point is a code).
+struct Rate {
+    r: f64,
+    exact: bool,
 }
 
 /// The definition [`average_pool`] and [`global_average_pool`] apply to each window (the function
@@ -227,6 +279,8 @@ pub fn average_pool<X: QCode, Y: QCode>(
     }
     let mean = Mean::new::<X, Y>(qx, qy)?;
     let (plane, zx) = (numel(&shape[2..]), i64::from(qx.zero_point));
+    // One rate per count a window can have (at most the kernel's taps), made for this run.
+    let rates: Vec<Option<Rate>> = (0..=numel(&p.kernel).min(RATE_COUNTS)).map(|c| mean.rate(c)).collect();
     windows(p, shape, out.len(), |c, o, taps, padded| {
         let base = &x[c * plane..];
         let (mut sum, mut n) = (0i64, 0usize);
@@ -235,16 +289,17 @@ pub fn average_pool<X: QCode, Y: QCode>(
             n += 1;
         }
         // No input tap: the mean is 0 under both counts.
-        out[o] = mean.code(
-            sum,
-            if n == 0 {
-                0
-            } else if count_include_pad {
-                padded
-            } else {
-                n
-            },
-        );
+        let count = if n == 0 {
+            0
+        } else if count_include_pad {
+            padded
+        } else {
+            n
+        };
+        out[o] = match rates.get(count) {
+            Some(Some(rate)) => mean.code_at(rate, sum, count),
+            _ => mean.code(sum, count),
+        };
     })
 }
 
