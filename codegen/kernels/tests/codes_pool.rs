@@ -288,3 +288,20 @@ fn every_window_sum_per_count() {
         check::<i8, i8>(-7, sx, sy, 0);
     }
 }
+
+/// Windows wholly in the end padding (no input tap: MaxPool gives the lowest code, AveragePool
+/// zy under both counts or, with count_include_pad, the mean of pads), at the borders of 1-D, 2-D
+/// and dilated axes, against the tap-by-tap reference.
+#[test]
+fn windows_in_the_padding() {
+    let mut rng = Rng::new(9);
+    let cases = [
+        Case { shape: vec![1, 2, 3], p: PoolParams { pads: vec![0, 5], strides: vec![2], ..PoolParams::new(&[2]) } },
+        Case { shape: vec![1, 1, 4, 2], p: PoolParams { pads: vec![3, 0, 4, 3], strides: vec![3, 2], ..PoolParams::new(&[3, 2]) } },
+        Case { shape: vec![2, 1, 5], p: PoolParams { pads: vec![4, 6], strides: vec![3], dilations: vec![2], ..PoolParams::new(&[3]) } },
+    ];
+    for c in &cases {
+        assert!(check_case::<u8, u8>(&mut rng, c, Quant::new(0.5, 128), Quant::new(0.25, 3)));
+        assert!(check_case::<i8, i8>(&mut rng, c, Quant::new(1.0, -3), Quant::new(1.0, 0)));
+    }
+}

@@ -81,10 +81,21 @@ pub fn pool_output_shape(p: &PoolParams, shape: &[usize]) -> Result<Vec<usize>, 
     Ok(out)
 }
 
-/// One spatial axis: for each output index, its input taps and its include-pad count.
+/// One spatial axis: for each output index, its input taps `first + j·dil` for `j < count` (the
+/// window's positions inside the input: consecutive multiples of the dilation) and its
+/// include-pad count.
 struct Axis {
-    taps: Vec<Vec<usize>>,
+    first: Vec<usize>,
+    count: Vec<usize>,
+    dil: usize,
     padded: Vec<usize>,
+}
+
+impl Axis {
+    /// The input taps of output `o`.
+    fn taps(&self, o: usize) -> impl Iterator<Item = usize> + Clone + '_ {
+        (0..self.count[o]).map(move |j| self.first[o] + j * self.dil)
+    }
 }
 
 fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
@@ -93,19 +104,26 @@ fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
         .map(|a| {
             let (inp, s, k, dil) = (shape[a + 2] as i64, p.strides[a] as i64, p.kernel[a] as i64, p.dilations[a] as i64);
             let (pb, pe) = (p.pads[a] as i64, p.pads[a + d] as i64);
-            let mut ax = Axis { taps: vec![], padded: vec![] };
-            for o in 0..out[a + 2] as i64 {
+            let n = out[a + 2];
+            let mut ax = Axis { first: Vec::with_capacity(n), count: Vec::with_capacity(n), dil: dil as usize, padded: Vec::with_capacity(n) };
+            for o in 0..n as i64 {
                 let start = o * s - pb;
-                let pos = (0..k).map(|j| start + j * dil);
-                ax.taps.push(pos.clone().filter(|&t| (0..inp).contains(&t)).map(|t| t as usize).collect());
-                ax.padded.push(pos.filter(|&t| t < inp + pe).count());
+                // Taps j with 0 ≤ start + j·dil < inp: j from ⌈−start/dil⌉ (0 when start ≥ 0) up to
+                // ⌈(inp − start)/dil⌉, within 0..k.
+                let lo = if start >= 0 { 0 } else { (-start + dil - 1) / dil }.min(k);
+                let hi = if inp > start { ((inp - start + dil - 1) / dil).min(k) } else { 0 }.max(lo);
+                // No tap (a window wholly in the padding): first 0, a position every line has.
+                ax.first.push(if hi > lo { (start + lo * dil) as usize } else { 0 });
+                ax.count.push((hi - lo) as usize);
+                // Taps inside the padded extent: start + j·dil < inp + pe.
+                ax.padded.push(if inp + pe > start { ((inp + pe - start + dil - 1) / dil).min(k) } else { 0 } as usize);
             }
             ax
         })
         .collect();
     // Pad to three axes with a trivial one (a single tap, count 1) so one loop nest serves all.
     while v.len() < 3 {
-        v.push(Axis { taps: vec![vec![0]], padded: vec![1] });
+        v.push(Axis { first: vec![0], count: vec![1], dil: 1, padded: vec![1] });
     }
     v
 }
@@ -122,10 +140,16 @@ fn windows(p: &PoolParams, shape: &[usize], out_len: usize, mut f: impl FnMut(us
     let planes = shape[0] * shape[1];
     let mut o = 0;
     for plane in 0..planes {
-        for (t0, c0) in ax[0].taps.iter().zip(&ax[0].padded) {
-            for (t1, c1) in ax[1].taps.iter().zip(&ax[1].padded) {
-                for (t2, c2) in ax[2].taps.iter().zip(&ax[2].padded) {
-                    let mut it = t0.iter().flat_map(|&i| t1.iter().flat_map(move |&j| t2.iter().map(move |&k| i * s1 + j * s2 + k)));
+        for (o0, c0) in ax[0].padded.iter().enumerate() {
+            for (o1, c1) in ax[1].padded.iter().enumerate() {
+                for (o2, c2) in ax[2].padded.iter().enumerate() {
+                    let (t1, t2) = (ax[1].taps(o1), ax[2].taps(o2));
+                    let mut it = ax[0].taps(o0).flat_map(|i| {
+                        t1.clone().flat_map({
+                            let t2 = t2.clone();
+                            move |j| t2.clone().map(move |k| i * s1 + j * s2 + k)
+                        })
+                    });
                     f(plane, o, &mut it, c0 * c1 * c2);
                     o += 1;
                 }
@@ -157,11 +181,11 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {
         let base = &x[c * plane..][..plane];
-        for t0 in &ax[0].taps {
-            for t1 in &ax[1].taps {
+        for o0 in 0..ax[0].count.len() {
+            for o1 in 0..ax[1].count.len() {
                 line.fill(lowest);
-                for &i in t0 {
-                    for &j in t1 {
+                for i in ax[0].taps(o0) {
+                    for j in ax[1].taps(o1) {
                         for (l, &v) in line.iter_mut().zip(&base[i * s1 + j * w..][..w]) {
                             if v > *l {
                                 *l = v;
@@ -169,10 +193,11 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
                         }
                     }
                 }
-                for t2 in &ax[2].taps {
-                    out[o] = t2.iter().map(|&k| line[k]).fold(lowest, |m, v| if v > m { v } else { m });
-                    o += 1;
+                let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
+                for (y, (&f, &n)) in out[o..][..count.len()].iter_mut().zip(first.iter().zip(count)) {
+                    *y = line[f..].iter().step_by(dil).take(n).fold(lowest, |m, &v| if v > m { v } else { m });
                 }
+                o += count.len();
             }
         }
     }
