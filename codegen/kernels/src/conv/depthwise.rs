@@ -100,7 +100,8 @@ fn plane_generic(
         }
     }
     let lines = od * oh;
-    out.clear();
+    // Every output line's first `ow` columns are written below (the rest are never read): the
+    // buffer's old contents need no clearing.
     out.resize(lines * pitch, 0);
     let zx = i32::from(zx);
     // The nonzero taps: (tz, ty, tx), w − zw, and their offsets in `padded` for the run at hand
@@ -209,28 +210,50 @@ unsafe fn sum_taps_avx2(dst: &mut [i32], src: &[u8], offsets: &[usize], weights:
     let correction = _mm256_set1_epi32(zx.wrapping_mul(weights.iter().fold(0i32, |s, &w| s.wrapping_add(w))));
     let full = n / 16 * 16;
     let mut base = 0;
+    // Blocks of 64 outputs, then of 16: the block's accumulators a fixed-size array (registers).
+    while base + CH <= full {
+        // SAFETY: AVX2 (this function's feature); `base + 64 ≤ full ≤ n` and every run inside `src`.
+        unsafe { block::<4>(dst, src, base, offsets.len().div_ceil(2), &pair, correction) };
+        base += CH;
+    }
     while base < full {
-        let m = (full - base).min(CH) / 16;
-        let mut acc = [_mm256_setzero_si256(); 2 * CH / 16];
-        for t in 0..offsets.len().div_ceil(2) {
-            let (o1, o2, w) = pair(t);
-            for j in 0..m {
-                // SAFETY: `o + base + 16j + 16 ≤ o + n ≤ src.len()` (asserted above).
-                let (a, b) =
-                    unsafe { (_mm_loadu_si128(src.as_ptr().add(o1 + base + 16 * j).cast()), _mm_loadu_si128(src.as_ptr().add(o2 + base + 16 * j).cast())) };
-                let lo = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
-                let hi = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b));
-                acc[2 * j] = _mm256_add_epi32(acc[2 * j], _mm256_madd_epi16(lo, w));
-                acc[2 * j + 1] = _mm256_add_epi32(acc[2 * j + 1], _mm256_madd_epi16(hi, w));
-            }
-        }
-        for (k, a) in acc[..2 * m].iter().enumerate() {
-            // SAFETY: `base + 8k + 8 ≤ base + 16m ≤ full ≤ n = dst.len()`.
-            unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(base + 8 * k).cast(), _mm256_sub_epi32(*a, correction)) };
-        }
-        base += 16 * m;
+        // SAFETY: as above, `base + 16 ≤ full`.
+        unsafe { block::<1>(dst, src, base, offsets.len().div_ceil(2), &pair, correction) };
+        base += 16;
     }
     for (i, d) in dst.iter_mut().enumerate().skip(full) {
         *d = offsets.iter().zip(weights).fold(0i32, |a, (&o, &w)| a.wrapping_add((i32::from(src[o + i]) - zx) * w));
+    }
+}
+
+/// `M` × 16 outputs of [`sum_taps_avx2`] from `base`: the tap pairs `pair(0..pairs)` summed in
+/// `2M` accumulators, then `zx·Σw` subtracted and stored. The caller guarantees AVX2, `base +
+/// 16M ≤ dst.len()` and `o + base + 16M ≤ src.len()` for every offset `o` of the pairs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block<const M: usize>(
+    dst: &mut [i32],
+    src: &[u8],
+    base: usize,
+    pairs: usize,
+    pair: &impl Fn(usize) -> (usize, usize, std::arch::x86_64::__m256i),
+    correction: std::arch::x86_64::__m256i,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_si256(); 2]; M];
+    for t in 0..pairs {
+        let (o1, o2, w) = pair(t);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `o + base + 16j + 16 ≤ o + base + 16M ≤ src.len()` (caller).
+            let (a, b) =
+                unsafe { (_mm_loadu_si128(src.as_ptr().add(o1 + base + 16 * j).cast()), _mm_loadu_si128(src.as_ptr().add(o2 + base + 16 * j).cast())) };
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), w));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b)), w));
+        }
+    }
+    for (k, a) in acc.iter().flatten().enumerate() {
+        // SAFETY: `base + 8k + 8 ≤ base + 16M ≤ dst.len()` (caller).
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(base + 8 * k).cast(), _mm256_sub_epi32(*a, correction)) };
     }
 }
