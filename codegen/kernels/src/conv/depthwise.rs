@@ -191,7 +191,7 @@ fn sum_taps(dst: &mut [i32], src: &[u8], offsets: &[usize], weights: &[i32], zx:
 /// across the taps (an odd last tap paired with itself at weight 0). The codes go in unshifted:
 /// `Σ (x − zx)·w = Σ x·w − zx·Σ w`, the same integer modulo 2^32 (each pair `|x1·w1 + x2·w2| ≤
 /// 2·255·255` is exact in i32, the sums wrap as the portable ones do). Outputs past the last
-/// multiple of 16 are summed one by one.
+/// multiple of 16 are the last 16 computed again (overlapping), or one by one in runs under 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn sum_taps_avx2(dst: &mut [i32], src: &[u8], offsets: &[usize], weights: &[i32], zx: i32) {
@@ -220,6 +220,12 @@ unsafe fn sum_taps_avx2(dst: &mut [i32], src: &[u8], offsets: &[usize], weights:
         // SAFETY: as above, `base + 16 ≤ full`.
         unsafe { block::<1>(dst, src, base, offsets.len().div_ceil(2), &pair, correction) };
         base += 16;
+    }
+    if full < n && n >= 16 {
+        // The last 16 outputs again, overlapping the blocks before: the same sums, rewritten.
+        // SAFETY: as above, `n − 16 + 16 = n`.
+        unsafe { block::<1>(dst, src, n - 16, offsets.len().div_ceil(2), &pair, correction) };
+        return;
     }
     for (i, d) in dst.iter_mut().enumerate().skip(full) {
         *d = offsets.iter().zip(weights).fold(0i32, |a, (&o, &w)| a.wrapping_add((i32::from(src[o + i]) - zx) * w));
