@@ -106,7 +106,7 @@ fn tabled_and_short_runs<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>, k: K
     assert!(out == want, "{} path, short runs", k.isa());
 }
 
-const SCALE_SETS: [(f32, f32, f32); 9] = [
+const SCALE_SETS: [(f32, f32, f32); 11] = [
     (0.5, 0.25, 1.0),                              // quarter steps: exact ties everywhere
     (0.5, 0.25, 1.000_000_1),                      // just above: every former tie rounds down
     (0.5, 0.25, 0.999_999_94),                     // just below: every former tie rounds up
@@ -116,6 +116,8 @@ const SCALE_SETS: [(f32, f32, f32); 9] = [
     (0.007_843_138, 0.003_921_569, 0.011_764_706), // 2/255, 1/255, 3/255
     (200.0, 1.6e-5, 0.37),                         // wide exponent gap inside the reference's range
     (1.0 / 64.0, 1.0 / 64.0, 1.0 / 4096.0),        // products on exact grid, mostly saturated
+    (1.0, 1.0 / 1_048_576.0, 2.0),                 // Add exact in f64 at the widest gap (2^20): ties at B = 0
+    (1.0, 1.0 / 2_097_152.0, 2.0),                 // one gap wider: the certified form decides
 ];
 
 #[test]
@@ -262,7 +264,9 @@ fn broadcasting() {
 
 fn broadcast_cases(rng: &mut Rng, op: BinaryOp, k: Kernels) {
     let t = Binary::<u8, i8, u8>::new(op, Quant::new(0.03, 100), Quant::new(0.05, -3), Quant::new(0.07, 90)).unwrap();
-    let cases: [(&[usize], &[usize]); 10] = [
+    // The last four: axes merged into longer runs (a per-plane operand over planes of 20, 240
+    // and, tabled, 320 outputs; ones between merged axes).
+    let cases: [(&[usize], &[usize]); 14] = [
         (&[2, 3, 4], &[2, 3, 4]),
         (&[2, 3, 4], &[4]),
         (&[2, 3, 4], &[3, 1]),
@@ -273,6 +277,10 @@ fn broadcast_cases(rng: &mut Rng, op: BinaryOp, k: Kernels) {
         (&[0, 3], &[3]),
         (&[4, 1], &[1]),
         (&[2, 150], &[2, 1]),
+        (&[2, 3, 4, 5], &[2, 3, 1, 1]),
+        (&[1, 4, 3, 80], &[1, 4, 1, 1]),
+        (&[2, 4, 16, 20], &[4, 1, 1]),
+        (&[3, 1, 2, 1, 4], &[3, 5, 2, 7, 4]),
     ];
     let cases: Vec<(&[usize], &[usize])> = cases.iter().flat_map(|&(a, b)| [(a, b), (b, a)]).collect();
     for (sa, sb) in cases {
@@ -323,22 +331,42 @@ fn no_op_holds_a_table() {
     assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Add, qa, qb, qy).unwrap().bytes(), 0);
 }
 
+/// sa = sb = sy/2 puts every odd A + B exactly on a half-integer; the f64 sum is exact there
+/// (power-of-two ratios), so it rounds every tie to even itself.
+#[test]
+fn an_adds_ties_on_an_exact_f64_sum() {
+    let (qa, qb, qy) = (Quant::new(0.5, 0), Quant::new(0.5, 0), Quant::new(1.0, 0));
+    let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, qa, qb, qy).unwrap();
+    for k in paths() {
+        let (a, b): (Vec<i8>, Vec<i8>) = (-128i32..=127).flat_map(|a| (-128i32..=127).map(move |b| (a as i8, b as i8))).unzip();
+        let mut y = vec![0i8; a.len()];
+        t.apply(k, &a, &[a.len()], &b, &[b.len()], &mut y).unwrap();
+        for ((&a, &b), &y) in a.iter().zip(&b).zip(&y) {
+            let s = i32::from(a) + i32::from(b);
+            let want = (s.div_euclid(2) + i32::from(s.rem_euclid(2) == 1 && s.div_euclid(2) % 2 != 0)).clamp(-128, 127);
+            assert_eq!(i32::from(y), want, "{} path: a={a} b={b}", k.isa());
+        }
+    }
+}
+
 /// The Add's exact fallback is taken where the f64 value sits on a tie (and only near one):
-/// sa = sb = sy/2 puts every odd A + B exactly on a half-integer.
+/// with sa = 3, sb = 1, sy = 6 the value `(3A + B)/6` is a half-integer when `3A + B ≡ 3 (mod
+/// 6)`, and `rb = 1/6` is inexact in f64.
 #[test]
 fn an_adds_ties_take_the_exact_form() {
-    let (qa, qb, qy) = (Quant::new(0.5, 0), Quant::new(0.5, 0), Quant::new(1.0, 0));
+    let (qa, qb, qy) = (Quant::new(3.0, 0), Quant::new(1.0, 0), Quant::new(6.0, 0));
     let t = Binary::<i8, i8, i8>::new(BinaryOp::Add, qa, qb, qy).unwrap();
     let before = qdqc_kernels::requant::fallback_hits();
     let (a, b): (Vec<i8>, Vec<i8>) = (-128i32..=127).flat_map(|a| (-128i32..=127).map(move |b| (a as i8, b as i8))).unzip();
     let mut y = vec![0i8; a.len()];
     t.apply(paths()[0], &a, &[a.len()], &b, &[b.len()], &mut y).unwrap();
     for ((&a, &b), &y) in a.iter().zip(&b).zip(&y) {
-        let s = i32::from(a) + i32::from(b);
-        let want = (s.div_euclid(2) + i32::from(s.rem_euclid(2) == 1 && s.div_euclid(2) % 2 != 0)).clamp(-128, 127);
+        let s = 3 * i32::from(a) + i32::from(b);
+        let (q, r) = (s.div_euclid(6), s.rem_euclid(6));
+        let want = (q + i32::from(r > 3 || (r == 3 && q % 2 != 0))).clamp(-128, 127);
         assert_eq!(i32::from(y), want, "a={a} b={b}");
     }
-    // Odd sums are the ties: half of the 65,536 pairs (the counter is global: other tests' calls
-    // may add to it, hence "at least").
-    assert!(qdqc_kernels::requant::fallback_hits() - before >= 32_768);
+    // The ties: for the 128 even A the B ≡ 3 (mod 6), 42 of them; for the odd A the B ≡ 0, 43
+    // (the counter is global: other tests' calls may add to it, hence "at least").
+    assert!(qdqc_kernels::requant::fallback_hits() - before >= 128 * (42 + 43));
 }

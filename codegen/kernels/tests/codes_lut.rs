@@ -1,6 +1,6 @@
 //! Lookup tables on codes: every code reads its own entry (i8 codes by bit pattern), on every
-//! kernel path the host has (AVX-512 with VBMI looks up 64 codes per step: lengths around 64
-//! exercise its masked tail).
+//! kernel path the host has (AVX-512 with VBMI looks up 64 codes per step, AVX2 32: lengths around
+//! 32 and 64 exercise their tails).
 
 use qdqc_kernels::codes::lut::{apply_lut, tabulate};
 use qdqc_kernels::{Isa, Kernels};
@@ -9,7 +9,7 @@ use qdqc_kernels::{Isa, Kernels};
 fn every_code_reads_its_entry_on_every_path() {
     for isa in Isa::available() {
         let k = Kernels::new(isa).unwrap();
-        for len in [1, 63, 64, 65, 256, 1000] {
+        for len in [1, 31, 32, 33, 63, 64, 65, 256, 1000] {
             let x: Vec<i8> = (0..len).map(|i| (127 - (i * 37) % 256) as i8).collect();
             let table = tabulate::<i8, i8>(|v| v.wrapping_mul(3).wrapping_sub(1));
             let mut out = vec![0i8; x.len()];

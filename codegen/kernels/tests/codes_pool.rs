@@ -250,3 +250,58 @@ fn mean_definition() {
     }
     assert_eq!(mean_exact::<u8, u8>(0, 0, Quant::new(1.0, 0), Quant::new(1.0, 77)).unwrap(), 77);
 }
+
+/// Every window sum a count can give, for counts 1 to 12 (windows of `c` taps, stride `c`, each
+/// window filled to its sum), at scale pairs whose means sit on exact ties: rates exact in f64
+/// (powers of two, `3/64 : 1/16` at counts 1, 2, 3, 4, 6, 12), inexact ones with ties (`1/12` at
+/// count 9, `2/3 : c` at counts 4 and 8) and none (0.013 : 0.0041); u8 and i8 codes, zero points
+/// that put the sums on both signs. Against [`mean_exact`], the definition.
+#[test]
+fn every_window_sum_per_count() {
+    fn check<X: QCode, Y: QCode>(zx: i32, sx: f32, sy: f32, zy: i32) {
+        let (qx, qy) = (Quant::new(sx, zx), Quant::new(sy, zy));
+        for c in 1..=12usize {
+            let (lo, hi) = (X::MIN - zx, X::MAX - zx);
+            let sums: Vec<i64> = (lo as i64 * c as i64..=hi as i64 * c as i64).collect();
+            // Window w's taps: as much of its sum as each tap holds, the rest on the next.
+            let mut x = Vec::with_capacity(sums.len() * c);
+            for &s in &sums {
+                let mut rest = s;
+                for _ in 0..c {
+                    let v = rest.clamp(i64::from(lo), i64::from(hi));
+                    x.push(X::saturate(v + i64::from(zx)));
+                    rest -= v;
+                }
+                assert_eq!(rest, 0);
+            }
+            let p = PoolParams { strides: vec![c], ..PoolParams::new(&[c]) };
+            let mut y = vec![Y::default(); sums.len()];
+            average_pool(&x, &[1, 1, x.len()], &p, false, qx, qy, &mut y).unwrap();
+            for (&s, &got) in sums.iter().zip(&y) {
+                assert_eq!(got, mean_exact::<X, Y>(s, c, qx, qy).unwrap(), "count {c}, sum {s}, scales {sx:e} / {sy:e}");
+            }
+        }
+    }
+    for (sx, sy) in [(1.0, 1.0), (0.25, 2.0), (3.0 / 64.0, 1.0 / 16.0), (0.5, 0.75), (1.0, 1.0 / 1024.0), (0.013, 0.0041)] {
+        check::<u8, u8>(0, sx, sy, 3);
+        check::<u8, i8>(128, sx, sy, -5);
+        check::<i8, i8>(-7, sx, sy, 0);
+    }
+}
+
+/// Windows wholly in the end padding (no input tap: MaxPool gives the lowest code, AveragePool
+/// zy under both counts or, with count_include_pad, the mean of pads), at the borders of 1-D, 2-D
+/// and dilated axes, against the tap-by-tap reference.
+#[test]
+fn windows_in_the_padding() {
+    let mut rng = Rng::new(9);
+    let cases = [
+        Case { shape: vec![1, 2, 3], p: PoolParams { pads: vec![0, 5], strides: vec![2], ..PoolParams::new(&[2]) } },
+        Case { shape: vec![1, 1, 4, 2], p: PoolParams { pads: vec![3, 0, 4, 3], strides: vec![3, 2], ..PoolParams::new(&[3, 2]) } },
+        Case { shape: vec![2, 1, 5], p: PoolParams { pads: vec![4, 6], strides: vec![3], dilations: vec![2], ..PoolParams::new(&[3]) } },
+    ];
+    for c in &cases {
+        assert!(check_case::<u8, u8>(&mut rng, c, Quant::new(0.5, 128), Quant::new(0.25, 3)));
+        assert!(check_case::<i8, i8>(&mut rng, c, Quant::new(1.0, -3), Quant::new(1.0, 0)));
+    }
+}

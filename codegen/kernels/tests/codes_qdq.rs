@@ -4,7 +4,7 @@
 //! random values; per tensor and per axis; u8 and i8. Compared bit for bit.
 
 use qdqc_kernels::codes::QCode;
-use qdqc_kernels::codes::qdq::{dequantize_linear, quantize, quantize_linear};
+use qdqc_kernels::codes::qdq::{dequantize, dequantize_linear, quantize, quantize_linear};
 
 const DATA: &[u8] = include_bytes!("data/qdq_ort.bin");
 
@@ -123,6 +123,35 @@ fn rounding_and_cast_match_the_definition() {
         for zp in [-128, -3, 0, 127] {
             let q: i8 = quantize(x, 1.0, zp);
             assert_eq!(i32::from(q), reference(x, -128, 127, zp), "i8 x {x:e} zp {zp}");
+        }
+    }
+}
+
+/// QuantizeLinear and DequantizeLinear over tensors (the host's widest instance, 8 lanes on AVX2,
+/// with tails) equal the one-value functions element by element: ties of x/s and their f32
+/// neighbours, NaN, ±∞, ±0, subnormals, saturating values; per tensor and per axis.
+#[test]
+fn tensors_equal_the_one_value_functions() {
+    let s = 0.37f32;
+    let mut x = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, f32::from_bits(1), -f32::from_bits(1), 1e30, -1e30];
+    for k in -300..300 {
+        let tie = (k as f32 + 0.5) * s;
+        x.extend([tie, f32::from_bits(tie.to_bits() + 1), f32::from_bits(tie.to_bits().wrapping_sub(1))]);
+    }
+    for n in [x.len(), x.len() - 3, 7] {
+        let x = &x[..n];
+        for (scales, zps) in [(vec![s], vec![3]), (vec![s, 0.011, 2.5], vec![-128, 0, 127])] {
+            let (shape, axis) = if scales.len() == 1 { (vec![n], 0) } else { (vec![n / 3, 3], 1) };
+            let x = &x[..shape.iter().product::<usize>()];
+            let mut q = vec![0i8; x.len()];
+            quantize_linear(x, &shape, axis, &scales, &zps, &mut q).unwrap();
+            let mut d = vec![0f32; x.len()];
+            dequantize_linear(&q, &shape, axis, &scales, &zps, &mut d).unwrap();
+            for (i, (&v, (&q, &d))) in x.iter().zip(q.iter().zip(&d)).enumerate() {
+                let c = if scales.len() == 1 { 0 } else { i % 3 };
+                assert_eq!(q, quantize::<i8>(v, scales[c], zps[c]), "x = {v:e} at {i}");
+                assert_eq!(d.to_bits(), dequantize(q, scales[c], zps[c]).to_bits(), "q = {q} at {i}");
+            }
         }
     }
 }

@@ -18,6 +18,7 @@
 //! | Mul without a table: `Ratio::new(sa, sb, sy)` exists (positive finite scales, checked above) | the requantization's exact form is defined for it |
 //! | a run with one operand fixed read from a 256-entry table (`apply`, runs of [`TABLE_RUN`] or more) | its entries are made by the same run function, on the same path, over the other operand's every code: the codes the run would compute, element by element |
 //! | Add: the f64 value is used only farther than `4u·(\|A·ra\| + \|B·rb\|)` from every half-integer (`Sum`) | its error bound: off a tie by more than it, the f64 value rounds as the exact one does; otherwise the exact form below |
+//! | Add whose f64 evaluation is exact for every pair (`exact_in_f64`: both ratios dyadic, exponents within 20) | the f64 value is the real one: rounded to even, it decides ties too (no exact form per tie) |
 //! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
 //! | Add, exponent gap `g = p − q ≤ 91` between the terms `n1·2^p`, `n2·2^q` (over `my`) | `N = n1·2^g + n2`, `\|N\| < 2^124`, exact |
 //! | Add, `g > 91`, both terms nonzero: `n2` replaced by `sign(n2)` at exponent `p − 91` | below |
@@ -112,6 +113,32 @@ struct Sum {
     ra: f64,
     rb: f64,
     exact: (Dyadic, Dyadic, Dyadic),
+    /// `v64 = v` for every pair ([`exact_in_f64`]): its rounding is the exact one, ties included,
+    /// and the flags are not needed.
+    f64_exact: bool,
+}
+
+/// Whether every `A·ra + B·rb` (`|A|, |B| ≤ 255`) is computed exactly in f64: `ra = sa/sy` and
+/// `rb = sb/sy` exact (`q·2^k`, `q` odd; then `q` is the odd part of `ma` over that of `my`, so
+/// `q < 2^24`), each product `A·q·2^k` exact (`|A·q| < 2^32`), and the sum on the grid
+/// `2^min(ka, kb)` below `2^(33 + max(ka, kb))`: exact when `|ka − kb| ≤ 20` (33 + 20 ≤ 53
+/// bits). Then `rne64(v64) = rne(v)` (the clamp to ±2^20 is exact too, and beyond it every code
+/// saturates), so the f64 value decides every pair, ties included (scales in powers of two).
+fn exact_in_f64(r: (f64, f64), (a, b, y): (Dyadic, Dyadic, Dyadic)) -> bool {
+    // The exponent `k` of `sx/sy` as `q·2^k` with `q` odd, when the ratio of the odd parts is an
+    // integer (else the ratio is no dyadic, f64 holds it inexactly).
+    let odd = |(m, e): Dyadic| (m >> m.trailing_zeros(), e + m.trailing_zeros() as i32);
+    let ratio = |x: Dyadic| {
+        let ((mx, ex), (my, ey)) = (odd(x), odd(y));
+        (mx % my == 0).then_some((mx / my, ex - ey))
+    };
+    // `r` holds what the f64 division gave; it is `q·2^k` exactly when q fits 53 bits (q < 2^24).
+    // |k| < 300 (f32 exponents): 2^k is a normal f64, built from its bits.
+    let same = |f: f64, (q, k): (i128, i32)| f == q as f64 * f64::from_bits(((1023 + k) as u64) << 52);
+    match (ratio(a), ratio(b)) {
+        (Some(qa), Some(qb)) => same(r.0, qa) && same(r.1, qb) && (qa.1 - qb.1).abs() <= 20,
+        _ => false,
+    }
 }
 
 impl Sum {
@@ -140,8 +167,8 @@ impl Sum {
     #[inline(always)]
     fn code<Y: QCode>(&self, a: i32, b: i32) -> Y {
         match self.value(a, b) {
-            (_, true) => self.exact(a, b),
-            (r, false) => Y::saturate(r as i64 + i64::from(self.zy)),
+            (_, true) if !self.f64_exact => self.exact(a, b),
+            (r, _) => Y::saturate(r as i64 + i64::from(self.zy)),
         }
     }
 }
@@ -179,7 +206,9 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
         let (da, db, dy) = (dyadic(qa.scale)?, dyadic(qb.scale)?, dyadic(qy.scale)?);
         if op == BinaryOp::Add {
             let (sy, zy) = (f64::from(qy.scale), qy.zero_point);
-            let sum = Sum { za: qa.zero_point, zb: qb.zero_point, zy, ra: f64::from(qa.scale) / sy, rb: f64::from(qb.scale) / sy, exact: (da, db, dy) };
+            let (ra, rb) = (f64::from(qa.scale) / sy, f64::from(qb.scale) / sy);
+            let f64_exact = exact_in_f64((ra, rb), (da, db, dy));
+            let sum = Sum { za: qa.zero_point, zb: qb.zero_point, zy, ra, rb, exact: (da, db, dy), f64_exact };
             return Ok(Binary { repr: Repr::Sum(sum), _inputs: PhantomData });
         }
         let mut table = Vec::with_capacity(1 << 16);
@@ -363,8 +392,8 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
         for (y, &r) in y.iter_mut().zip(&r) {
             *y = Y::saturate(i64::from((exact_i32(r) + zy).clamp(Y::MIN, Y::MAX)));
         }
-        // Ties are rare: one test, then the scan.
-        if !any {
+        // Ties are rare: one test, then the scan (none where the f64 value is exact).
+        if !any || s.f64_exact {
             continue;
         }
         for k in (0..n).filter(|&k| near[k]) {
@@ -494,6 +523,7 @@ fn each<A: QCode, B: QCode, Y: QCode>(
         return Ok(());
     }
     let (sa, sb) = (broadcast_strides(a_shape, &shape), broadcast_strides(b_shape, &shape));
+    let (shape, sa, sb) = coalesce(&shape, &sa, &sb);
     let rank = shape.len();
     let (inner, la, lb) = (shape[rank - 1], sa[rank - 1], sb[rank - 1]);
     // An odometer over every axis but the last; the last is one run.
@@ -513,9 +543,53 @@ fn each<A: QCode, B: QCode, Y: QCode>(
     Ok(())
 }
 
+/// The broadcast shape with each axis merged into the one before it where both operands step
+/// over the pair as over one axis (`stride[i] = stride[i + 1]·dim[i + 1]`, zero strides
+/// included): the same elements in the same order, in longer runs along the last axis (a
+/// `[C, H, W] × [C, 1, 1]` scaling runs per plane, not per line). Axes of length 1 go first.
+fn coalesce(shape: &[usize], sa: &[usize], sb: &[usize]) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (mut d, mut a, mut b) = (vec![], vec![], vec![]);
+    for i in (0..shape.len()).filter(|&i| shape[i] != 1) {
+        match (d.last_mut(), a.last_mut(), b.last_mut()) {
+            (Some(n), Some(la), Some(lb)) if *la == sa[i] * shape[i] && *lb == sb[i] * shape[i] => {
+                *n *= shape[i];
+                (*la, *lb) = (sa[i], sb[i]);
+            }
+            _ => {
+                d.push(shape[i]);
+                a.push(sa[i]);
+                b.push(sb[i]);
+            }
+        }
+    }
+    // A shape of ones: one element.
+    if d.is_empty() {
+        (d, a, b) = (vec![1], vec![0], vec![0]);
+    }
+    (d, a, b)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::exact_i32;
+    use super::{exact_i32, exact_in_f64};
+    use crate::codes::rational::dyadic;
+
+    fn exact(sa: f32, sb: f32, sy: f32) -> bool {
+        let d = |s| dyadic(s).unwrap();
+        exact_in_f64((f64::from(sa) / f64::from(sy), f64::from(sb) / f64::from(sy)), (d(sa), d(sb), d(sy)))
+    }
+
+    #[test]
+    fn an_add_is_exact_in_f64_for_dyadic_ratios_within_20_binades() {
+        assert!(exact(0.5, 0.25, 1.0));
+        assert!(exact(0.02, 0.02, 0.04)); // the same mantissa: ratio 1/2
+        assert!(exact(3.0, 5.0, 1.0 / 1024.0)); // odd mantissas over a power of two
+        assert!(exact(1.0, 1.0 / 1_048_576.0, 2.0)); // gap 20
+        assert!(!exact(1.0, 1.0 / 2_097_152.0, 2.0)); // gap 21
+        assert!(!exact(3.0, 1.0, 6.0)); // 1/6
+        assert!(!exact(0.1, 0.2, 0.3));
+        assert!(!exact(1.0, 1.0, 3.0));
+    }
 
     #[test]
     fn exact_i32_is_the_conversion_of_every_integer_the_clamp_lets_through() {

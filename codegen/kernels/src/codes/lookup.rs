@@ -2,8 +2,9 @@
 //! `y[k] = table[x[k].index()]`. Every path copies the very table entry the index names, so the
 //! paths give identical bits; they differ in speed only. On AVX-512 with VBMI (checked here by
 //! CPUID: the [`Isa::Avx512Vnni`] path does not imply it) two `vpermi2b` over the table's four
-//! 64-byte quarters and a blend on the index's top bit look up 64 codes at once; elsewhere a
-//! scalar loop.
+//! 64-byte quarters and a blend on the index's top bit look up 64 codes at once; on AVX2,
+//! sixteen `vpshufb` over the table's 16-byte rows (by the low nibble), each blended in where the
+//! high nibble names its row, look up 32 codes; elsewhere a scalar loop.
 //!
 //! | condition | why |
 //! |---|---|
@@ -26,10 +27,62 @@ pub(crate) fn map_codes<X: QCode, Y: QCode>(kernels: Kernels, table: &[Y; 256], 
         unsafe { map_vbmi(table.as_ptr().cast(), x.as_ptr().cast(), y.as_mut_ptr().cast(), x.len()) };
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if kernels.isa() != Isa::Portable && std::arch::is_x86_feature_detected!("avx2") {
+        const { assert!(size_of::<X>() == 1 && size_of::<Y>() == 1) };
+        // SAFETY: AVX2 was checked just above (the portable path stays scalar: it is the
+        // reference path for every CPU). `X` and `Y` are one-byte codes (u8, i8: every bit pattern valid) and the lengths are
+        // equal; the function reads `x.len()` bytes and writes as many, each a byte of an entry
+        // of `table`, i.e. a valid `Y`.
+        unsafe { map_avx2(table.as_ptr().cast(), x.as_ptr().cast(), y.as_mut_ptr().cast(), x.len()) };
+        return;
+    }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = kernels;
+    scalar(table, x, y);
+}
+
+/// `y[k] = table[x[k].index()]`, element by element.
+#[inline(always)]
+fn scalar<X: QCode, Y: QCode>(table: &[Y; 256], x: &[X], y: &mut [Y]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = table[x.index()];
+    }
+}
+
+/// 32 codes per step: row `h` of the table (entries `16h..16h + 16`, in both lanes) looked up by
+/// the low nibbles (`vpshufb`: the index's top bit is clear, so no byte is zeroed), kept where the
+/// high nibble equals `h`: each byte ends with the entry of its own row and column. The tail
+/// (fewer than 32) goes through a 32-byte copy, its spare bytes never stored.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map_avx2(table: *const u8, x: *const u8, y: *mut u8, n: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): `table` has 256 readable bytes, `x` n readable, `y` n writable
+    // (caller); the tail is copied through stack buffers of 32 bytes, `n − k` of them.
+    unsafe {
+        let rows: [__m256i; 16] = std::array::from_fn(|h| _mm256_broadcastsi128_si256(_mm_loadu_si128(table.add(16 * h).cast())));
+        let look = |v: __m256i| {
+            let nib = _mm256_set1_epi8(0x0f);
+            let (lo, hi) = (_mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib));
+            let mut acc = _mm256_setzero_si256();
+            for (h, row) in rows.iter().enumerate() {
+                let hit = _mm256_cmpeq_epi8(hi, _mm256_set1_epi8(h as i8));
+                acc = _mm256_blendv_epi8(acc, _mm256_shuffle_epi8(*row, lo), hit);
+            }
+            acc
+        };
+        let mut k = 0;
+        while k + 32 <= n {
+            _mm256_storeu_si256(y.add(k).cast(), look(_mm256_loadu_si256(x.add(k).cast())));
+            k += 32;
+        }
+        if k < n {
+            let (mut src, mut dst) = ([0u8; 32], [0u8; 32]);
+            std::ptr::copy_nonoverlapping(x.add(k), src.as_mut_ptr(), n - k);
+            _mm256_storeu_si256(dst.as_mut_ptr().cast(), look(_mm256_loadu_si256(src.as_ptr().cast())));
+            std::ptr::copy_nonoverlapping(dst.as_ptr(), y.add(k), n - k);
+        }
     }
 }
 

@@ -81,10 +81,21 @@ pub fn pool_output_shape(p: &PoolParams, shape: &[usize]) -> Result<Vec<usize>, 
     Ok(out)
 }
 
-/// One spatial axis: for each output index, its input taps and its include-pad count.
+/// One spatial axis: for each output index, its input taps `first + j·dil` for `j < count` (the
+/// window's positions inside the input: consecutive multiples of the dilation) and its
+/// include-pad count.
 struct Axis {
-    taps: Vec<Vec<usize>>,
+    first: Vec<usize>,
+    count: Vec<usize>,
+    dil: usize,
     padded: Vec<usize>,
+}
+
+impl Axis {
+    /// The input taps of output `o`.
+    fn taps(&self, o: usize) -> impl Iterator<Item = usize> + Clone + '_ {
+        (0..self.count[o]).map(move |j| self.first[o] + j * self.dil)
+    }
 }
 
 fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
@@ -93,19 +104,26 @@ fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
         .map(|a| {
             let (inp, s, k, dil) = (shape[a + 2] as i64, p.strides[a] as i64, p.kernel[a] as i64, p.dilations[a] as i64);
             let (pb, pe) = (p.pads[a] as i64, p.pads[a + d] as i64);
-            let mut ax = Axis { taps: vec![], padded: vec![] };
-            for o in 0..out[a + 2] as i64 {
+            let n = out[a + 2];
+            let mut ax = Axis { first: Vec::with_capacity(n), count: Vec::with_capacity(n), dil: dil as usize, padded: Vec::with_capacity(n) };
+            for o in 0..n as i64 {
                 let start = o * s - pb;
-                let pos = (0..k).map(|j| start + j * dil);
-                ax.taps.push(pos.clone().filter(|&t| (0..inp).contains(&t)).map(|t| t as usize).collect());
-                ax.padded.push(pos.filter(|&t| t < inp + pe).count());
+                // Taps j with 0 ≤ start + j·dil < inp: j from ⌈−start/dil⌉ (0 when start ≥ 0) up to
+                // ⌈(inp − start)/dil⌉, within 0..k.
+                let lo = if start >= 0 { 0 } else { (-start + dil - 1) / dil }.min(k);
+                let hi = if inp > start { ((inp - start + dil - 1) / dil).min(k) } else { 0 }.max(lo);
+                // No tap (a window wholly in the padding): first 0, a position every line has.
+                ax.first.push(if hi > lo { (start + lo * dil) as usize } else { 0 });
+                ax.count.push((hi - lo) as usize);
+                // Taps inside the padded extent: start + j·dil < inp + pe.
+                ax.padded.push(if inp + pe > start { ((inp + pe - start + dil - 1) / dil).min(k) } else { 0 } as usize);
             }
             ax
         })
         .collect();
     // Pad to three axes with a trivial one (a single tap, count 1) so one loop nest serves all.
     while v.len() < 3 {
-        v.push(Axis { taps: vec![vec![0]], padded: vec![1] });
+        v.push(Axis { first: vec![0], count: vec![1], dil: 1, padded: vec![1] });
     }
     v
 }
@@ -122,10 +140,16 @@ fn windows(p: &PoolParams, shape: &[usize], out_len: usize, mut f: impl FnMut(us
     let planes = shape[0] * shape[1];
     let mut o = 0;
     for plane in 0..planes {
-        for (t0, c0) in ax[0].taps.iter().zip(&ax[0].padded) {
-            for (t1, c1) in ax[1].taps.iter().zip(&ax[1].padded) {
-                for (t2, c2) in ax[2].taps.iter().zip(&ax[2].padded) {
-                    let mut it = t0.iter().flat_map(|&i| t1.iter().flat_map(move |&j| t2.iter().map(move |&k| i * s1 + j * s2 + k)));
+        for (o0, c0) in ax[0].padded.iter().enumerate() {
+            for (o1, c1) in ax[1].padded.iter().enumerate() {
+                for (o2, c2) in ax[2].padded.iter().enumerate() {
+                    let (t1, t2) = (ax[1].taps(o1), ax[2].taps(o2));
+                    let mut it = ax[0].taps(o0).flat_map(|i| {
+                        t1.clone().flat_map({
+                            let t2 = t2.clone();
+                            move |j| t2.clone().map(move |k| i * s1 + j * s2 + k)
+                        })
+                    });
                     f(plane, o, &mut it, c0 * c1 * c2);
                     o += 1;
                 }
@@ -157,11 +181,11 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {
         let base = &x[c * plane..][..plane];
-        for t0 in &ax[0].taps {
-            for t1 in &ax[1].taps {
+        for o0 in 0..ax[0].count.len() {
+            for o1 in 0..ax[1].count.len() {
                 line.fill(lowest);
-                for &i in t0 {
-                    for &j in t1 {
+                for i in ax[0].taps(o0) {
+                    for j in ax[1].taps(o1) {
                         for (l, &v) in line.iter_mut().zip(&base[i * s1 + j * w..][..w]) {
                             if v > *l {
                                 *l = v;
@@ -169,10 +193,11 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
                         }
                     }
                 }
-                for t2 in &ax[2].taps {
-                    out[o] = t2.iter().map(|&k| line[k]).fold(lowest, |m, v| if v > m { v } else { m });
-                    o += 1;
+                let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
+                for (y, (&f, &n)) in out[o..][..count.len()].iter_mut().zip(first.iter().zip(count)) {
+                    *y = line[f..].iter().step_by(dil).take(n).fold(lowest, |m, &v| if v > m { v } else { m });
                 }
+                o += count.len();
             }
         }
     }
@@ -198,6 +223,58 @@ impl Mean {
         let r = if count == 0 { 0 } else { rne_clamped(self.mx * i128::from(sum), self.shift, self.my * count as i128) };
         Y::saturate(r as i64 + self.zy)
     }
+
+    /// The rate `R = mx·2^shift/(my·count)` in f64 for windows of `count` taps, with the bound
+    /// `|sum| ≤ 255·count` of their sums ([`Rate`]); `None` beyond [`RATE_COUNTS`].
+    fn rate(&self, count: usize) -> Option<Rate> {
+        if count == 0 || count > RATE_COUNTS {
+            return None;
+        }
+        // |shift| < 300 (f32 exponents): 2^shift is a normal f64, built from its bits, and
+        // `mx·2^shift` (mx < 2^24) and `my·count` (< 2^36) are exact: one rounding, the division.
+        let pow = f64::from_bits(((1023 + self.shift) as u64) << 52);
+        let (num, den) = (self.mx as f64 * pow, (self.my * count as i128) as f64);
+        let r = num / den;
+        // Exact when the odd part of `my·count` divides `mx`'s: `R = q·2^k`, `q ≤ mx < 2^24`.
+        let d = self.my * count as i128;
+        let (mo, dodd) = (self.mx >> self.mx.trailing_zeros(), d >> d.trailing_zeros());
+        Some(Rate { r, exact: mo % dodd == 0 })
+    }
+
+    /// [`Mean::code`] through `rate` (made for this `count`): the f64 value `v = fl(sum·R)` where
+    /// it decides, the exact form elsewhere ([`Rate`]).
+    #[inline(always)]
+    fn code_at<Y: QCode>(&self, rate: &Rate, sum: i64, count: usize) -> Y {
+        // |sum| ≤ 255·count < 2^21: exact in f64.
+        let v = (sum as f64 * rate.r).clamp(-1_048_576.0, 1_048_576.0);
+        let r = (v + SHIFT) - SHIFT;
+        if !rate.exact && ((v - r).abs() - 0.5).abs() <= v.abs() * NEAR {
+            return self.code(sum, count);
+        }
+        Y::saturate(r as i64 + self.zy)
+    }
+}
+
+/// Counts up to which [`average_pool`] makes a [`Rate`] per count (each run, one division each).
+const RATE_COUNTS: usize = 4096;
+
+/// 1.5·2^52: f64's spacing is 1 from 2^52 to 2^53, so `(v + SHIFT) − SHIFT` rounds `v`
+/// (|v| ≤ 2^20) to the nearest integer, ties to even, exactly.
+const SHIFT: f64 = 6_755_399_441_055_744.0;
+
+/// 2^-50: the relative bound on `|fl(sum·R̃) − sum·R|` used by [`Mean::code_at`].
+const NEAR: f64 = 1.0 / 1_125_899_906_842_624.0;
+
+/// The f64 form of one window count's mean. `R̃ = fl(R) = R(1 + e1)`, `v = fl(sum·R̃) = sum·R(1 +
+/// e1)(1 + e2)`, `|e| ≤ u = 2^-53`: `|v − x| ≤ |x|·(2u + u²)` for the exact `x = sum·R`, below
+/// `|v|·2^-50`. Off every half-integer by more than that, `rne(v) = rne(x)`; within it, the exact
+/// form decides. With `exact` (`R = q·2^k`, `q < 2^24` odd) `R̃ = R` and `sum·q` < 2^45 is exact:
+/// `v = x`, whose rounding to even is the exact one, ties included. Values beyond ±2^20 are
+/// clamped there before rounding: `x` is then beyond ±2^10 too, and every code saturates alike
+/// (the zero point is a code).
+struct Rate {
+    r: f64,
+    exact: bool,
 }
 
 /// The definition [`average_pool`] and [`global_average_pool`] apply to each window (the function
@@ -227,6 +304,8 @@ pub fn average_pool<X: QCode, Y: QCode>(
     }
     let mean = Mean::new::<X, Y>(qx, qy)?;
     let (plane, zx) = (numel(&shape[2..]), i64::from(qx.zero_point));
+    // One rate per count a window can have (at most the kernel's taps), made for this run.
+    let rates: Vec<Option<Rate>> = (0..=numel(&p.kernel).min(RATE_COUNTS)).map(|c| mean.rate(c)).collect();
     windows(p, shape, out.len(), |c, o, taps, padded| {
         let base = &x[c * plane..];
         let (mut sum, mut n) = (0i64, 0usize);
@@ -235,16 +314,17 @@ pub fn average_pool<X: QCode, Y: QCode>(
             n += 1;
         }
         // No input tap: the mean is 0 under both counts.
-        out[o] = mean.code(
-            sum,
-            if n == 0 {
-                0
-            } else if count_include_pad {
-                padded
-            } else {
-                n
-            },
-        );
+        let count = if n == 0 {
+            0
+        } else if count_include_pad {
+            padded
+        } else {
+            n
+        };
+        out[o] = match rates.get(count) {
+            Some(Some(rate)) => mean.code_at(rate, sum, count),
+            _ => mean.code(sum, count),
+        };
     })
 }
 

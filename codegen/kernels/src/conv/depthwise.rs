@@ -21,20 +21,21 @@ pub(super) fn plane(kernels: Kernels, g: &Geometry, x: &[u8], zx: u8, w: &[i8], 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { plane_avx2(g, x, zx, w, zw, out, padded) },
-        _ => plane_generic(g, x, zx, w, zw, out, padded),
+        _ => plane_generic(g, x, zx, w, zw, out, padded, sum_taps),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn plane_avx512(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
-    plane_generic(g, x, zx, w, zw, out, padded)
+    plane_generic(g, x, zx, w, zw, out, padded, sum_taps)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn plane_avx2(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
-    plane_generic(g, x, zx, w, zw, out, padded)
+    // SAFETY: this function runs only where AVX2 was checked (its caller's contract).
+    plane_generic(g, x, zx, w, zw, out, padded, |d, s, o, w, z| unsafe { sum_taps_avx2(d, s, o, w, z) })
 }
 
 /// Output indices `o` along one axis whose input coordinate `o·stride + offset − pad` lies in
@@ -55,7 +56,17 @@ pub(super) fn inside(output: usize, input: usize, stride: usize, offset: usize, 
 /// `ow` are computed and never read); otherwise one run per output line, reading a phase of the
 /// lines when the last axis' stride exceeds 1.
 #[inline(always)]
-fn plane_generic(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Vec<i32>, padded: &mut Vec<u8>) -> usize {
+#[allow(clippy::too_many_arguments)] // the plane's operands and the path's tap sum
+fn plane_generic(
+    g: &Geometry,
+    x: &[u8],
+    zx: u8,
+    w: &[i8],
+    zw: i32,
+    out: &mut Vec<i32>,
+    padded: &mut Vec<u8>,
+    sum_taps: impl Fn(&mut [i32], &[u8], &[usize], &[i32], i32),
+) -> usize {
     let [id, ih, iw] = g.input;
     let [od, oh, ow] = g.output;
     let [kd, kh, kw] = g.kernel;
@@ -89,7 +100,8 @@ fn plane_generic(g: &Geometry, x: &[u8], zx: u8, w: &[i8], zw: i32, out: &mut Ve
         }
     }
     let lines = od * oh;
-    out.clear();
+    // Every output line's first `ow` columns are written below (the rest are never read): the
+    // buffer's old contents need no clearing.
     out.resize(lines * pitch, 0);
     let zx = i32::from(zx);
     // The nonzero taps: (tz, ty, tx), w − zw, and their offsets in `padded` for the run at hand
@@ -170,5 +182,84 @@ fn sum_taps(dst: &mut [i32], src: &[u8], offsets: &[usize], weights: &[i32], zx:
             }
             d.copy_from_slice(&acc[..m]);
         }
+    }
+}
+
+/// [`sum_taps`] with `vpmaddwd`, two taps at a time: 16 bytes of each tap's run interleaved
+/// (`vpunpck{l,h}bw`) and widened (`vpmovzxbw`) into `(x1, x2)` i16 pairs, multiplied by the
+/// broadcast pair `(w1, w2)` and summed in i32, 16 outputs per pair and step, 64 held in registers
+/// across the taps (an odd last tap paired with itself at weight 0). The codes go in unshifted:
+/// `Σ (x − zx)·w = Σ x·w − zx·Σ w`, the same integer modulo 2^32 (each pair `|x1·w1 + x2·w2| ≤
+/// 2·255·255` is exact in i32, the sums wrap as the portable ones do). Outputs past the last
+/// multiple of 16 are the last 16 computed again (overlapping), or one by one in runs under 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_taps_avx2(dst: &mut [i32], src: &[u8], offsets: &[usize], weights: &[i32], zx: i32) {
+    use std::arch::x86_64::*;
+    const CH: usize = 64;
+    let n = dst.len();
+    // Every run read is inside `src` (the caller frames it): `off + n ≤ src.len()`.
+    assert!(offsets.iter().all(|&o| o + n <= src.len()));
+    // The taps in pairs: offsets and the weights packed as (low w1, high w2) per i32 lane (|w| ≤
+    // 255: i16s).
+    let pair = |t: usize| {
+        let (o, w) = (&offsets[2 * t..(2 * t + 2).min(offsets.len())], &weights[2 * t..(2 * t + 2).min(offsets.len())]);
+        let (o2, w2) = if o.len() == 2 { (o[1], w[1]) } else { (o[0], 0) };
+        (o[0], o2, _mm256_set1_epi32((w[0] & 0xffff) | (w2 << 16)))
+    };
+    let correction = _mm256_set1_epi32(zx.wrapping_mul(weights.iter().fold(0i32, |s, &w| s.wrapping_add(w))));
+    let full = n / 16 * 16;
+    let mut base = 0;
+    // Blocks of 64 outputs, then of 16: the block's accumulators a fixed-size array (registers).
+    while base + CH <= full {
+        // SAFETY: AVX2 (this function's feature); `base + 64 ≤ full ≤ n` and every run inside `src`.
+        unsafe { block::<4>(dst, src, base, offsets.len().div_ceil(2), &pair, correction) };
+        base += CH;
+    }
+    while base < full {
+        // SAFETY: as above, `base + 16 ≤ full`.
+        unsafe { block::<1>(dst, src, base, offsets.len().div_ceil(2), &pair, correction) };
+        base += 16;
+    }
+    if full < n && n >= 16 {
+        // The last 16 outputs again, overlapping the blocks before: the same sums, rewritten.
+        // SAFETY: as above, `n − 16 + 16 = n`.
+        unsafe { block::<1>(dst, src, n - 16, offsets.len().div_ceil(2), &pair, correction) };
+        return;
+    }
+    for (i, d) in dst.iter_mut().enumerate().skip(full) {
+        *d = offsets.iter().zip(weights).fold(0i32, |a, (&o, &w)| a.wrapping_add((i32::from(src[o + i]) - zx) * w));
+    }
+}
+
+/// `M` × 16 outputs of [`sum_taps_avx2`] from `base`: the tap pairs `pair(0..pairs)` summed in
+/// `2M` accumulators, then `zx·Σw` subtracted and stored. The caller guarantees AVX2, `base +
+/// 16M ≤ dst.len()` and `o + base + 16M ≤ src.len()` for every offset `o` of the pairs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block<const M: usize>(
+    dst: &mut [i32],
+    src: &[u8],
+    base: usize,
+    pairs: usize,
+    pair: &impl Fn(usize) -> (usize, usize, std::arch::x86_64::__m256i),
+    correction: std::arch::x86_64::__m256i,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_si256(); 2]; M];
+    for t in 0..pairs {
+        let (o1, o2, w) = pair(t);
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `o + base + 16j + 16 ≤ o + base + 16M ≤ src.len()` (caller).
+            let (a, b) =
+                unsafe { (_mm_loadu_si128(src.as_ptr().add(o1 + base + 16 * j).cast()), _mm_loadu_si128(src.as_ptr().add(o2 + base + 16 * j).cast())) };
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), w));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b)), w));
+        }
+    }
+    for (k, a) in acc.iter().flatten().enumerate() {
+        // SAFETY: `base + 8k + 8 ≤ base + 16M ≤ dst.len()` (caller).
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(base + 8 * k).cast(), _mm256_sub_epi32(*a, correction)) };
     }
 }
