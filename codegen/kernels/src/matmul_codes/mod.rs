@@ -11,8 +11,8 @@
 //! On AVX-512 VNNI the sums come from `vpdpbusd` instead (4 u8 × i8 products per i32 lane per
 //! instruction, tiles of 4 rows × 64 columns in registers over all of K): per batch A is encoded
 //! as u8 and B as i8 in groups of 4 k (`Bytes`), the zero points moved to row and column
-//! corrections ([`bytes`]). On AVX2 they come from `vpmaddwd` on i16 pairs of the centred codes
-//! ([`pairs`]: 16 products per instruction, tiles of 4 rows × 16 columns). Same integers, so the
+//! corrections (`bytes.rs`). On AVX2 they come from `vpmaddwd` on i16 pairs of the centred codes
+//! (`pairs.rs`: 16 products per instruction, tiles of 4 rows × 16 columns). Same integers, so the
 //! same codes; `vpmulld` outer products were ~12 % of the MiniLM encoder's time on a VNNI host and
 //! 7.5 % on an AVX2 one.
 //!
@@ -20,7 +20,7 @@
 //! |---|---|
 //! | `K ≤ max_k` ([`max_k`]: the largest K whose `K·max|a − za|·max|b − zb|` fits i32) | the i32 sum is exact only there; a longer K (a symbolic sequence) is a run-time error, never a wrapped sum |
 //! | both operands rank ≥ 2, batch dims broadcast as numpy's (ONNX MatMul) | the shapes ONNX MatMul takes, but rank 1 |
-//! | AVX2: every centred operand in [−32767, 32767], checked per batch (else the i32 path) | [`pairs`]: a `vpmaddwd` pair sum stays below 2^31, the wrapping accumulation is the i32 path's |
+//! | AVX2: every centred operand in [−32767, 32767], checked per batch (else the i32 path) | `pairs.rs`: a `vpmaddwd` pair sum stays below 2^31, the wrapping accumulation is the i32 path's |
 //! | VNNI: `a8 = a − min(A)` ∈ u8, `b8 = b − min(B) − 128` ∈ i8, checked per batch (else the i32 path) | `vpdpbusd`'s operand types; then `Σ(a − za)(b − zb) = Σ a8·b8 − zb8·Σ a8 − za8·Σ b8 + K·za8·zb8` with `za8 = za − min(A)`, `zb8 = zb − min(B) − 128`, in wrapping i32: equal modulo 2^32, so equal under `max_k` |
 //!
 //! The accumulation wraps (no overflow check in debug builds); under the bound it is exact.

@@ -17,7 +17,7 @@
 //!
 //! On AVX-512 (the VNNI path) a row runs 16 lanes at a time by hand (`row_avx512`: the same IEEE
 //! steps lane by lane, steps that are identities for the block's columns left out), on AVX2 8
-//! ([`avx2`]), the lanes near a boundary then settled one by one by the exact form.
+//! (`certified/avx2.rs`), the lanes near a boundary then settled one by one by the exact form.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
