@@ -182,6 +182,8 @@ fn group_generic<S: Sink, W>(
     s.lines.resize(KR * block, 0);
     s.sums.resize(block, 0);
     taps(g, k, g.input.iter().product(), s);
+    // Σ_k x per position, only when some weight zero point needs it (symmetric weights do not).
+    let need_sums = w.zero_points.iter().any(|&z| z != 0);
     let zxi = i32::from(zx);
     // Per channel: K·zx·zw − zx·Σ_k w (wrapping, like every sum here).
     let kzx = (k as i32).wrapping_mul(zxi);
@@ -189,7 +191,7 @@ fn group_generic<S: Sink, W>(
     let mut b0 = 0;
     while b0 < out_sp {
         let blen = block.min(out_sp - b0);
-        pack(g, x, k4, zx, b0, blen, block, s);
+        pack(g, x, k4, zx, b0, blen, block, need_sums, s);
         let mut t0 = 0;
         while t0 < blen {
             let len = BLOCK.min(blen - t0);
@@ -205,8 +207,12 @@ fn group_generic<S: Sink, W>(
                     let zw = w.zero_points[co];
                     let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
                     let row = &mut row[..len];
-                    for (v, &xs) in row.iter_mut().zip(sums) {
-                        *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                    if need_sums {
+                        for (v, &xs) in row.iter_mut().zip(sums) {
+                            *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                        }
+                    } else {
+                        row.iter_mut().for_each(|v| *v = v.wrapping_add(corr));
                     }
                     sink.row(co_base + co, b0 + t0, row);
                 }
@@ -234,14 +240,16 @@ fn taps(g: &Geometry, k: usize, in_sp: usize, s: &mut Scratch) {
 }
 
 /// Packs positions `p0..p0 + len` of the im2col matrix into `s.panels` (`[panel][k4][16][4]`,
-/// panels of a block of `block` positions) and their column sums `Σ_k x[k][pos]` into `s.sums`
-/// (positions past `len` hold leftovers of earlier blocks: finite sums never stored).
+/// panels of a block of `block` positions) and, if `sums`, their column sums `Σ_k x[k][pos]`
+/// into `s.sums` (positions past `len` hold leftovers of earlier blocks: finite sums never stored).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block: usize, s: &mut Scratch) {
+fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block: usize, sums: bool, s: &mut Scratch) {
     let pstride = k4 * PANEL * KR;
     let panels = len.div_ceil(PANEL);
-    s.sums.fill(0);
+    if sums {
+        s.sums.fill(0);
+    }
     for q in 0..k4 {
         for j in 0..KR {
             let dst = &mut s.lines[j * block..][..len];
@@ -257,12 +265,15 @@ fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block:
         for (p, panel) in s.panels.chunks_exact_mut(pstride).enumerate().take(panels) {
             let lo = p * PANEL;
             let dst: &mut [u8; PANEL * KR] = (&mut panel[q * PANEL * KR..][..PANEL * KR]).try_into().expect("one packed row");
-            let sums: &mut [i32; PANEL] = (&mut s.sums[lo..][..PANEL]).try_into().expect("one panel");
             let row = |l: &[u8]| -> [u8; PANEL] { l[lo..][..PANEL].try_into().expect("one panel") };
             let (a, b, c, d) = (row(l0), row(l1), row(l2), row(l3));
             for i in 0..PANEL {
                 dst[KR * i..][..KR].copy_from_slice(&[a[i], b[i], c[i], d[i]]);
-                sums[i] += i32::from(a[i]) + i32::from(b[i]) + i32::from(c[i]) + i32::from(d[i]);
+            }
+            if sums {
+                for (i, v) in s.sums[lo..][..PANEL].iter_mut().enumerate() {
+                    *v += i32::from(a[i]) + i32::from(b[i]) + i32::from(c[i]) + i32::from(d[i]);
+                }
             }
         }
     }
