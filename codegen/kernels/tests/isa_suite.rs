@@ -161,10 +161,15 @@ fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i
 }
 
 fn conv_case(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input: &[usize], per_channel: bool) {
+    let zw = if per_channel { rng.i8s(p.out_channels) } else { vec![rng.next() as i8] };
+    conv_case_zw(kern, rng, p, batch, input, zw);
+}
+
+/// [`conv_case`] with the weight zero points `zw` (one, or one per output channel).
+fn conv_case_zw(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input: &[usize], zw: Vec<i8>) {
     let ksz: usize = p.kernel.iter().product();
     let x = rng.u8s(batch * p.in_channels * input.iter().product::<usize>());
     let w = rng.i8s(p.out_channels * p.in_channels / p.groups * ksz);
-    let zw = if per_channel { rng.i8s(p.out_channels) } else { vec![rng.next() as i8] };
     let zx = rng.next() as u8;
     let conv = PackedConv::from_i8(p.clone(), &w, &zw).unwrap();
     let osz: usize = p.output(input).unwrap().iter().product();
@@ -201,6 +206,9 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 1, &[10, 11], true);
     conv_case(kern, &mut rng, params(4, 8, 4, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[6, 6], false);
     conv_case(kern, &mut rng, params(32, 40, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]), 1, &[4, 5], true);
+    // Symmetric weights (zero points 0: the paths skip the activations' sums), packed and shifted.
+    conv_case_zw(kern, &mut rng, params(5, 9, 1, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 2, &[11, 9], vec![0]);
+    conv_case_zw(kern, &mut rng, params(6, 7, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 1, &[8, 10], vec![0; 7]);
     // Depthwise (direct path): dilation 2 with stride 1; stride 3 with a kernel wider than the
     // padded edges; a kernel larger than the input (only padded taps at the borders).
     conv_case(kern, &mut rng, params(5, 5, 5, &[3, 3], &[1, 1], &[2, 2], &[2, 2], &[2, 2]), 2, &[9, 7], true);

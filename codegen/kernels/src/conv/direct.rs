@@ -77,6 +77,8 @@ pub struct Scratch {
     pub(super) spans: Vec<[usize; 3]>,
     pub(super) plane: Vec<i32>,
     pub(super) padded: Vec<u8>,
+    /// The group's weights widened to i16 (the AVX2 tiles broadcast them with one load).
+    pub(super) wide: Vec<i16>,
 }
 
 /// One group of one image: `x` its input planes, rows written to `sink` as channels
@@ -90,7 +92,7 @@ pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, x: &[u
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
         Isa::Avx2 => unsafe { group_avx2(g, w, x, zx, co_base, s, sink) },
-        _ => group_generic(g, w, x, zx, co_base, s, sink, tile_portable),
+        _ => group_generic(g, w, w.w, x, zx, co_base, s, sink, tile_portable),
     }
 }
 
@@ -98,7 +100,7 @@ pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, x: &[u
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, x, zx, co_base, s, sink, |t, out| {
+    group_generic(g, w, w.w, x, zx, co_base, s, sink, |t, out| {
         // SAFETY: this instance only runs where AVX-512 F/BW/VNNI were checked; `group_generic`
         // hands out tiles whose operands lie inside the packed panels and weight rows.
         unsafe { crate::micro::conv_vnni::tile(t, out) }
@@ -109,17 +111,27 @@ unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, x: &[u8], zx: u8, co_ba
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, x, zx, co_base, s, sink, |t, out| {
+    let mut wide = std::mem::take(&mut s.wide);
+    widen(w.w, &mut wide);
+    group_generic(g, w, &wide, x, zx, co_base, s, sink, |t, out| {
         // SAFETY: this instance only runs where AVX2 was checked; `tile` checks the operands'
         // bounds itself.
         unsafe { crate::micro::conv_avx2::tile(t, out) }
-    })
+    });
+    s.wide = wide;
 }
 
-/// One tile's operands: `mr` weight rows of `k4·4` bytes from `w`, `np` packed panels of
-/// `k4·64` bytes from `x`.
-pub(crate) struct Tile<'a> {
-    pub w: &'a [i8],
+/// A group's weights as i16 into `wide` (once per call: the AVX2 tiles' rows).
+#[inline(always)]
+pub(super) fn widen(w: &[i8], wide: &mut Vec<i16>) {
+    wide.clear();
+    wide.extend(w.iter().map(|&v| i16::from(v)));
+}
+
+/// One tile's operands: `mr` weight rows of `k4·4` weights (i8, or widened to i16 for the AVX2
+/// tile) from `w`, `np` packed panels of `k4·64` bytes from `x`.
+pub(crate) struct Tile<'a, W = i8> {
+    pub w: &'a [W],
     pub x: &'a [u8],
     pub k4: usize,
     pub mr: usize,
@@ -149,15 +161,16 @@ fn tile_portable(t: &Tile, out: &mut [[i32; BLOCK]; MR]) {
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn group_generic<S: Sink>(
+fn group_generic<S: Sink, W>(
     g: &Geometry,
     w: &Weights,
+    rows: &[W],
     x: &[u8],
     zx: u8,
     co_base: usize,
     s: &mut Scratch,
     sink: &mut S,
-    tile: impl Fn(&Tile, &mut [[i32; BLOCK]; MR]),
+    tile: impl Fn(&Tile<W>, &mut [[i32; BLOCK]; MR]),
 ) {
     let [od, oh, ow] = g.output;
     let out_sp = od * oh * ow;
@@ -169,6 +182,8 @@ fn group_generic<S: Sink>(
     s.lines.resize(KR * block, 0);
     s.sums.resize(block, 0);
     taps(g, k, g.input.iter().product(), s);
+    // Σ_k x per position, only when some weight zero point needs it (symmetric weights do not).
+    let need_sums = w.zero_points.iter().any(|&z| z != 0);
     let zxi = i32::from(zx);
     // Per channel: K·zx·zw − zx·Σ_k w (wrapping, like every sum here).
     let kzx = (k as i32).wrapping_mul(zxi);
@@ -176,7 +191,7 @@ fn group_generic<S: Sink>(
     let mut b0 = 0;
     while b0 < out_sp {
         let blen = block.min(out_sp - b0);
-        pack(g, x, k4, zx, b0, blen, block, s);
+        pack(g, x, k4, zx, b0, blen, block, need_sums, s);
         let mut t0 = 0;
         while t0 < blen {
             let len = BLOCK.min(blen - t0);
@@ -186,14 +201,18 @@ fn group_generic<S: Sink>(
             let mut c0 = 0;
             while c0 < w.rows() {
                 let mr = MR.min(w.rows() - c0);
-                tile(&Tile { w: &w.w[c0 * ldw..][..mr * ldw], x: panels, k4, mr, np }, &mut acc);
+                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: panels, k4, mr, np }, &mut acc);
                 for (r, row) in acc.iter_mut().enumerate().take(mr) {
                     let co = c0 + r;
                     let zw = w.zero_points[co];
                     let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
                     let row = &mut row[..len];
-                    for (v, &xs) in row.iter_mut().zip(sums) {
-                        *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                    if need_sums {
+                        for (v, &xs) in row.iter_mut().zip(sums) {
+                            *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                        }
+                    } else {
+                        row.iter_mut().for_each(|v| *v = v.wrapping_add(corr));
                     }
                     sink.row(co_base + co, b0 + t0, row);
                 }
@@ -221,14 +240,16 @@ fn taps(g: &Geometry, k: usize, in_sp: usize, s: &mut Scratch) {
 }
 
 /// Packs positions `p0..p0 + len` of the im2col matrix into `s.panels` (`[panel][k4][16][4]`,
-/// panels of a block of `block` positions) and their column sums `Σ_k x[k][pos]` into `s.sums`
-/// (positions past `len` hold leftovers of earlier blocks: finite sums never stored).
+/// panels of a block of `block` positions) and, if `sums`, their column sums `Σ_k x[k][pos]`
+/// into `s.sums` (positions past `len` hold leftovers of earlier blocks: finite sums never stored).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block: usize, s: &mut Scratch) {
+fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block: usize, sums: bool, s: &mut Scratch) {
     let pstride = k4 * PANEL * KR;
     let panels = len.div_ceil(PANEL);
-    s.sums.fill(0);
+    if sums {
+        s.sums.fill(0);
+    }
     for q in 0..k4 {
         for j in 0..KR {
             let dst = &mut s.lines[j * block..][..len];
@@ -244,12 +265,15 @@ fn pack(g: &Geometry, x: &[u8], k4: usize, zx: u8, p0: usize, len: usize, block:
         for (p, panel) in s.panels.chunks_exact_mut(pstride).enumerate().take(panels) {
             let lo = p * PANEL;
             let dst: &mut [u8; PANEL * KR] = (&mut panel[q * PANEL * KR..][..PANEL * KR]).try_into().expect("one packed row");
-            let sums: &mut [i32; PANEL] = (&mut s.sums[lo..][..PANEL]).try_into().expect("one panel");
             let row = |l: &[u8]| -> [u8; PANEL] { l[lo..][..PANEL].try_into().expect("one panel") };
             let (a, b, c, d) = (row(l0), row(l1), row(l2), row(l3));
             for i in 0..PANEL {
                 dst[KR * i..][..KR].copy_from_slice(&[a[i], b[i], c[i], d[i]]);
-                sums[i] += i32::from(a[i]) + i32::from(b[i]) + i32::from(c[i]) + i32::from(d[i]);
+            }
+            if sums {
+                for (i, v) in s.sums[lo..][..PANEL].iter_mut().enumerate() {
+                    *v += i32::from(a[i]) + i32::from(b[i]) + i32::from(c[i]) + i32::from(d[i]);
+                }
             }
         }
     }
@@ -287,6 +311,14 @@ fn gather(g: &Geometry, plane: &[u8], tap: &Tap, zx: u8, p0: usize, dst: &mut [u
                 let d = &mut d[a - x0..b - x0];
                 if sw == 1 {
                     d.copy_from_slice(&src[first..][..b - a]);
+                } else if sw == 2 {
+                    // Every other byte, as pairs (the compiler vectorizes the pairs' first bytes;
+                    // `step_by` checked every element): the last one alone, its pair may end the line.
+                    let (last, head) = d.split_last_mut().expect("a < b");
+                    for (d, pair) in head.iter_mut().zip(src[first..].chunks_exact(2)) {
+                        *d = pair[0];
+                    }
+                    *last = src[first + 2 * head.len()];
                 } else {
                     for (d, v) in d.iter_mut().zip(src[first..].iter().step_by(sw)) {
                         *d = *v;

@@ -65,8 +65,8 @@ impl Offsets {
 
 /// One tile's operands: `mr` weight rows of `offsets.list().len()·4` bytes from `w`, `np` panels
 /// of the interleaved input `x` starting at `bases[p]` (step `q` of panel `p` at `bases[p] + offsets[q]`).
-pub(crate) struct Tile<'a> {
-    pub w: &'a [i8],
+pub(crate) struct Tile<'a, W = i8> {
+    pub w: &'a [W],
     pub x: &'a [u8],
     pub bases: [usize; NP],
     pub offsets: &'a Offsets,
@@ -74,7 +74,7 @@ pub(crate) struct Tile<'a> {
     pub np: usize,
 }
 
-impl Tile<'_> {
+impl<W> Tile<'_, W> {
     /// Every read of the tile lies inside its operands (checked before any kernel runs).
     pub(crate) fn check(&self) {
         let k4 = self.offsets.list().len();
@@ -93,7 +93,7 @@ pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, depth:
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
         Isa::Avx2 => unsafe { group_avx2(g, w, depth, x, zx, co_base, s, sink) },
-        _ => group_generic(g, w, depth, x, zx, co_base, s, sink, tile_portable),
+        _ => group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, tile_portable),
     }
 }
 
@@ -101,7 +101,7 @@ pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, depth:
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, depth, x, zx, co_base, s, sink, |t, out| {
+    group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, |t, out| {
         // SAFETY: this instance only runs where AVX-512 F/BW/VNNI were checked; `tile` checks
         // the operands' bounds itself.
         unsafe { crate::micro::conv_vnni::tile_shifted(t, out) }
@@ -112,11 +112,14 @@ unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, depth, x, zx, co_base, s, sink, |t, out| {
+    let mut wide = std::mem::take(&mut s.wide);
+    super::direct::widen(w.w, &mut wide);
+    group_generic(g, w, &wide, depth, x, zx, co_base, s, sink, |t, out| {
         // SAFETY: this instance only runs where AVX2 was checked; `tile_shifted` checks the
         // operands' bounds itself.
         unsafe { crate::micro::conv_avx2::tile_shifted(t, out) }
-    })
+    });
+    s.wide = wide;
 }
 
 /// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
@@ -143,16 +146,17 @@ fn tile_portable(t: &Tile, out: &mut [[i32; NP * PANEL]; MR]) {
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn group_generic<S: Sink>(
+fn group_generic<S: Sink, W>(
     g: &Geometry,
     w: &Weights,
+    rows: &[W],
     depth: usize,
     x: &[u8],
     zx: u8,
     co_base: usize,
     s: &mut Scratch,
     sink: &mut S,
-    tile: impl Fn(&Tile, &mut [[i32; NP * PANEL]; MR]),
+    tile: impl Fn(&Tile<W>, &mut [[i32; NP * PANEL]; MR]),
 ) {
     let [od, oh, ow] = g.output;
     if od * oh * ow == 0 {
@@ -216,7 +220,7 @@ fn group_generic<S: Sink>(
                 for (b, span) in bases.iter_mut().zip(&s.spans[t0..t0 + np]) {
                     *b = span[0];
                 }
-                tile(&Tile { w: &w.w[c0 * ldw..][..mr * ldw], x: &s.padded, bases, offsets: &s.offsets, mr, np }, &mut acc);
+                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, offsets: &s.offsets, mr, np }, &mut acc);
                 for (r, row) in acc.iter_mut().enumerate().take(mr) {
                     let co = c0 + r;
                     let zw = w.zero_points[co];
