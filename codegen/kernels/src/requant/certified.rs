@@ -109,38 +109,40 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    let n = bias.len();
-    let cs = columns(bias, plans, out);
-    let mut fallbacks = 0;
-    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
-        fallbacks += unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
-    }
-    fallbacks
+        unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    let n = bias.len();
-    let cs = columns(bias, plans, out);
-    let mut fallbacks = 0;
-    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
+    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| {
         // SAFETY: the caller guarantees AVX2; the row and its columns have n elements.
-        fallbacks += unsafe { avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, n), bias, plans, 0, out, code_row) };
-    }
-    fallbacks
+        unsafe { avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
+    })
 }
 
 #[inline(always)]
 fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
+    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| row_columns(acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row))
+}
+
+/// `row(columns, acc_row, code_row)` on every row of `n = bias.len()` columns, the fallbacks
+/// summed: what every path's [`rows`] instance shares (inlined into its target features).
+#[inline(always)]
+fn each_row<C: CodeOut>(
+    acc: &[i32],
+    bias: &[i32],
+    plans: &[Certified],
+    out: Output,
+    codes: &mut [C],
+    mut row: impl FnMut(&Columns<'_>, &[i32], &mut [C]) -> u64,
+) -> u64 {
     let n = bias.len();
     let cs = columns(bias, plans, out);
-    let mut fallbacks = 0;
-    for (acc_row, code_row) in acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)) {
-        fallbacks += row_columns(acc_row, cs.slice(0, n), bias, plans, 0, out, code_row);
-    }
-    fallbacks
+    acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)).map(|(acc_row, code_row)| row(&cs, acc_row, code_row)).sum()
 }
 
 /// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan; with the bias
