@@ -56,10 +56,37 @@ QDQ_KINDS = ("qdq", "nncf", "pow2", "seed", "external")
 def q_groups(model: onnx.ModelProto) -> dict[str, dict]:
     """Main-graph Q output → {op, nodes, codes, floats}: op is the op type feeding the Q (`DQ` for
     a DQ → Q requantization), nodes the float ops between the Q and its DQs, codes the tensors the
-    DQs read, floats the float tensors entering the group from elsewhere."""
+    DQs read, floats the float tensors entering the group from elsewhere: graph inputs, the outputs
+    of If/Loop/Scan, and float tensors no code reaches (a LayerNorm of embeddings feeding a
+    smooth-quant Mul), whose float ops are ORT's float fusions, not this group's. The Q's producer
+    is always the group's own node, so exposing a boundary never blocks a fusion into the Q."""
     g = model.graph
     producer = {o: n for n in g.node for o in n.output}
     inits = {t.name for t in g.initializer}
+    reached: dict[str, bool] = {}
+
+    def reaches_codes(t: str) -> bool:
+        """Whether activation codes (a Q, or a DQ of a non-initializer) feed `t`."""
+        stack = [t]
+        while stack:
+            x = stack[-1]
+            if x in reached:
+                stack.pop()
+                continue
+            n = producer.get(x)
+            if n is None or n.op_type == "DequantizeLinear" and n.input[0] in inits:
+                reached[x] = False
+            elif n.op_type == "QuantizeLinear" or n.op_type == "DequantizeLinear":
+                reached[x] = True
+            else:
+                todo = [i for i in n.input if i and i not in reached]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                reached[x] = any(reached.get(i, False) for i in n.input if i)
+            stack.pop()
+        return reached[t]
+
     out = {}
     for q in g.node:
         if q.op_type != "QuantizeLinear":
@@ -86,6 +113,8 @@ def q_groups(model: onnx.ModelProto) -> dict[str, dict]:
                 pass
             elif all(i in inits or not i for i in n.input) and n.op_type != "Shape":
                 pass  # computed from initializers only: the same in both runs
+            elif any(a.type == onnx.AttributeProto.GRAPH for a in n.attribute) or (t != q.input[0] and not reaches_codes(t)):
+                floats.append(t)
             else:
                 nodes.append(n.name or n.output[0])
                 stack.extend(n.input)

@@ -127,10 +127,14 @@ impl GemmGroup {
         }
     }
 
-    /// Whether ORT runs this group on a kernel that widens every product (depthwise Conv).
+    /// Whether ORT runs this group on a kernel that widens every product: a depthwise Conv with
+    /// one weight zero point. Unequal per-channel ones take 1.31.1's generic path, im2col and the
+    /// u8×s8 GEMM, whose int16 pairs saturate on x86-avx2 like any other Conv's (measured on a
+    /// Zen 3: `dwsep_net_u8s8_pc_asym_pow2`'s dw1 matched this model on 20480 of 20480 outputs).
     fn depthwise(&self) -> bool {
+        let one_zero_point = self.w_zero_points.iter().all(|&z| z == self.w_zero_points[0]);
         match self.kind {
-            GemmKind::Conv { kernel_size, groups } => self.weights[0].len() == kernel_size && self.channels() == groups,
+            GemmKind::Conv { kernel_size, groups } => self.weights[0].len() == kernel_size && self.channels() == groups && one_zero_point,
             _ => false,
         }
     }
@@ -1347,6 +1351,10 @@ mod tests {
         // Depthwise convolutions widen every product.
         let dw = GemmGroup { kind: GemmKind::Conv { kernel_size: 4, groups: 2 }, weights: vec![vec![127; 4]; 2], ..g };
         assert!(!dw.pairs_saturate(Isa::X86Avx2));
+        // ... unless their weight zero points differ: 1.31.1 runs those on the u8×s8 GEMM.
+        let unequal = GemmGroup { w_zero_points: vec![0, 1], ..dw };
+        assert!(unequal.pairs_saturate(Isa::X86Avx2));
+        assert_eq!(avx2_pair_overflow(&unequal, 0).map(|o| o.k), Some((0, 1)));
     }
 
     /// Power-of-two scales: P2 holds, and M = sx·sw/sy exactly.
