@@ -3,10 +3,11 @@
 //! shapes, in GOPS (2 × the real multiply-accumulates per second) and as a share of the path's
 //! instruction peak (`instruction_peak`, measured just before each path's timings).
 //!
-//!     cargo run --release -p qdqc-kernels --example conv_bench -- [--isa NAME] [--reps N]
+//!     cargo run --release -p qdqc-kernels --example conv_bench -- [--isa NAME] [--reps N] [--only SUBSTRING]
 //!
-//! Shapes: 3×3 stride 1 (the shifted lowering), 3×3 stride 2 (the packed GEMM), 1×1 (the
-//! shifted lowering as one line), at the channel counts and resolutions of yolov8n's stages.
+//! Shapes: 3×3 stride 1 (the shifted lowering), 3×3 stride 2 (the shifted lowering over two
+//! column phases), 1×1 (the shifted lowering as one line), at the channel counts and resolutions
+//! of yolov8n's stages at 640×640 and at the 64×64 of `bench/rust_target.py`.
 //! Each shape prints a checksum of its codes: the same on every path.
 
 use qdqc_kernels::conv::{ConvParams, ConvRequant, PackedConv, Scratch};
@@ -52,7 +53,7 @@ fn min_secs(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// (name, Cin, Cout, kernel, stride, pad, input side).
-const SHAPES: [(&str, usize, usize, usize, usize, usize, usize); 8] = [
+const SHAPES: [(&str, usize, usize, usize, usize, usize, usize); 10] = [
     ("3x3 s1 16->16 @160", 16, 16, 3, 1, 1, 160),
     ("3x3 s1 32->32 @80", 32, 32, 3, 1, 1, 80),
     ("3x3 s1 64->64 @40", 64, 64, 3, 1, 1, 40),
@@ -61,12 +62,16 @@ const SHAPES: [(&str, usize, usize, usize, usize, usize, usize); 8] = [
     ("1x1 64->64 @80", 64, 64, 1, 1, 0, 80),
     ("1x1 256->128 @20", 256, 128, 1, 1, 0, 20),
     ("3x3 s2 3->16 @640", 3, 16, 3, 2, 1, 640),
+    // The 64×64 input `bench/rust_target.py` feeds yolov8n: lines of 8 positions and fewer.
+    ("3x3 s1 64->64 @8", 64, 64, 3, 1, 1, 8),
+    ("3x3 s2 32->64 @16", 32, 64, 3, 2, 1, 16),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let reps: usize = value("--reps").map_or(7, |v| v.parse().expect("--reps N"));
+    let only = value("--only");
     let paths: Vec<Kernels> = match value("--isa") {
         Some(name) => vec![Kernels::new(Isa::parse(&name).expect("--isa NAME")).expect("ISA on this host")],
         None => Isa::available().into_iter().rev().filter_map(|isa| Kernels::new(isa).ok()).collect(),
@@ -80,7 +85,7 @@ fn main() {
         std::hint::black_box(check);
         let peak = (macs > 0).then(|| 2.0 * macs as f64 / secs / 1e9);
         println!("{}: instruction peak {}", kern.isa().name(), peak.map_or("-".into(), |p| format!("{p:.1} GOPS")));
-        for &(name, cin, cout, k, stride, pad, side) in &SHAPES {
+        for &(name, cin, cout, k, stride, pad, side) in SHAPES.iter().filter(|s| only.as_ref().is_none_or(|o| s.0.contains(o.as_str()))) {
             let p = ConvParams {
                 in_channels: cin,
                 out_channels: cout,

@@ -206,6 +206,12 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(8, 8, 8, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 1, &[10, 11], true);
     conv_case(kern, &mut rng, params(4, 8, 4, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[6, 6], false);
     conv_case(kern, &mut rng, params(32, 40, 1, &[1, 1], &[1, 1], &[1, 1], &[0, 0], &[0, 0]), 1, &[4, 5], true);
+    // Column phases of the shifted lowering: stride 3 under a 4-wide kernel with pads that end
+    // mid-phase; stride 2 under a 2-wide kernel, rows strided 2 without a tap between them; 1-D
+    // stride 2 over 40 columns (several 16-position panels per line, the last one short).
+    conv_case(kern, &mut rng, params(7, 13, 1, &[3, 4], &[1, 3], &[1, 1], &[0, 2], &[1, 1]), 1, &[6, 23], true);
+    conv_case(kern, &mut rng, params(5, 6, 1, &[1, 2], &[2, 2], &[1, 1], &[0, 0], &[0, 1]), 2, &[9, 40], true);
+    conv_case(kern, &mut rng, params(9, 10, 1, &[3], &[2], &[1], &[1], &[2]), 1, &[81], true);
     // Symmetric weights (zero points 0: the paths skip the activations' sums), packed and shifted.
     conv_case_zw(kern, &mut rng, params(5, 9, 1, &[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1]), 2, &[11, 9], vec![0]);
     conv_case_zw(kern, &mut rng, params(6, 7, 1, &[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), 1, &[8, 10], vec![0; 7]);

@@ -127,8 +127,10 @@ pub struct PackedConv {
 enum Lowering {
     /// One direct GEMM per group.
     Gemm,
-    /// Stride 1 along the innermost axis: one GEMM per group over the input framed and
-    /// interleaved once per image (`shifted`), the weights in its order.
+    /// Every column phase read ([`Lowering::phases_read`]: stride 1 along the innermost axis,
+    /// or yolov8n's 3×3 stride 2): one GEMM per group over the input framed and interleaved
+    /// once per image, its columns split into the stride's phases (`shifted`), the weights in
+    /// its order.
     Shifted,
     /// One input channel per group: direct, with the taps `w − zw` per output channel.
     Depthwise,
@@ -140,11 +142,21 @@ impl Lowering {
     fn of(p: &ConvParams) -> Lowering {
         if p.in_channels == p.groups {
             Lowering::Depthwise
-        } else if p.strides.last() == Some(&1) {
+        } else if Lowering::phases_read(p) {
             Lowering::Shifted
         } else {
             Lowering::Gemm
         }
+    }
+
+    /// Whether the taps read every column phase of the input (stride 1 along the innermost
+    /// axis, or undilated taps at least as many as the stride): then the shifted lowering's
+    /// framed copy holds no column the convolution skips, and its one copy per image replaces
+    /// the direct lowering's gathers (9 per position block for 3×3), which took twice the
+    /// tile's time on yolov8n's stride-2 convolutions.
+    fn phases_read(p: &ConvParams) -> bool {
+        let (sw, kw, dw) = (p.strides[p.strides.len() - 1], p.kernel[p.kernel.len() - 1], p.dilations[p.dilations.len() - 1]);
+        sw == 1 || (dw == 1 && sw <= kw)
     }
 
     /// The reduction depth of one packed row and the row's length in bytes.
@@ -499,7 +511,9 @@ mod tests {
     #[test]
     fn packed_ahead_is_packed_at_load() {
         let cases = [
-            (params(6, 10, 1, &[3, 3], 2, 1), Lowering::Gemm),
+            (params(6, 10, 1, &[3, 1], 2, 1), Lowering::Gemm),
+            (params(6, 10, 1, &[3, 3], 2, 1), Lowering::Shifted),
+            (params(5, 6, 1, &[2, 3, 3], 3, 1), Lowering::Shifted),
             (params(6, 8, 2, &[3, 2], 1, 1), Lowering::Shifted),
             (params(5, 7, 1, &[1, 1], 1, 0), Lowering::Shifted),
             (params(4, 8, 4, &[3, 3], 1, 1), Lowering::Depthwise),
@@ -534,15 +548,15 @@ mod tests {
 
     #[test]
     fn packed_ahead_with_another_layout_is_refused() {
-        let p = params(6, 10, 1, &[3, 3], 2, 1);
-        let load = PackedConv::from_i8(p.clone(), &[1; 10 * 54], &[0]).unwrap();
+        let p = params(6, 10, 1, &[3, 1], 2, 1);
+        let load = PackedConv::from_i8(p.clone(), &[1; 10 * 18], &[0]).unwrap();
         let (data, sums, zps) = (load.data(), load.sums().to_vec(), load.zero_points().to_vec());
         let err = |r: Result<PackedConv, ConvError>| r.map(|_| ()).unwrap_err();
         assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(&data[1..], 0), sums.clone(), zps.clone())), ConvError::Pack(PackError::Length { .. })));
         assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 1), sums.clone(), zps.clone())), ConvError::Pack(PackError::Unaligned)));
         assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 0), sums[1..].to_vec(), zps.clone())), ConvError::Params(_)));
         assert!(matches!(err(PackedConv::from_packed(p.clone(), leak(data, 0), sums.clone(), vec![0])), ConvError::Params(_)));
-        // Another lowering of the same weights: stride 1 selects the shifted layout, whose rows differ in length.
+        // Another lowering of the same weights: stride 1 (every column read) selects the shifted layout, whose rows differ in length.
         let shifted = ConvParams { strides: vec![1, 1], ..p.clone() };
         assert!(matches!(err(PackedConv::from_packed(shifted, leak(data, 0), sums.clone(), zps.clone())), ConvError::Pack(PackError::Length { .. })));
         assert!(matches!(err(PackedConv::from_packed(ConvParams { groups: 4, ..p }, leak(data, 0), sums, zps)), ConvError::Params(_)));

@@ -1,11 +1,18 @@
-//! A convolution group whose innermost axis has stride 1, without im2col: the group's input is
-//! copied once per image into a framed, channel-interleaved layout `[c4][z][y][x][4]` (four input
-//! channels per 4-byte cell, the pads filled with `zx`, channels past `Cin/groups` with 0), so the
-//! im2col panel of 16 consecutive output positions of a line, for a reduction step `q` = (group of
-//! four channels, tap), is one contiguous 64-byte load at `base(line, x0) + offset(q)` — exactly
+//! A convolution group whose taps read every column of the input (stride 1 along the innermost
+//! axis, or a stride up to the undilated kernel width: `Lowering::phases_read`), without im2col:
+//! the group's input is copied once per image into a framed, channel-interleaved layout
+//! `[c4][z][y][phase][x / sw][4]` (four input channels per 4-byte cell, the pads filled with `zx`,
+//! channels past `Cin/groups` with 0; framed column `u·sw + phase` at cell `u` of its phase), so
+//! the im2col panel of 16 consecutive output positions of a line, for a reduction step `q` =
+//! (group of four channels, tap), is one contiguous 64-byte load at `base(line, x0) + offset(q)`
+//! (tap column `tx` of output column `x` is cell `x + tx / sw` of phase `tx mod sw`) — exactly
 //! what one `vpdpbusd` multiplies against the broadcast weights `w[co][4q..4q+4]`. No per-tap
 //! gather, no per-block packing: the earlier path ([`super::direct`]) spent 10× the VNNI tile's
-//! time gathering 48-position runs when K is large (RivaGAN's 11×11 kernels, K = 3872).
+//! time gathering 48-position runs when K is large (RivaGAN's 11×11 kernels, K = 3872), and on
+//! AVX2 twice the tile's time on yolov8n's 3×3 stride-2 convolutions (before the phases, which
+//! they now take: conv_bench, AVX2, fastest of 3 alternating runs: `3x3 s2 32->64 @16` 83.8 → 38.3 µs,
+//! `16->32 @160` 1597 → 1000 µs, `64->128 @40` 1020 → 801 µs; slower only for 3 input channels,
+//! padded to 4, at 640×640: 4000 → 5330 µs).
 //!
 //! The reduction runs over the channels padded to a multiple of four (`q` in channel-group-major,
 //! tap-minor order); the padded channels hold weight 0 and activation 0, so they add nothing to
@@ -64,11 +71,14 @@ impl Offsets {
 }
 
 /// One tile's operands: `mr` weight rows of `offsets.list().len()·4` bytes from `w`, `np` panels
-/// of the interleaved input `x` starting at `bases[p]` (step `q` of panel `p` at `bases[p] + offsets[q]`).
+/// of the interleaved input `x` starting at `bases[p]` (step `q` of panel `p` at `bases[p] + offsets[q]`),
+/// of which the caller reads the first `lens[p]` positions (a tile may leave the others unwritten:
+/// the AVX2 tile skips a panel's second 8 positions on lines of 8 or fewer).
 pub(crate) struct Tile<'a, W = i8> {
     pub w: &'a [W],
     pub x: &'a [u8],
     pub bases: [usize; NP],
+    pub lens: [usize; NP],
     pub offsets: &'a Offsets,
     pub mr: usize,
     pub np: usize,
@@ -78,7 +88,7 @@ impl<W> Tile<'_, W> {
     /// Every read of the tile lies inside its operands (checked before any kernel runs).
     pub(crate) fn check(&self) {
         let k4 = self.offsets.list().len();
-        assert!(self.mr <= MR && self.np <= NP && self.w.len() >= self.mr * k4 * KR);
+        assert!(self.mr <= MR && self.np <= NP && self.w.len() >= self.mr * k4 * KR && self.lens.iter().all(|&l| l <= PANEL));
         assert!(self.bases[..self.np].iter().all(|&b| b + self.offsets.span() + PANEL * KR <= self.x.len()));
     }
 }
@@ -163,20 +173,29 @@ fn group_generic<S: Sink, W>(
         return;
     }
     let [kd, kh, kw] = g.kernel;
-    let [sd, sh, _] = g.strides;
+    let [sd, sh, sw] = g.strides;
     let [dd, dh, dw] = g.dilations;
-    // The framed extents the output reads (the pads' part of them holds `zx`).
-    let (dp, hp, wp) = ((od - 1) * sd + (kd - 1) * dd + 1, (oh - 1) * sh + (kh - 1) * dh + 1, ow + (kw - 1) * dw);
+    // The framed extents the output reads (the pads' part of them holds `zx`); a framed line is
+    // stored as its `sw` column phases of `wq` cells each.
+    let (dp, hp, wq) = ((od - 1) * sd + (kd - 1) * dd + 1, (oh - 1) * sh + (kh - 1) * dh + 1, ((ow - 1) * sw + (kw - 1) * dw + 1).div_ceil(sw));
+    let lw = sw * wq;
     let c4n = w.k4() / (kd * kh * kw);
-    let cells = dp * hp * wp;
-    interleave(g, x, zx, c4n, [dp, hp, wp], s);
-    s.offsets.set((0..c4n).flat_map(|c4| (0..kd * kh * kw).map(move |t| (((c4 * dp + t / (kh * kw) * dd) * hp + t / kw % kh * dh) * wp + t % kw * dw) * KR)));
+    let cells = dp * hp * lw;
+    interleave(g, x, zx, c4n, [dp, hp, wq], s);
+    // Tap (tz, ty, tx) of output column x reads framed column `x·sw + tx·dw`: cell
+    // `x + tx·dw / sw` of phase `tx·dw mod sw`.
+    s.offsets.set((0..c4n).flat_map(|c4| {
+        (0..kd * kh * kw).map(move |t| {
+            let tx = t % kw * dw;
+            (((c4 * dp + t / (kh * kw) * dd) * hp + t / kw % kh * dh) * lw + tx % sw * wq + tx / sw) * KR
+        })
+    }));
     // The panels: (byte base in the interleaved input, first output position, length).
     s.spans.clear();
     for line in 0..od * oh {
         let (z, y) = (line / oh, line % oh);
         for x0 in (0..ow).step_by(PANEL) {
-            s.spans.push([((z * sd * hp + y * sh) * wp + x0) * KR, line * ow + x0, PANEL.min(ow - x0)]);
+            s.spans.push([((z * sd * hp + y * sh) * lw + x0) * KR, line * ow + x0, PANEL.min(ow - x0)]);
         }
     }
     // Σ_k x per output position, only when some weight zero point needs it.
@@ -216,25 +235,37 @@ fn group_generic<S: Sink, W>(
             let mr = MR.min(w.rows() - c0);
             for t0 in (b0..b1).step_by(NP) {
                 let np = NP.min(b1 - t0);
-                let mut bases = [0; NP];
-                for (b, span) in bases.iter_mut().zip(&s.spans[t0..t0 + np]) {
-                    *b = span[0];
+                let (mut bases, mut lens) = ([0; NP], [0; NP]);
+                for ((b, l), span) in bases.iter_mut().zip(&mut lens).zip(&s.spans[t0..t0 + np]) {
+                    (*b, *l) = (span[0], span[2]);
                 }
-                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, offsets: &s.offsets, mr, np }, &mut acc);
+                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, lens, offsets: &s.offsets, mr, np }, &mut acc);
                 for (r, row) in acc.iter_mut().enumerate().take(mr) {
                     let co = c0 + r;
                     let zw = w.zero_points[co];
                     let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
-                    for (p, &[_, pos, len]) in s.spans[t0..t0 + np].iter().enumerate() {
-                        let v = &mut row[p * PANEL..][..len];
+                    // Panels that continue one another (full panels along one line, or a
+                    // pointwise convolution's one line) go to the sink as one run: one
+                    // requantization call per run rather than per 16 positions.
+                    let spans = &s.spans[t0..t0 + np];
+                    let mut p = 0;
+                    while p < np {
+                        let (first, pos) = (p, spans[p][1]);
+                        let mut len = spans[p][2];
+                        while p + 1 < np && len == (p + 1 - first) * PANEL && spans[p + 1][1] == pos + len {
+                            p += 1;
+                            len += spans[p][2];
+                        }
+                        let v = &mut row[first * PANEL..][..len];
                         if need_sums {
-                            for (v, &xs) in v.iter_mut().zip(&s.sums[(t0 + p) * PANEL..]) {
+                            for (v, &xs) in v.iter_mut().zip(&s.sums[(t0 + first) * PANEL..]) {
                                 *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
                             }
                         } else {
                             v.iter_mut().for_each(|v| *v = v.wrapping_add(corr));
                         }
                         sink.row(co_base + co, pos, v);
+                        p += 1;
                     }
                 }
             }
@@ -243,40 +274,63 @@ fn group_generic<S: Sink, W>(
     }
 }
 
-/// The group's input planes `x` (`[c][z][y][x]`) into `s.padded`, `[c4][z][y][x][4]` over the
-/// framed extents `ext`, with 64 bytes of slack at the end.
+/// The group's input planes `x` (`[c][z][y][x]`) into `s.padded`, `[c4][z][y][phase][x / sw][4]`
+/// over the framed extents (`ext`: depth, height, cells per column phase; `sw` phases per line,
+/// framed column `u·sw + phase` at cell `u` of its phase), with 64 bytes of slack at the end.
 fn interleave(g: &Geometry, x: &[u8], zx: u8, c4n: usize, ext: [usize; 3], s: &mut Scratch) {
     let [id, ih, iw] = g.input;
     let [pd, ph, pw] = g.pads;
-    let [dp, hp, wp] = ext;
+    let sw = g.strides[2];
+    let [dp, hp, wq] = ext;
+    let lw = sw * wq;
     let channels = x.len() / (id * ih * iw).max(1);
     s.padded.clear();
-    s.padded.resize(c4n * dp * hp * wp * KR + PANEL * KR, 0);
+    s.padded.resize(c4n * dp * hp * lw * KR + PANEL * KR, 0);
     s.lines.resize(iw, 0);
     s.lines.fill(0);
-    // Columns of the framed line that hold input: lo..hi.
-    let (lo, hi) = (pw.min(wp), (pw + iw).min(wp));
     for c4 in 0..c4n {
         let fill: [u8; KR] = std::array::from_fn(|j| if c4 * KR + j < channels { zx } else { 0 });
         for z in 0..dp {
             for y in 0..hp {
-                let row = &mut s.padded[((c4 * dp + z) * hp + y) * wp * KR..][..wp * KR];
+                let row = &mut s.padded[((c4 * dp + z) * hp + y) * lw * KR..][..lw * KR];
                 let (zi, yi) = (z.wrapping_sub(pd), y.wrapping_sub(ph));
-                if zi >= id || yi >= ih || lo >= hi {
+                if zi >= id || yi >= ih {
                     row.chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
                     continue;
                 }
                 let line = |j: usize| {
                     let c = c4 * KR + j;
-                    if c < channels { &x[((c * id + zi) * ih + yi) * iw + lo - pw..][..hi - lo] } else { &s.lines[..hi - lo] }
+                    if c < channels { &x[((c * id + zi) * ih + yi) * iw..][..iw] } else { &s.lines[..iw] }
                 };
-                let (l0, l1, l2, l3) = (line(0), line(1), line(2), line(3));
-                row[..lo * KR].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
-                row[hi * KR..].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
-                for (u, c) in row[lo * KR..hi * KR].chunks_exact_mut(KR).enumerate() {
-                    c.copy_from_slice(&[l0[u], l1[u], l2[u], l3[u]]);
+                let lines = [line(0), line(1), line(2), line(3)];
+                for (phase, cells) in row.chunks_exact_mut(wq * KR).enumerate() {
+                    // Stride 1 (one phase) separately: the compiler then interleaves contiguous runs.
+                    if sw == 1 {
+                        phase_cells(cells, &lines, fill, 1, phase, pw);
+                    } else {
+                        phase_cells(cells, &lines, fill, sw, phase, pw);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// The cells `u` of one column phase of a framed line: input column `u·sw + phase − pw` of the
+/// four `lines`, or `fill` where that column lies in the pads.
+#[inline(always)]
+fn phase_cells(cells: &mut [u8], lines: &[&[u8]; KR], fill: [u8; KR], sw: usize, phase: usize, pw: usize) {
+    let (wq, iw) = (cells.len() / KR, lines[0].len());
+    // Cells holding input: lo..hi (framed columns pw..pw + iw).
+    let lo = pw.saturating_sub(phase).div_ceil(sw).min(wq);
+    let hi = (pw + iw).saturating_sub(phase).div_ceil(sw).clamp(lo, wq);
+    cells[..lo * KR].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
+    cells[hi * KR..].chunks_exact_mut(KR).for_each(|c| c.copy_from_slice(&fill));
+    if lo < hi {
+        let first = lo * sw + phase - pw;
+        for (u, c) in cells[lo * KR..hi * KR].chunks_exact_mut(KR).enumerate() {
+            let col = first + u * sw;
+            c.copy_from_slice(&[lines[0][col], lines[1][col], lines[2][col], lines[3][col]]);
         }
     }
 }
