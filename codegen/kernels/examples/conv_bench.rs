@@ -6,7 +6,8 @@
 //!     cargo run --release -p qdqc-kernels --example conv_bench -- [--isa NAME] [--reps N] [--only SUBSTRING]
 //!
 //! Shapes: 3×3 stride 1 (the shifted lowering), 3×3 stride 2 (the shifted lowering over two
-//! column phases), 1×1 (the shifted lowering as one line), at the channel counts and resolutions
+//! column phases; the 3-channel first layer keeps the direct gathers), 1×1 (the shifted lowering
+//! as one line), at the channel counts and resolutions
 //! of yolov8n's stages at 640×640 and at the 64×64 of `bench/rust_target.py`.
 //! Each shape prints a checksum of its codes: the same on every path.
 
