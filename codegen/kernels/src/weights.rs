@@ -38,6 +38,24 @@ impl fmt::Display for WeightsError {
 
 impl std::error::Error for WeightsError {}
 
+/// The version of the layouts qdqc packs weights in at compile time (`PackedB::from_packed`,
+/// `crate::conv::PackedConv::from_packed` borrow them as they are). A layout can change without
+/// changing its length (strided convolutions over column phases did), and a generated crate
+/// depends on this crate by path: rebuilt against a newer one, it would run on weights in the
+/// wrong order. The generated `Model::new()` passes the version it was packed for to
+/// [`check_layout`]. Bump it with every change of a packed layout.
+pub const PACKED_LAYOUT: u32 = 2;
+
+/// Refuses weights packed for another [`PACKED_LAYOUT`] than this crate's.
+pub fn check_layout(packed_for: u32) -> Result<(), String> {
+    if packed_for == PACKED_LAYOUT {
+        return Ok(());
+    }
+    Err(format!(
+        "the weights were packed for qdqc-kernels layout {packed_for}, and this qdqc-kernels reads layout {PACKED_LAYOUT}: regenerate the crate with the qdqc whose kernel crate it builds against"
+    ))
+}
+
 /// FNV-1a 64 of `bytes`: names a compile's weights in the header and in the generated code.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
@@ -125,6 +143,13 @@ fn map(file: &std::fs::File) -> std::io::Result<&'static [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_packed_for_another_layout_are_refused() {
+        assert_eq!(check_layout(PACKED_LAYOUT), Ok(()));
+        let err = check_layout(PACKED_LAYOUT - 1).unwrap_err();
+        assert!(err.contains(&format!("packed for qdqc-kernels layout {}", PACKED_LAYOUT - 1)) && err.contains("regenerate"), "{err}");
+    }
 
     #[test]
     fn a_file_round_trips_and_a_foreign_one_is_refused() {

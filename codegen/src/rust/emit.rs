@@ -1180,6 +1180,7 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "    pub fn new() -> Result<Model, Error> {{").unwrap();
     writeln!(w, "        let blob = Blob(&BLOB.0);").unwrap();
     writeln!(w, "        let _ = &blob;").unwrap();
+    writeln!(w, "        qdqc_kernels::weights::check_layout({}).map_err(Error::Weights)?;", qdqc_kernels::weights::PACKED_LAYOUT).unwrap();
     writeln!(w, "        let k = Kernels::from_env().map_err(|e| Error::Kernel(e.to_string()))?;").unwrap();
     writeln!(w, "        Ok(Model {{\n            k,").unwrap();
     for (f, _, init) in &members {
