@@ -225,6 +225,54 @@ fn repeated_blocks_are_one_loop_and_snapshotted() {
     insta::assert_snapshot!("rust_codegen_resblocks_u8s8_pt_pow2_lib", lib);
 }
 
+/// Ops on codes that compute one function of one code tensor run as one lookup
+/// (`codegen/src/rust/code_sets.rs`, models by `tests/rust_codegen/make_code_sets.py`): a
+/// GELU-like diamond and SiLU + 1 each become one table; a product with a second input does not.
+/// Every output is byte-identical, on all 256 codes of `x`, to the same graph with every
+/// intermediate also a graph output, where nothing is collapsed.
+#[test]
+fn code_sets_are_one_lookup_and_byte_identical_on_every_code() {
+    let dir = work("code_sets");
+    let (one, cut) = (dir.join("one"), dir.join("cut"));
+    generate_with(&model("code_sets_u8"), &one, &["--contract", "real"]);
+    generate_with(&model("code_sets_u8_cut"), &cut, &["--contract", "real"]);
+    // (output, kind, steps) of each group of `groups.json`.
+    let groups = |d: &Path| -> Vec<(String, String, usize)> {
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(d.join("groups.json")).unwrap()).unwrap();
+        let steps = |g: &Value| g["params"]["steps"].as_array().map_or(0, Vec::len);
+        json["groups"].as_array().unwrap().iter().map(|g| (g["output"].as_str().unwrap().into(), g["kind"].as_str().unwrap().into(), steps(g))).collect()
+    };
+    let row = |o: &str, k: &str, n: usize| (o.to_string(), k.to_string(), n);
+    // GELU-like: x·½, Tanh, + 1, the product; SiLU's table with its product, then + 1.
+    assert_eq!(groups(&one), [row("y_gelu", "code_table", 4), row("y_silu", "code_table", 2), row("y_mulz", "mul", 0)]);
+    let lib = std::fs::read_to_string(one.join("src/lib.rs")).unwrap();
+    assert_eq!(lib.matches("source_codes()").count(), 2, "{lib}");
+    assert!(groups(&cut).iter().all(|(_, k, _)| k != "code_table"), "{:?}", groups(&cut));
+    let inputs = dir.join("in.npz");
+    let py = |script: &str, args: &[&Path]| {
+        let o = Command::new(common::oracle_python()).arg("-c").arg(script).args(args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    py(
+        "import sys, numpy as np; np.savez(sys.argv[1], x=np.arange(256, dtype=np.uint8).reshape(1, 256), z=np.random.default_rng(3).integers(0, 256, (1, 256)).astype(np.uint8))",
+        &[&inputs],
+    );
+    let mut outs = Vec::new();
+    for d in [&one, &cut] {
+        let (harness, _) = build(d);
+        let out = d.join("out.npz");
+        let o = Command::new(harness).arg(&inputs).arg(&out).output().unwrap();
+        assert!(o.status.success(), "harness failed: {}", String::from_utf8_lossy(&o.stderr));
+        outs.push(out);
+    }
+    let differ = py(
+        "import sys, numpy as np; a, b = np.load(sys.argv[1]), np.load(sys.argv[2]); print(sorted(k for k in a if a[k].dtype != b[k].dtype or (a[k] != b[k]).any()), len(a))",
+        &[&outs[0], &outs[1]],
+    );
+    assert_eq!(differ.trim(), "[] 3", "outputs that differ, and how many outputs");
+}
+
 #[test]
 fn unsupported_ops_are_refused_before_anything_is_written() {
     let dir = work("unsupported");

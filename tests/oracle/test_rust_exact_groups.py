@@ -314,19 +314,21 @@ def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str, bias
             key = f"{g['kind']} (f32 in, not evaluated)"
             kinds[key] = kinds.get(key, 0) + 1
             continue
-        if g["kind"] == "unary_table":
-            # A table of f32 functions of the codes (Sigmoid: no exact model here). What it must
-            # be: a function of the input code, the same output wherever a code occurs.
+        if g["kind"] in ("unary_table", "code_table"):
+            # A table of f32 functions of the codes (Sigmoid: no exact model here), or of a set of
+            # ops on codes (code_sets.rs; its byte identity with the unfused ops is
+            # tests/rust_codegen.rs's). What it must be: a function of the input code, the same
+            # output wherever a code occurs.
             x = tensors.get(g["inputs"][0])
             if x is None:
-                failures.append(f"{where}: {g['node']} (unary_table): the harness wrote no '{g['inputs'][0]}'")
+                failures.append(f"{where}: {g['node']} ({g['kind']}): the harness wrote no '{g['inputs'][0]}'")
                 continue
             seen = {}
             for a, b in zip(x.reshape(-1).tolist(), got.reshape(-1).tolist()):
                 if seen.setdefault(a, b) != b:
-                    failures.append(f"{where}: {g['node']} (unary_table): code {a} gives {seen[a]} and {b}")
+                    failures.append(f"{where}: {g['node']} ({g['kind']}): code {a} gives {seen[a]} and {b}")
                     break
-            key = "quantize (unary_table: f32 functions of codes, checked as a function only)"
+            key = f"quantize ({g['kind']}: functions of codes, checked as a function only)"
             kinds[key] = kinds.get(key, 0) + 1
             continue
         ins = []

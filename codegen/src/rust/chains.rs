@@ -12,7 +12,7 @@
 //! |---|---|
 //! | the Q and the DQ have one scale and one zero point | the table is indexed by the code alone |
 //! | the DQ reads u8/i8 codes | 256 entries |
-//! | every step is `FloatUnary` or `FloatMap` | element-wise with one input |
+//! | every step is `FloatUnary`, `FloatMap`, or a `FloatBinary` whose second operand is an f32 constant of one element stored as f32 (not dequantized codes) | element-wise with one varying input; the constant is the same for every element |
 //! | each step's input and the Q's input are read by nothing else and are not graph outputs | the float values disappear; the DQ stays if something else reads it |
 //!
 //! A QLinearAdd/Mul of a code tensor `x` with such a table of the same `x` (QDQ SiLU:
@@ -21,17 +21,21 @@
 //! agree (the table keeps its input's), so no broadcasting is lost.
 
 use super::ops::{Kind, Op, Pair, Q};
-use super::values::Elem;
+use super::values::{Elem, Values};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `ops` with every chain the table above admits replaced by one `Kind::UnaryTable` op at the
 /// place of its Q, and the DQs nothing reads any more removed. `elems`: element type of every
 /// value; `keep`: graph outputs.
-pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<String>) -> Vec<Op> {
+/// `scalar`: the f32 bits of a value that is a constant of one f32 element stored as f32
+/// ([`scalar`] of the value table).
+pub fn tabulate(ops: Vec<Op>, scalar: &dyn Fn(&str) -> Option<u32>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<String>) -> Vec<Op> {
     let (producer, readers) = uses(&ops);
     let only_reader = |v: &str| readers.get(v) == Some(&1) && !keep.contains(v);
-    // Q index → (DQ index, step indices in program order, the DQ's and the Q's parameters).
-    let mut chains: BTreeMap<usize, (usize, Vec<usize>, Q, Q)> = BTreeMap::new();
+    // Q index → (DQ index, steps in program order, the DQ's and the Q's parameters).
+    let mut chains: BTreeMap<usize, (usize, Vec<Kind>, Q, Q)> = BTreeMap::new();
+    // The steps' indices.
+    let mut gone: BTreeSet<usize> = BTreeSet::new();
     for (qi, q) in ops.iter().enumerate() {
         let Kind::Quantize { scales, zps, .. } = &q.kind else { continue };
         let Some(y) = per_tensor(scales, zps) else { continue };
@@ -41,7 +45,12 @@ pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<St
             let Some(&pi) = producer.get(at) else { break None };
             match &ops[pi].kind {
                 Kind::FloatUnary { .. } | Kind::FloatMap { .. } if only_reader(at) => {
-                    steps.push(pi);
+                    steps.push((pi, ops[pi].kind.clone()));
+                    at = ops[pi].inputs[0].as_str();
+                }
+                Kind::FloatBinary { op } if only_reader(at) && ops[pi].inputs.len() == 2 => {
+                    let Some(bits) = scalar(&ops[pi].inputs[1]) else { break None };
+                    steps.push((pi, Kind::FloatScalar { op, bits }));
                     at = ops[pi].inputs[0].as_str();
                 }
                 // The chain's first f32 value may be read elsewhere too: the DQ then stays.
@@ -54,12 +63,12 @@ pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<St
             continue;
         }
         steps.reverse();
-        chains.insert(qi, (di, steps, x, y));
+        gone.extend(steps.iter().map(|(s, _)| *s));
+        chains.insert(qi, (di, steps.into_iter().map(|(_, k)| k).collect(), x, y));
     }
     if chains.is_empty() {
         return ops;
     }
-    let gone: BTreeSet<usize> = chains.values().flat_map(|(_, steps, ..)| steps.iter().copied()).collect();
     // A DQ read only by the chains that absorb it goes too.
     let mut absorbed: BTreeMap<usize, usize> = BTreeMap::new();
     for (di, ..) in chains.values() {
@@ -71,7 +80,7 @@ pub fn tabulate(ops: Vec<Op>, elems: &BTreeMap<String, Elem>, keep: &BTreeSet<St
         .into_iter()
         .map(|(qi, (di, steps, x, y))| {
             let q = &ops[qi];
-            let kind = Kind::UnaryTable { x, steps: steps.iter().map(|&s| ops[s].kind.clone()).collect(), y, pair: None };
+            let kind = Kind::UnaryTable { x, steps, y, pair: None };
             (qi, Op { node: q.node.clone(), kind, inputs: vec![ops[di].inputs[0].clone()], output: q.output.clone(), elem: q.elem })
         })
         .collect();
@@ -128,6 +137,17 @@ fn uses(ops: &[Op]) -> (BTreeMap<&str, usize>, BTreeMap<&str, usize>) {
     (producer, readers)
 }
 
+/// The f32 bits of `name` where it is a constant of one f32 element stored as f32.
+pub fn scalar(values: &Values, name: &str) -> Option<u32> {
+    if !values.is_constant(name) || values.is_dequantized(name) {
+        return None;
+    }
+    match values.constant(name).ok()?.f32_bits[..] {
+        [bits] => Some(bits),
+        _ => None,
+    }
+}
+
 /// The one scale and zero point of a per-tensor Q/DQ.
 fn per_tensor(scales: &[u32], zps: &[i64]) -> Option<Q> {
     match (scales, zps) {
@@ -175,35 +195,48 @@ mod tests {
     #[test]
     fn a_dequantize_sigmoid_quantize_chain_is_one_table_of_its_codes() {
         let ops = vec![dq("x", "f", vec![X.scale]), sigmoid("f", "s"), q("s", "y")];
-        assert_eq!(kinds(&tabulate(ops, &elems(), &keep(&["y"]))), ["table(1 steps) y <- x"]);
+        assert_eq!(kinds(&tabulate(ops, &|_| None, &elems(), &keep(&["y"]))), ["table(1 steps) y <- x"]);
     }
 
     #[test]
     fn a_float_value_the_graph_outputs_or_another_op_reads_keeps_the_chain() {
         let ops = vec![dq("x", "f", vec![X.scale]), sigmoid("f", "s"), q("s", "y")];
-        assert_eq!(kinds(&tabulate(ops.clone(), &elems(), &keep(&["y", "s"]))).len(), 3);
+        assert_eq!(kinds(&tabulate(ops.clone(), &|_| None, &elems(), &keep(&["y", "s"]))).len(), 3);
         let mut twice = ops;
         twice.push(op(Kind::FloatUnary { function: "Tanh" }, &["s"], "t", Elem::F32));
-        assert_eq!(kinds(&tabulate(twice, &elems(), &keep(&["y", "t"]))).len(), 4);
+        assert_eq!(kinds(&tabulate(twice, &|_| None, &elems(), &keep(&["y", "t"]))).len(), 4);
+    }
+
+    #[test]
+    fn a_binary_op_by_a_constant_scalar_is_a_step_and_by_anything_else_ends_the_chain() {
+        let pow = |c: &str| op(Kind::FloatBinary { op: "Pow" }, &["f", c], "p", Elem::F32);
+        let three = |v: &str| (v == "three").then_some(3f32.to_bits());
+        let out = tabulate(vec![dq("x", "f", vec![X.scale]), pow("three"), q("p", "y")], &three, &elems(), &keep(&["y"]));
+        assert_eq!(kinds(&out), ["table(1 steps) y <- x"]);
+        assert!(
+            matches!(&out[0].kind, Kind::UnaryTable { steps, .. } if matches!(steps[..], [Kind::FloatScalar { op: "Pow", bits }] if bits == 3f32.to_bits()))
+        );
+        let by_tensor = tabulate(vec![dq("x", "f", vec![X.scale]), pow("w"), q("p", "y")], &three, &elems(), &keep(&["y"]));
+        assert_eq!(kinds(&by_tensor).len(), 3);
     }
 
     #[test]
     fn a_per_axis_dequantize_keeps_the_chain() {
         let ops = vec![dq("x", "f", vec![X.scale, X.scale]), sigmoid("f", "s"), q("s", "y")];
-        assert_eq!(kinds(&tabulate(ops, &elems(), &keep(&["y"]))).len(), 3);
+        assert_eq!(kinds(&tabulate(ops, &|_| None, &elems(), &keep(&["y"]))).len(), 3);
     }
 
     #[test]
     fn a_dequantize_something_else_reads_stays() {
         let ops = vec![dq("x", "f", vec![X.scale]), sigmoid("f", "s"), q("s", "y"), op(Kind::FloatUnary { function: "Exp" }, &["f"], "e", Elem::F32)];
-        assert_eq!(kinds(&tabulate(ops, &elems(), &keep(&["y", "e"]))), ["Dequantize f <- x", "table(1 steps) y <- x", "FloatUnary e <- f"]);
+        assert_eq!(kinds(&tabulate(ops, &|_| None, &elems(), &keep(&["y", "e"]))), ["Dequantize f <- x", "table(1 steps) y <- x", "FloatUnary e <- f"]);
     }
 
     #[test]
     fn silu_on_codes_is_one_table_with_its_multiply() {
         let mul = Kind::Binary { mul: true, a: X, b: Y, y: X };
         let ops = vec![dq("x", "f", vec![X.scale]), sigmoid("f", "s"), q("s", "t"), op(mul, &["x", "t"], "y", Elem::U8)];
-        let out = tabulate(ops, &elems(), &keep(&["y"]));
+        let out = tabulate(ops, &|_| None, &elems(), &keep(&["y"]));
         assert_eq!(kinds(&out), ["table(1 steps, pair) y <- x"]);
         assert!(matches!(out[0].kind, Kind::UnaryTable { pair: Some(Pair { mul: true, source_first: true, mid: Elem::U8, .. }), .. }));
     }
@@ -212,6 +245,6 @@ mod tests {
     fn a_multiply_whose_table_reads_other_codes_is_left_alone() {
         let mul = Kind::Binary { mul: true, a: X, b: Y, y: X };
         let ops = vec![dq("x", "f", vec![X.scale]), sigmoid("f", "s"), q("s", "t"), op(mul, &["z", "t"], "y", Elem::U8)];
-        assert_eq!(kinds(&tabulate(ops, &elems(), &keep(&["y"]))), ["table(1 steps) t <- x", "Binary y <- z,t"]);
+        assert_eq!(kinds(&tabulate(ops, &|_| None, &elems(), &keep(&["y"]))), ["table(1 steps) t <- x", "Binary y <- z,t"]);
     }
 }

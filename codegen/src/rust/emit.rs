@@ -697,27 +697,14 @@ impl Emitter<'_, '_> {
             Kind::UnaryTable { x, steps, y, pair } => {
                 let field = format!("p{}.n{i}_table", self.part);
                 let xt = xt(self, x0)?;
-                let calls: Vec<String> = steps.iter().map(|s| step_call(s, &node)).collect::<Result<_, _>>()?;
-                let mid = pair.map_or(yt.to_string(), |p| p.mid.rust().to_string());
-                let mut init = format!(
-                    "unary_table::<{xt}, {mid}>(quant({:#010x}, {}), quant({:#010x}, {}), |v: &mut [f32], t: &mut [f32]| -> Result<(), Error> {{ {} Ok(()) }}, {node})?",
-                    x.scale,
-                    x.zero_point,
-                    y.scale,
-                    y.zero_point,
-                    calls.join(" ")
-                );
-                if let Some(p) = pair {
-                    let bop = if p.mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
-                    init = format!(
-                        "pair_table::<{xt}, {mid}, {yt}>(&{init}, {bop}, {}, {}, {}, {}, {node})?",
-                        q_expr(p.a),
-                        q_expr(p.b),
-                        q_expr(p.y),
-                        p.source_first
-                    );
-                }
-                self.fields.push((field.clone(), format!("[{yt}; 256]"), init));
+                self.fields.push((field.clone(), format!("[{yt}; 256]"), unary_table(xt, yt, *x, steps, *y, pair.as_ref(), &node)?));
+                format!("entry::apply_lut_{xt}_{yt}(self.k, &self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
+            }
+            Kind::FloatScalar { .. } => return Err("a unary table's step outside a table".into()),
+            Kind::CodeTable { steps } => {
+                let field = format!("p{}.n{i}_table", self.part);
+                let xt = xt(self, x0)?;
+                self.fields.push((field.clone(), format!("[{yt}; 256]"), code_table(xt, steps)?));
                 format!("entry::apply_lut_{xt}_{yt}(self.k, &self.{field}, {}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?)
             }
             Kind::Lut { table } => {
@@ -1261,12 +1248,71 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     Ok((src, e.blob.bytes))
 }
 
+/// The `Model::new` expression of a `Kind::UnaryTable`'s table: `x`'s codes (of type `xt`)
+/// through the chain into `yt` codes.
+fn unary_table(xt: &str, yt: &str, x: Q, steps: &[Kind], y: Q, pair: Option<&super::ops::Pair>, node: &str) -> Result<String, String> {
+    let calls: Vec<String> = steps.iter().map(|s| step_call(s, node)).collect::<Result<_, _>>()?;
+    let mid = pair.map_or(yt.to_string(), |p| p.mid.rust().to_string());
+    let mut init = format!(
+        "unary_table::<{xt}, {mid}>(quant({:#010x}, {}), quant({:#010x}, {}), |v: &mut [f32], t: &mut [f32]| -> Result<(), Error> {{ {} Ok(()) }}, {node})?",
+        x.scale,
+        x.zero_point,
+        y.scale,
+        y.zero_point,
+        calls.join(" ")
+    );
+    if let Some(p) = pair {
+        let bop = if p.mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+        init = format!("pair_table::<{xt}, {mid}, {yt}>(&{init}, {bop}, {}, {}, {}, {}, {node})?", q_expr(p.a), q_expr(p.b), q_expr(p.y), p.source_first);
+    }
+    Ok(init)
+}
+
+/// The `Model::new` expression of a `Kind::CodeTable`'s table (`code_sets.rs`): `v0` the 256
+/// source codes of type `xt`, `v{j + 1}` step `j`'s codes, each by the kernel the unfused op
+/// calls; the last step's codes are the table.
+fn code_table(xt: &str, steps: &[super::code_sets::Step]) -> Result<String, String> {
+    use super::code_sets::Arg;
+    let mut types = vec![xt];
+    let mut text = format!("{{ let v0: [{xt}; 256] = source_codes(); ");
+    for (j, s) in steps.iter().enumerate() {
+        let (node, yt) = (str_lit(&s.node), s.elem.rust());
+        let operand = |a: &Arg| -> (String, &str, &str) {
+            match a {
+                Arg::Source => ("&v0[..]".to_string(), "&[256]", types[0]),
+                Arg::Step(k) => (format!("&v{}[..]", k + 1), "&[256]", types[k + 1]),
+                Arg::Code(c, e) => (format!("&[{c}{}][..]", e.rust()), "&[]", e.rust()),
+            }
+        };
+        let (input, _, it) = operand(&s.args[0]);
+        let value = match &s.kind {
+            Kind::UnaryTable { x, steps, y, pair } => format!("through(k, &{}, {input}, {node})?", unary_table(it, yt, *x, steps, *y, pair.as_ref(), &node)?),
+            Kind::Lut { table } => format!("through::<{it}, {yt}>(k, &{}, {input}, {node})?", list(table)),
+            Kind::Binary { mul, a, b, y } => {
+                let (bi, bs, bt) = operand(&s.args[1]);
+                let (_, a_shape, _) = operand(&s.args[0]);
+                let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+                format!("binary_codes::<{it}, {bt}, {yt}>(k, {bop}, {}, {}, {}, {input}, {a_shape}, {bi}, {bs}, {node})?", q_expr(*a), q_expr(*b), q_expr(*y))
+            }
+            other => return Err(format!("a code table step that is not a table or a QLinearAdd/Mul: {other:?}")),
+        };
+        write!(text, "let v{}: [{yt}; 256] = {value}; ", j + 1).unwrap();
+        types.push(yt);
+    }
+    write!(text, "v{} }}", steps.len()).unwrap();
+    Ok(text)
+}
+
 /// One step of a `Kind::UnaryTable` chain as generated code: the step's kernel from `v` into `t`,
 /// then `t` back into `v` (256 values).
 fn step_call(step: &Kind, node: &str) -> Result<String, String> {
     let call = match step {
         Kind::FloatUnary { function } => format!("float::unary::map(k, float::unary::Function::{function}, v, t)"),
         Kind::FloatMap { map } => format!("float::elementwise::map(float::elementwise::{map}, v, t)"),
+        // As the unfused op calls it, the constant of one element broadcast.
+        Kind::FloatScalar { op, bits } => format!(
+            "float::elementwise::binary_operands(float::elementwise::Binary::{op}, float::dq::Operand::F32(v), &[256], float::dq::Operand::F32(&[f32::from_bits({bits:#010x})]), &[], t)"
+        ),
         _ => return Err("a unary table step that is not an element-wise f32 map".into()),
     };
     Ok(format!("{call}.map_err(float_err({node}))?; v.copy_from_slice(t);"))
@@ -1277,6 +1323,7 @@ pub fn step_name(step: &Kind) -> String {
     match step {
         Kind::FloatUnary { function } => (*function).to_string(),
         Kind::FloatMap { map } => map.clone(),
+        Kind::FloatScalar { op, bits } => format!("{op} {}", f32::from_bits(*bits)),
         other => format!("{other:?}"),
     }
 }

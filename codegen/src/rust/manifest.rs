@@ -76,6 +76,16 @@ fn params(kind: &Kind) -> Option<(&'static str, Value)> {
             let pair = pair.map(|p| json!({ "mul": p.mul, "a": q(p.a), "b": q(p.b), "y": q(p.y), "source_first": p.source_first }));
             ("unary_table", json!({ "x": q(*x), "steps": steps, "y": q(*y), "pair": pair }))
         }
+        Kind::CodeTable { steps } => {
+            let steps: Vec<Value> = steps
+                .iter()
+                .map(|s| {
+                    let (kind, p) = params(&s.kind).unwrap_or(("unlisted", json!({})));
+                    json!({ "node": s.node, "kind": kind, "params": p, "args": s.args.iter().map(arg).collect::<Vec<_>>() })
+                })
+                .collect();
+            ("code_table", json!({ "steps": steps }))
+        }
         Kind::Resize { linear: false, transform, nearest, scales, sizes } => {
             ("resize_nearest", json!({ "transform": transform, "nearest": nearest, "scales": scales, "sizes": sizes }))
         }
@@ -86,6 +96,16 @@ fn params(kind: &Kind) -> Option<(&'static str, Value)> {
         Kind::GatherBy { axis } => ("gather", json!({ "axis": axis })),
         _ => return None,
     })
+}
+
+/// A code table step's operand: "source", the index of an earlier step, or a constant code.
+fn arg(a: &super::code_sets::Arg) -> Value {
+    use super::code_sets::Arg;
+    match a {
+        Arg::Source => json!("source"),
+        Arg::Step(j) => json!(j),
+        Arg::Code(c, e) => json!({ "code": c, "elem": e.rust() }),
+    }
 }
 
 /// The constants an op reads: its constant inputs, weights and bias.

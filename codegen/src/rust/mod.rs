@@ -83,6 +83,7 @@
 mod batched;
 mod blob;
 mod chains;
+mod code_sets;
 mod emit;
 mod fold;
 mod manifest;
@@ -304,7 +305,8 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath, we
     }
     let outputs: Vec<String> = g.output.iter().filter_map(|v| v.name.clone()).collect();
     let keep: BTreeSet<String> = outputs.iter().cloned().collect();
-    let ops = chains::tabulate(ops, &elems, &keep);
+    let ops = chains::tabulate(ops, &|v| chains::scalar(&values, v), &elems, &keep);
+    let ops = code_sets::collapse(ops, &values, &elems, &keep);
     let plan = slots::plan(&ops, &keep);
     let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let input_elems: Vec<(String, values::Elem)> = inputs.iter().map(|(n, e, _)| (n.clone(), *e)).collect();

@@ -155,12 +155,19 @@ pub enum Kind {
     /// `steps`: `FloatUnary` / `FloatMap` kinds in order; `pair`: a QLinearAdd/Mul of the source
     /// codes with the chain's codes (SiLU's `x · sigmoid(x)`) folded into the same table.
     UnaryTable { x: Q, steps: Vec<Kind>, y: Q, pair: Option<Pair> },
+    /// A connected set of table and QLinearAdd/Mul ops that computes one function of its one
+    /// input's codes, as one table the generated `Model::new` fills by running the set's kernels
+    /// on the 256 codes (`code_sets.rs`).
+    CodeTable { steps: Vec<super::code_sets::Step> },
     /// Resize: nearest (codes or f32) or linear (f32), by constant scales or sizes; the
     /// coordinate transform and nearest mode as variant names of the kernel crate's enums.
     Resize { linear: bool, transform: &'static str, nearest: &'static str, scales: Option<Vec<u32>>, sizes: Option<Vec<i64>> },
     /// f32 Add/Sub/Mul/Div/Max/Min with broadcasting: one IEEE operation per element; Pow:
     /// `float::math::pow` (`float::elementwise::Binary` variant name).
     FloatBinary { op: &'static str },
+    /// A `FloatBinary` whose second operand is a constant f32 scalar (`bits`), as a step of a
+    /// `UnaryTable` chain (`chains.rs`: `x³` in tanh-GELU's `Pow(x, 3)`).
+    FloatScalar { op: &'static str, bits: u32 },
     /// f32 Relu / HardSigmoid (`float::elementwise::Map`, as Rust text).
     FloatMap { map: String },
     /// f32 Conv (1–3-D), inputs x, w and an optional bias.

@@ -340,6 +340,28 @@ pub fn pair_table<X: QCode, T: QCode, Y: QCode>(table: &[T; 256], op: BinaryOp, 
     })
 }
 
+/// The 256 codes of `X` in index order: the source of a code table (`codegen/src/rust/code_sets.rs`).
+pub fn source_codes<X: QCode>() -> [X; 256] {
+    codes::lut::tabulate(|x: X| x)
+}
+
+/// A code table's step through a table: `apply_lut`, the kernel the unfused op runs.
+pub fn through<X: QCode, Y: QCode>(k: Kernels, table: &[Y; 256], x: &[X], node: &str) -> Result<[Y; 256], Error> {
+    let mut y = [Y::default(); 256];
+    codes::lut::apply_lut(k, table, x, &mut y).map_err(codes_err(node))?;
+    Ok(y)
+}
+
+/// A code table's QLinearAdd/Mul step: `Binary::apply` (what `entry::binary_*` instantiates) on
+/// operands of the unfused op's kinds: 256 codes, or a constant code of shape `[]`.
+#[allow(clippy::too_many_arguments)] // the op, its three parameter sets, two operands with shapes, the node
+pub fn binary_codes<A: QCode, B: QCode, Y: QCode>(k: Kernels, op: BinaryOp, qa: Quant, qb: Quant, qy: Quant, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], node: &str) -> Result<[Y; 256], Error> {
+    let bin = Binary::<A, B, Y>::new(op, qa, qb, qy).map_err(codes_err(node))?;
+    let mut y = [Y::default(); 256];
+    bin.apply(k, a, a_shape, b, b_shape, &mut y).map_err(codes_err(node))?;
+    Ok(y)
+}
+
 /// Scratch buffers of the integer kernels, reused across runs.
 #[derive(Default)]
 pub struct Scratch {
