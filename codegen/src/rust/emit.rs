@@ -600,7 +600,7 @@ impl Emitter<'_, '_> {
             Kind::Binary { mul, a, b, y } => {
                 let (at, bt) = (xt(self, &op.inputs[0])?, xt(self, &op.inputs[1])?);
                 let field = format!("p{}.n{i}_binary", self.part);
-                let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+                let bop = binary_op(*mul);
                 self.fields.push((
                     field.clone(),
                     format!("Binary<{at}, {bt}, {yt}>"),
@@ -1248,6 +1248,11 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     Ok((src, e.blob.bytes))
 }
 
+/// The kernel crate's `BinaryOp` of a QLinearMul (`mul`) or QLinearAdd.
+fn binary_op(mul: bool) -> &'static str {
+    if mul { "BinaryOp::Mul" } else { "BinaryOp::Add" }
+}
+
 /// The `Model::new` expression of a `Kind::UnaryTable`'s table: `x`'s codes (of type `xt`)
 /// through the chain into `yt` codes.
 fn unary_table(xt: &str, yt: &str, x: Q, steps: &[Kind], y: Q, pair: Option<&super::ops::Pair>, node: &str) -> Result<String, String> {
@@ -1262,7 +1267,7 @@ fn unary_table(xt: &str, yt: &str, x: Q, steps: &[Kind], y: Q, pair: Option<&sup
         calls.join(" ")
     );
     if let Some(p) = pair {
-        let bop = if p.mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+        let bop = binary_op(p.mul);
         init = format!("pair_table::<{xt}, {mid}, {yt}>(&{init}, {bop}, {}, {}, {}, {}, {node})?", q_expr(p.a), q_expr(p.b), q_expr(p.y), p.source_first);
     }
     Ok(init)
@@ -1284,14 +1289,13 @@ fn code_table(xt: &str, steps: &[super::code_sets::Step]) -> Result<String, Stri
                 Arg::Code(c, e) => (format!("&[{c}{}][..]", e.rust()), "&[]", e.rust()),
             }
         };
-        let (input, _, it) = operand(&s.args[0]);
+        let (input, a_shape, it) = operand(&s.args[0]);
         let value = match &s.kind {
             Kind::UnaryTable { x, steps, y, pair } => format!("through(k, &{}, {input}, {node})?", unary_table(it, yt, *x, steps, *y, pair.as_ref(), &node)?),
             Kind::Lut { table } => format!("through::<{it}, {yt}>(k, &{}, {input}, {node})?", list(table)),
             Kind::Binary { mul, a, b, y } => {
                 let (bi, bs, bt) = operand(&s.args[1]);
-                let (_, a_shape, _) = operand(&s.args[0]);
-                let bop = if *mul { "BinaryOp::Mul" } else { "BinaryOp::Add" };
+                let bop = binary_op(*mul);
                 format!("binary_codes::<{it}, {bt}, {yt}>(k, {bop}, {}, {}, {}, {input}, {a_shape}, {bi}, {bs}, {node})?", q_expr(*a), q_expr(*b), q_expr(*y))
             }
             other => return Err(format!("a code table step that is not a table or a QLinearAdd/Mul: {other:?}")),
