@@ -273,6 +273,49 @@ fn code_sets_are_one_lookup_and_byte_identical_on_every_code() {
     assert_eq!(differ.trim(), "[] 3", "outputs that differ, and how many outputs");
 }
 
+/// `DequantizeLinear → Softmax → QuantizeLinear` on codes along the last axis becomes one op
+/// (`codegen/src/rust/softmax_codes.rs`, models by `tests/rust_codegen/make_softmax_codes.py`),
+/// u8 and i8; along another axis it does not. Every code output is byte-identical to the same
+/// graph with the f32 intermediates also graph outputs, where nothing is collapsed, on random
+/// codes and on rows of one code and of a narrow band (ties for the maximum).
+#[test]
+fn softmax_on_codes_is_one_op_and_byte_identical_to_the_three() {
+    let dir = work("softmax_codes");
+    let (one, cut) = (dir.join("one"), dir.join("cut"));
+    generate_with(&model("softmax_codes"), &one, &["--contract", "real"]);
+    generate_with(&model("softmax_codes_cut"), &cut, &["--contract", "real"]);
+    let kinds = |d: &Path| -> Vec<(String, String)> {
+        let json: Value = serde_json::from_str(&std::fs::read_to_string(d.join("groups.json")).unwrap()).unwrap();
+        json["groups"].as_array().unwrap().iter().map(|g| (g["output"].as_str().unwrap().into(), g["kind"].as_str().unwrap().into())).collect()
+    };
+    let row = |o: &str, k: &str| (o.to_string(), k.to_string());
+    assert_eq!(kinds(&one), [row("y_last", "softmax_codes"), row("y_i8", "softmax_codes"), row("y_axis1", "quantize")]);
+    assert!(kinds(&cut).iter().all(|(_, k)| k == "quantize"), "{:?}", kinds(&cut));
+    let inputs = dir.join("in.npz");
+    let py = |script: &str, args: &[&Path]| {
+        let o = Command::new(common::oracle_python()).arg("-c").arg(script).args(args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    py(
+        "import sys, numpy as np; r = np.random.default_rng(5); x = r.integers(0, 256, (2, 12, 64)).astype(np.uint8); x[0, 0] = 7; x[0, 1] = 120 + r.integers(0, 3, 64); x8 = r.integers(-128, 128, (2, 12, 64)).astype(np.int8); x8[1, 3] = -128; np.savez(sys.argv[1], x=x, x8=x8)",
+        &[&inputs],
+    );
+    let mut outs = Vec::new();
+    for d in [&one, &cut] {
+        let (harness, _) = build(d);
+        let out = d.join("out.npz");
+        let o = Command::new(harness).arg(&inputs).arg(&out).output().unwrap();
+        assert!(o.status.success(), "harness failed: {}", String::from_utf8_lossy(&o.stderr));
+        outs.push(out);
+    }
+    let differ = py(
+        "import sys, numpy as np; a, b = np.load(sys.argv[1]), np.load(sys.argv[2]); print(sorted(k for k in a if a[k].dtype != b[k].dtype or (a[k] != b[k]).any()), sorted(a), len(np.unique(a['y_last'])) > 8)",
+        &[&outs[0], &outs[1]],
+    );
+    assert_eq!(differ.trim(), "[] ['y_axis1', 'y_i8', 'y_last'] True", "outputs that differ, the outputs, whether y_last holds more than a few codes");
+}
+
 #[test]
 fn unsupported_ops_are_refused_before_anything_is_written() {
     let dir = work("unsupported");

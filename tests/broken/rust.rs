@@ -5,7 +5,13 @@ use crate::Broken;
 use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
+use qdqc_exact::p1::exhaustive;
+use qdqc_kernels::Kernels;
+use qdqc_kernels::codes::qdq::{dequantize, dequantize_linear, quantize, quantize_linear};
+use qdqc_kernels::codes::softmax::SoftmaxCodes;
 use qdqc_kernels::dynamic::certified_f32;
+use qdqc_kernels::float::math::exp64;
+use qdqc_kernels::float::softmax::softmax;
 use qdqc_kernels::dynamic::{DynamicError, Recipe, recipe_parameters, recipe_quantize};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
@@ -57,6 +63,13 @@ pub fn rules() -> Vec<Broken> {
             broken: || pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(2.0 / 3.0, 0) }, pool::Windows::Image(3), Contract::Exact),
             // sy = 1/2: both quotients are exact, so the float path rounds once, as mean_exact does.
             twin: Some(|| pool::prove(&PoolParams { x: u8p(1.0, 0), y: u8p(0.5, 0) }, pool::Windows::Image(4), Contract::Exact)),
+        },
+        Broken {
+            name: "rust_softmax_maximum_on_codes_negative_scale",
+            claim: "DQ → Softmax → Q on codes may take each slice's maximum on the codes (an integer max) whatever the sign of the scale: with a negative scale the largest code holds the smallest value, and the exponentials taken from its row overflow",
+            broken: || softmax_codes(maximum_on_codes),
+            // The kernel: the maximum of the dequantized values, its code's row of the table.
+            twin: Some(|| softmax_codes(|x, y| SoftmaxCodes::<u8>::new(SOFTMAX.0, SOFTMAX.1, SOFTMAX.2, 0).unwrap().run(Kernels::detect(), x, &[1, 2], y).unwrap())),
         },
     ]
 }
@@ -122,4 +135,39 @@ fn conv_with_bias_scale(sb: f32) -> GemmGroup {
         zero_points: vec![0],
         float: None,
     })
+}
+
+/// A softmax on codes with a negative input scale: input scale and zero point, output scale (zero point 0).
+const SOFTMAX: (f32, i32, f32) = (-4.0, 128, 1.0 / 255.0);
+
+/// `Q(Softmax(DQ(x)))` of every slice `[a, b]` of u8 codes by the three unfused kernels against
+/// `fused`: the slice's two output codes as one integer.
+fn softmax_codes(fused: fn(&[u8], &mut [u8])) -> Verdict {
+    let k = Kernels::detect();
+    let (s, z, so) = SOFTMAX;
+    let unfused = |x: &[u8], y: &mut [u8]| {
+        let (mut v, mut e) = ([0f32; 2], [0f32; 2]);
+        dequantize_linear(x, &[1, 2], 0, &[s], &[z], &mut v).unwrap();
+        softmax(k, &v, &[1, 2], -1, &mut e).unwrap();
+        quantize_linear(&e, &[1, 2], 0, &[so], &[0], y).unwrap();
+    };
+    let slice = |f: &dyn Fn(&[u8], &mut [u8]), c: &[i64]| {
+        let mut y = [0u8; 2];
+        f(&[c[0] as u8, c[1] as u8], &mut y);
+        i64::from(y[0]) | i64::from(y[1]) << 8
+    };
+    let p = u8p(s, i64::from(z));
+    exhaustive(&[p.domain("a"), p.domain("b")], "softmax of [a, b]: the two output codes", |c| slice(&unfused, c), |c| slice(&fused, c), |_| None)
+}
+
+/// The broken maximum: the largest code's value subtracted, the rest as the kernel.
+fn maximum_on_codes(x: &[u8], y: &mut [u8]) {
+    let (s, z, so) = SOFTMAX;
+    let dq = |c: u8| f64::from(dequantize(c, s, z));
+    let m = dq(*x.iter().max().unwrap());
+    let e: Vec<f64> = x.iter().map(|&c| exp64(dq(c) - m)).collect();
+    let sum = e.iter().fold(0f64, |a, &b| a + b);
+    for (y, e) in y.iter_mut().zip(&e) {
+        *y = quantize((e / sum) as f32, so, 0);
+    }
 }

@@ -331,6 +331,27 @@ def check_run(man: dict, model: onnx.ModelProto, tensors: dict, where: str, bias
             key = f"quantize ({g['kind']}: functions of codes, checked as a function only)"
             kinds[key] = kinds.get(key, 0) + 1
             continue
+        if g["kind"] == "softmax_codes":
+            # DequantizeLinear → Softmax → QuantizeLinear on codes (softmax_codes.rs): Softmax is a
+            # library function (no exact model; its byte identity with the three unfused kernels
+            # is tests/rust_codegen.rs's). What it must be: within one code of the softmax of the
+            # dequantized codes in f64, quantized with ties to even.
+            x = tensors.get(g["inputs"][0])
+            if x is None:
+                failures.append(f"{where}: {g['node']} ({g['kind']}): the harness wrote no '{g['inputs'][0]}'")
+                continue
+            px, py = g["params"]["x"], g["params"]["y"]
+            f32 = lambda b: float(np.array(b, np.uint32).view(np.float32))  # noqa: E731
+            v = (x.astype(np.float64) - px["zero_point"]) * f32(px["scale"])
+            e = np.exp(v - v.max(axis=-1, keepdims=True))
+            info = np.iinfo(got.dtype)
+            want = np.clip(np.rint(e / e.sum(axis=-1, keepdims=True) / f32(py["scale"])) + py["zero_point"], info.min, info.max)
+            dev = int(np.abs(want - got.astype(np.int64)).max(initial=0))
+            if dev > 1:
+                failures.append(f"{where}: {g['node']} ({g['kind']}): {dev} codes from the f64 softmax")
+            key = "softmax_codes (a library function: within one code of the f64 softmax)"
+            kinds[key] = kinds.get(key, 0) + 1
+            continue
         ins = []
         for t in g["inputs"]:
             if t in man["constants"]:

@@ -1,10 +1,14 @@
 //! Throughput of the f32 GEMM and convolution (`float::gemm::sgemm`, `float::conv::conv`), one
 //! thread, medians of repeated runs: `cargo run --release -p qdqc-kernels --example float_bench`.
-//! Prints GFLOPS (2 flops per multiply-add); no comparison with other libraries here.
+//! Prints GFLOPS (2 flops per multiply-add), and nanoseconds per element for the library functions
+//! and the softmax on codes (three kernels against the fused one); no comparison with other libraries here.
 
+use qdqc_kernels::codes::qdq;
+use qdqc_kernels::codes::softmax::SoftmaxCodes;
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::gemm::sgemm;
+use qdqc_kernels::float::softmax::softmax;
 use qdqc_kernels::float::unary::{self, Function};
 use qdqc_kernels::{Isa, Kernels};
 use std::time::Instant;
@@ -41,6 +45,19 @@ fn run(kernels: Kernels) {
         let s = median_seconds(|| unary::map(kernels, f, &x, &mut y).unwrap());
         println!("{f:<10?} {:6.2} ns/element", s * 1e9 / x.len() as f64);
     }
+    // MiniLM's attention softmax on codes, [1, 12, 64, 64]: DequantizeLinear, Softmax and
+    // QuantizeLinear as three kernels, and as one (`codes::softmax`).
+    let shape = [1, 12, 64, 64];
+    let codes: Vec<u8> = values(12 * 64 * 64, 6).iter().map(|v| (128.0 + 200.0 * v) as u8).collect();
+    let (mut f, mut p, mut q) = (vec![0f32; codes.len()], vec![0f32; codes.len()], vec![0u8; codes.len()]);
+    let unfused = median_seconds(|| {
+        qdq::dequantize_linear(&codes, &shape, 0, &[0.12], &[132], &mut f).unwrap();
+        softmax(kernels, &f, &shape, -1, &mut p).unwrap();
+        qdq::quantize_linear(&p, &shape, 0, &[1.0 / 255.0], &[0], &mut q).unwrap();
+    });
+    let table = SoftmaxCodes::<u8>::new(0.12, 132, 1.0 / 255.0, 0).unwrap();
+    let fused = median_seconds(|| table.run(kernels, &codes, &shape, &mut q).unwrap());
+    println!("softmax on codes [1, 12, 64, 64]: unfused {:6.2} ns/element, fused {:6.2}", unfused * 1e9 / q.len() as f64, fused * 1e9 / q.len() as f64);
     for (m, n, k) in [(1, 1000, 1024), (64, 3136, 576), (256, 784, 1152), (512, 512, 512)] {
         let (a, b) = (values(m * k, 1), values(k * n, 2));
         let mut c = vec![0f32; m * n];

@@ -4,9 +4,11 @@
 //!     taskset -c 1 target/release/examples/gemm_cycles ISA peak ITERATIONS CALLS
 //!
 //! runs `gemm_u8` CALLS times (B packed once, outside the timing), or the path's instruction peak
-//! loop, and prints the GOPS of the fastest call and of the median call. On a host shared with
-//! other processes most calls are preempted or share the core's caches: the fastest call is the
-//! least disturbed one, and alternating two builds run by run compares them in the same minutes.
+//! loop, and prints the GOPS of the fastest call and of the median call, then the 10th–90th
+//! percentiles. On a host shared with other processes most calls are preempted or share the
+//! core's caches: the fastest call is the least disturbed one, and alternating two builds run by
+//! run compares them in the same minutes. A host whose co-tenants come and go shows two states
+//! about 1.5× apart, for seconds at a time, in the GEMM more than in the peak loop.
 //! Under `perf stat -e cycles:u` (where the hypervisor exposes the PMU) ops per cycle follow from
 //! the difference of two runs with different CALLS.
 
@@ -52,4 +54,6 @@ fn report(ops: u64, times: &mut [f64]) {
     times.sort_by(f64::total_cmp);
     let gops = |t: f64| ops as f64 / t / 1e9;
     println!("{ops} ops per call: fastest {:.1} GOPS, median {:.1} GOPS", gops(times[0]), gops(times[times.len() / 2]));
+    let q = |f: f64| gops(times[((times.len() as f64 * f) as usize).min(times.len() - 1)]);
+    println!("p10 {:.0} p25 {:.0} p50 {:.0} p75 {:.0} p90 {:.0}", q(0.1), q(0.25), q(0.5), q(0.75), q(0.9));
 }

@@ -11,6 +11,7 @@
 use crate::codes::binary::{Binary, BinaryOp};
 use crate::codes::movement::{self, CoordinateTransform, NearestMode, PadMode, ResizeTarget};
 use crate::codes::pool::{self, PoolParams};
+use crate::codes::softmax::SoftmaxCodes;
 use crate::codes::{CodesError, QCode, Quant, lut, qdq};
 use crate::conv::{ConvError, ConvRequant, PackedConv, Scratch};
 use crate::matmul_codes::MatMulCodes;
@@ -105,6 +106,27 @@ binary! {
     binary_new_i8_u8_i8, binary_i8_u8_i8: i8, u8, i8;
     binary_new_i8_i8_u8, binary_i8_i8_u8: i8, i8, u8;
     binary_new_i8_i8_i8, binary_i8_i8_i8: i8, i8, i8;
+}
+
+macro_rules! softmax_codes {
+    ($($new:ident: $x:ty; $($name:ident: $y:ty),*;)*) => {$(
+        /// [`SoftmaxCodes::new`] for these input codes (its 256 × 256 table of exponentials).
+        #[inline(never)]
+        pub fn $new(scale: f32, zero_point: i32, out_scale: f32, out_zero_point: i32) -> Result<SoftmaxCodes<$x>, CodesError> {
+            SoftmaxCodes::new(scale, zero_point, out_scale, out_zero_point)
+        }
+        $(
+            /// [`SoftmaxCodes::run`] for these codes.
+            #[inline(never)]
+            pub fn $name(t: &SoftmaxCodes<$x>, kernels: Kernels, x: &[$x], shape: &[usize], out: &mut [$y]) -> Result<(), CodesError> {
+                t.run(kernels, x, shape, out)
+            }
+        )*
+    )*};
+}
+softmax_codes! {
+    softmax_codes_new_u8: u8; softmax_codes_u8_u8: u8, softmax_codes_u8_i8: i8;
+    softmax_codes_new_i8: i8; softmax_codes_i8_u8: u8, softmax_codes_i8_i8: i8;
 }
 
 macro_rules! requantize_codes {

@@ -851,6 +851,19 @@ impl Emitter<'_, '_> {
             Kind::FloatUnary { function } => {
                 format!("float::unary::map(self.k, float::unary::Function::{function}, {}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?)
             }
+            Kind::SoftmaxCodes { x, y } => {
+                let xt = xt(self, x0)?;
+                let field = format!("p{}.n{i}_softmax", self.part);
+                self.fields.push((
+                    field.clone(),
+                    format!("qdqc_kernels::codes::softmax::SoftmaxCodes<{xt}>"),
+                    format!(
+                        "entry::softmax_codes_new_{xt}(f32::from_bits({:#010x}), {}, f32::from_bits({:#010x}), {}).map_err(codes_err({node}))?",
+                        x.scale, x.zero_point, y.scale, y.zero_point
+                    ),
+                ));
+                format!("entry::softmax_codes_{xt}_{yt}(&self.{field}, self.k, {}, &{}, &mut y).map_err(codes_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
+            }
             Kind::Softmax { axis } => {
                 format!("float::softmax::softmax(self.k, {}, &{}, {axis}, &mut y).map_err(float_err({node}))?;", self.slice(x0)?, self.shape(x0)?)
             }

@@ -60,6 +60,7 @@ fn params(kind: &Kind) -> Option<(&'static str, Value)> {
         Kind::Gemm { int, k, n, trans_b } => ("gemm", json!({ "int": integer(int), "k": k, "n": n, "trans_b": trans_b })),
         Kind::Binary { mul, a, b, y } => (if *mul { "mul" } else { "add" }, json!({ "a": q(*a), "b": q(*b), "y": q(*y) })),
         Kind::MatMulCodes { a, b, y } => ("matmul", json!({ "a": q(*a), "b": q(*b), "y": q(*y) })),
+        Kind::SoftmaxCodes { x, y } => ("softmax_codes", json!({ "x": q(*x), "y": q(*y) })),
         Kind::AveragePool { window: w, count_include_pad, x, y } => {
             ("average_pool", json!({ "window": window(w), "count_include_pad": count_include_pad, "x": q(*x), "y": q(*y) }))
         }

@@ -36,6 +36,7 @@
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp, Erf, Gelu (`none` and `tanh`) | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
+//! | `DequantizeLinear → Softmax (last axis) → QuantizeLinear` per tensor on 8-bit codes (the attention softmax of a QDQ transformer), its f32 tensors read by nothing else | one op (`softmax_codes.rs`): `codes::softmax::SoftmaxCodes`, the three kernels' bits, the exponentials from a 256 × 256 table per node built in `Model::new` |
 //! | f32 BatchNormalization (inference) | `float::norm::batch_norm_operands` (ONNX Runtime's order; dequantized parameters decoded per channel) |
 //! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm_operands` (ONNX's function body, fixed order; a dequantized scale and bias decoded 64 elements at a time per row) |
 //! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |
@@ -91,6 +92,7 @@ mod ops;
 mod repeat;
 mod shapes;
 mod slots;
+mod softmax_codes;
 mod values;
 
 use qdqc_lang::Model;
@@ -307,6 +309,7 @@ pub fn generate(model: &Model, lowered: &LoweredGraph, kernels: &KernelsPath, we
     let keep: BTreeSet<String> = outputs.iter().cloned().collect();
     let ops = chains::tabulate(ops, &|v| chains::scalar(&values, v), &elems, &keep);
     let ops = code_sets::collapse(ops, &values, &elems, &keep);
+    let ops = softmax_codes::collapse(ops, &values, &elems, &keep);
     let plan = slots::plan(&ops, &keep);
     let source = model.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let input_elems: Vec<(String, values::Elem)> = inputs.iter().map(|(n, e, _)| (n.clone(), *e)).collect();

@@ -186,6 +186,9 @@ pub enum Kind {
     FloatUnary { function: &'static str },
     /// f32 Softmax along one axis (opset 13).
     Softmax { axis: i64 },
+    /// DequantizeLinear → Softmax (last axis) → QuantizeLinear on 8-bit codes, one scale and zero
+    /// point each side (`softmax_codes.rs`).
+    SoftmaxCodes { x: Q, y: Q },
     /// f32 BatchNormalization (inference): inputs x, scale, B, mean, var.
     BatchNorm { epsilon: u32 },
     /// f32 LayerNormalization over the axes from `axis` on (stash_type 1): inputs x, scale and an

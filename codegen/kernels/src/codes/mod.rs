@@ -9,6 +9,7 @@
 //! | [`lut`] | a 256-entry table applied to codes | the generator's table, indexed by the code's bits |
 //! | [`movement`] | Concat, Transpose, Pad, Resize (nearest), Slice, Gather | copies of codes, `T: Copy` |
 //! | [`qdq`] | QuantizeLinear, DequantizeLinear (per tensor, per axis) | ONNX Runtime's f32 arithmetic, bit for bit |
+//! | [`softmax`] | DequantizeLinear → Softmax (last axis) → QuantizeLinear | the three kernels' bits, the exponentials from a 256 × 256 table |
 //!
 //! A scale is a positive finite f32 taken as the exact dyadic rational it is; a zero point is an
 //! i32 that must be a code of its tensor's type. Requantized results are `sat(rne(v/sy) + zy)` of
@@ -23,6 +24,7 @@ pub mod pool;
 pub mod qdq;
 mod rational;
 mod shape;
+pub mod softmax;
 
 pub use shape::{broadcast_shape, numel};
 

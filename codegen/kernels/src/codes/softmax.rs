@@ -1,0 +1,153 @@
+//! `Q(Softmax(DQ(x)))` along the last axis in one pass over codes: the bits of the three kernels
+//! the unfused program calls ([`qdq::dequantize_linear`], [`crate::float::softmax::softmax`],
+//! [`qdq::quantize_linear`]), without their f32 tensors and with the exponentials read from a
+//! table.
+//!
+//! Obligation: every output code equals the unfused one. The softmax of a slice is (its module
+//! header) `m` = the first largest `v_i` by `>`, `e_i = exp64(f64(v_i) − f64(m))`, `s = Σ e_i` in
+//! index order from +0, `y_i = f32(e_i / s)`, then QuantizeLinear. Here `v_i = dq[x_i]`, the
+//! table of [`qdq::dequantize`] over the 256 codes (the function `dequantize_linear` applies
+//! element by element), and `m` is found by the same comparisons, recording the code `a` it was
+//! read from, so `m` has the bits of `dq[a]`. Then `e_i = exp64(f64(dq[x_i]) − f64(dq[a]))` is
+//! entry `(a, x_i)` of [`SoftmaxCodes`]' table, built by that very expression for every pair of
+//! codes; the sum, the division and [`qdq::quantize`] are the unfused steps, in the same order.
+//! Nothing needs the values to be finite: a slice with no `v_i > −∞` (all −∞ or NaN) keeps
+//! `m = −∞`, which no code's entry holds, and evaluates `exp64(f64(v_i) − f64(m))` directly.
+//!
+//! Every path gives the same bits: the table lookups and the sums are scalar and sequential per
+//! slice; four slices are summed side by side, each in its own lane (so the adds of one slice stay
+//! in index order); the divisions and QuantizeLinear are per element with no contraction.
+//! Memory: the table holds 65536 f64 (512 KiB) per node, built once when the model is built.
+//!
+//! | condition | why |
+//! |---|---|
+//! | the softmax axis is the last one | each slice is contiguous, as the table path reads it |
+//! | one scale and zero point for the input and for the output | one `dq` table, one QuantizeLinear |
+
+use super::qdq;
+use super::shape::check_len;
+use super::{CodesError, QCode};
+use crate::float::math::exp64;
+use crate::isa::{Isa, Kernels};
+use std::marker::PhantomData;
+
+/// Slices summed side by side.
+const LANES: usize = 4;
+
+/// The tables of one `Q(Softmax(DQ(x)))` on codes `X`.
+pub struct SoftmaxCodes<X> {
+    /// `dq[i]`: DequantizeLinear of the code with bit pattern `i`.
+    dq: [f32; 256],
+    /// `exp[a·256 + b] = exp64(f64(dq[b]) − f64(dq[a]))`.
+    exp: Vec<f64>,
+    out_scale: f32,
+    out_zero_point: i32,
+    codes: PhantomData<X>,
+}
+
+impl<X: QCode> SoftmaxCodes<X> {
+    /// The input's scale and zero point (codes `X`), the output's.
+    pub fn new(scale: f32, zero_point: i32, out_scale: f32, out_zero_point: i32) -> Result<SoftmaxCodes<X>, CodesError> {
+        if !(X::MIN..=X::MAX).contains(&zero_point) {
+            return Err(CodesError::ZeroPoint(format!("Softmax input zero point {zero_point} outside {}..={}", X::MIN, X::MAX)));
+        }
+        let mut dq = [0f32; 256];
+        for (i, v) in dq.iter_mut().enumerate() {
+            *v = qdq::dequantize(X::from_index(i), scale, zero_point);
+        }
+        let mut exp = vec![0f64; 256 * 256];
+        for (row, &m) in exp.chunks_exact_mut(256).zip(&dq) {
+            for (e, &v) in row.iter_mut().zip(&dq) {
+                *e = exp64(f64::from(v) - f64::from(m));
+            }
+        }
+        Ok(SoftmaxCodes { dq, exp, out_scale, out_zero_point, codes: PhantomData })
+    }
+
+    /// `y = Q(Softmax(DQ(x)))` along the last axis of `shape`, on the kernel path `kernels`; the
+    /// output codes `Y` must be those of the zero point given to [`SoftmaxCodes::new`].
+    pub fn run<Y: QCode>(&self, kernels: Kernels, x: &[X], shape: &[usize], y: &mut [Y]) -> Result<(), CodesError> {
+        check_len("Softmax input", x.len(), shape)?;
+        check_len("Softmax output", y.len(), shape)?;
+        if !(Y::MIN..=Y::MAX).contains(&self.out_zero_point) {
+            return Err(CodesError::ZeroPoint(format!("Softmax output zero point {} outside {}..={}", self.out_zero_point, Y::MIN, Y::MAX)));
+        }
+        let n = shape.last().copied().unwrap_or(1);
+        if n == 0 || x.is_empty() {
+            return Ok(());
+        }
+        match kernels.isa() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
+            // the function only lets the compiler use AVX-512F instructions for safe code.
+            Isa::Avx512Vnni => unsafe { self.slices_avx512(x, n, y) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, AVX2 was checked.
+            Isa::Avx2 => unsafe { self.slices_avx2(x, n, y) },
+            _ => self.slices(x, n, y),
+        }
+        Ok(())
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn slices_avx512<Y: QCode>(&self, x: &[X], n: usize, y: &mut [Y]) {
+        self.slices(x, n, y)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn slices_avx2<Y: QCode>(&self, x: &[X], n: usize, y: &mut [Y]) {
+        self.slices(x, n, y)
+    }
+
+    /// Every slice of `n` codes, [`LANES`] at a time, in the order of the module header.
+    #[inline(always)]
+    fn slices<Y: QCode>(&self, x: &[X], n: usize, y: &mut [Y]) {
+        let mut e = vec![0f64; LANES * n];
+        for (xg, yg) in x.chunks(LANES * n).zip(y.chunks_mut(LANES * n)) {
+            for (xs, es) in xg.chunks_exact(n).zip(e.chunks_exact_mut(n)) {
+                self.exponentials(xs, es);
+            }
+            // Lane j sums slice j in index order (lanes past the group's slices are not read).
+            let mut s = [0f64; LANES];
+            for i in 0..n {
+                for (j, s) in s.iter_mut().enumerate() {
+                    *s += e[j * n + i];
+                }
+            }
+            for ((ys, es), &s) in yg.chunks_exact_mut(n).zip(e.chunks_exact(n)).zip(&s) {
+                // `for` loops, not `for_each` (an out-of-line `fold` would lose the caller's
+                // target features: float/unary.rs).
+                for (y, &e) in ys.iter_mut().zip(es) {
+                    *y = qdq::quantize((e / s) as f32, self.out_scale, self.out_zero_point);
+                }
+            }
+        }
+    }
+
+    /// `e_i` of one slice: the table's row of the code the maximum was read from.
+    #[inline(always)]
+    fn exponentials(&self, xs: &[X], es: &mut [f64]) {
+        let (mut m, mut at) = (f32::NEG_INFINITY, None);
+        for &c in xs {
+            let v = self.dq[c.index()];
+            if v > m {
+                (m, at) = (v, Some(c.index()));
+            }
+        }
+        match at {
+            Some(a) => {
+                let row = &self.exp[a * 256..][..256];
+                for (e, &c) in es.iter_mut().zip(xs) {
+                    *e = row[c.index()];
+                }
+            }
+            None => {
+                for (e, &c) in es.iter_mut().zip(xs) {
+                    *e = exp64(f64::from(self.dq[c.index()]) - f64::from(m));
+                }
+            }
+        }
+    }
+}
