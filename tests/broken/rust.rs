@@ -2,17 +2,17 @@
 //! target's own proofs against the engine's references.
 
 use crate::Broken;
+use qdqc_exact::p1::exhaustive;
 use qdqc_exact::p3::{self, Codes, Direction, Outcome};
 use qdqc_exact::reference::CodeType;
 use qdqc_exact::{Certificate, Contract, Counterexample, Method, QParam, Verdict};
-use qdqc_exact::p1::exhaustive;
 use qdqc_kernels::Kernels;
 use qdqc_kernels::codes::qdq::{dequantize, dequantize_linear, quantize, quantize_linear};
 use qdqc_kernels::codes::softmax::SoftmaxCodes;
 use qdqc_kernels::dynamic::certified_f32;
+use qdqc_kernels::dynamic::{DynamicError, Recipe, recipe_parameters, recipe_quantize};
 use qdqc_kernels::float::math::exp64;
 use qdqc_kernels::float::softmax::softmax;
-use qdqc_kernels::dynamic::{DynamicError, Recipe, recipe_parameters, recipe_quantize};
 use qdqc_kernels::requant::{Code, Output, Ratio, requant_exact};
 use qdqc_ort::binary::{BinaryOp, BinaryParams};
 use qdqc_ort::matmul_dynamic::DynamicMatMul;
@@ -69,7 +69,9 @@ pub fn rules() -> Vec<Broken> {
             claim: "DQ → Softmax → Q on codes may take each slice's maximum on the codes (an integer max) whatever the sign of the scale: with a negative scale the largest code holds the smallest value, and the exponentials taken from its row overflow",
             broken: || softmax_codes(maximum_on_codes),
             // The kernel: the maximum of the dequantized values, its code's row of the table.
-            twin: Some(|| softmax_codes(|x, y| SoftmaxCodes::<u8>::new(SOFTMAX.0, SOFTMAX.1, SOFTMAX.2, 0).unwrap().run(Kernels::detect(), x, &[1, 2], y).unwrap())),
+            twin: Some(|| {
+                softmax_codes(|x, y| SoftmaxCodes::<u8>::new(SOFTMAX.0, SOFTMAX.1, SOFTMAX.2, 0).unwrap().run(Kernels::detect(), x, &[1, 2], y).unwrap())
+            }),
         },
     ]
 }
