@@ -239,7 +239,7 @@ fn batch_norm_on_codes_equals_batch_norm_on_the_float_copy() {
 #[test]
 fn layer_norm_on_codes_equals_layer_norm_on_the_float_copy() {
     let mut rng = Rng::new(14);
-    for (rows, size) in [(5, 150), (3, 64), (4, 7), (2, 384)] {
+    for (rows, size) in [(5, 150), (3, 64), (4, 7), (2, 384), (8, 384), (21, 100)] {
         let x = rng.f32s(rows * size, -3.0, 3.0);
         let (scale, scale_copy) = weights(&mut rng, size, size, 1, false);
         let (bias, bias_copy) = weights(&mut rng, size, 1, 1, true);

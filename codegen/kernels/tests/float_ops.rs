@@ -337,31 +337,33 @@ fn normalizations_follow_their_documented_formulas() {
         let exact = (f64::from(v) - f64::from(mean[ch])) / (f64::from(var[ch]) + 1e-5).sqrt() * f64::from(scale[ch]) + f64::from(bias[ch]);
         assert!((f64::from(got) - exact).abs() < 1e-5);
     }
-    let (rows, size) = (4, 16);
-    let x = rng.f32s(rows * size, -3.0, 3.0);
-    let (g, b) = (rng.f32s(size, 0.5, 2.0), rng.f32s(size, -1.0, 1.0));
-    let mut y = vec![0f32; x.len()];
-    layer_norm(&x, rows, size, &g, Some(&b), 1e-5, &mut y).unwrap();
-    for r in 0..rows {
-        let row = &x[r * size..][..size];
-        let mut sum = 0f32;
-        for &v in row {
-            sum += v;
-        }
-        let m = sum / size as f32;
-        let mut sq = 0f32;
-        for &v in row {
-            sq += (v - m) * (v - m);
-        }
-        let inv = 1.0 / (sq / size as f32 + 1e-5).sqrt();
-        for j in 0..size {
-            assert_eq!(y[r * size + j].to_bits(), ((row[j] - m) * inv * g[j] + b[j]).to_bits());
-        }
-        let m64 = row.iter().map(|&v| f64::from(v)).sum::<f64>() / size as f64;
-        let v64 = row.iter().map(|&v| (f64::from(v) - m64).powi(2)).sum::<f64>() / size as f64;
-        for j in 0..size {
-            let exact = (f64::from(row[j]) - m64) / (v64 + 1e-5).sqrt() * f64::from(g[j]) + f64::from(b[j]);
-            assert!((f64::from(y[r * size + j]) - exact).abs() < 1e-5, "layer norm row {r} col {j}");
+    // Fewer rows than a group of sums side by side, whole groups, and groups with a remainder.
+    for (rows, size) in [(4, 16), (8, 64), (19, 70), (17, 384)] {
+        let x = rng.f32s(rows * size, -3.0, 3.0);
+        let (g, b) = (rng.f32s(size, 0.5, 2.0), rng.f32s(size, -1.0, 1.0));
+        let mut y = vec![0f32; x.len()];
+        layer_norm(&x, rows, size, &g, Some(&b), 1e-5, &mut y).unwrap();
+        for r in 0..rows {
+            let row = &x[r * size..][..size];
+            let mut sum = 0f32;
+            for &v in row {
+                sum += v;
+            }
+            let m = sum / size as f32;
+            let mut sq = 0f32;
+            for &v in row {
+                sq += (v - m) * (v - m);
+            }
+            let inv = 1.0 / (sq / size as f32 + 1e-5).sqrt();
+            for j in 0..size {
+                assert_eq!(y[r * size + j].to_bits(), ((row[j] - m) * inv * g[j] + b[j]).to_bits());
+            }
+            let m64 = row.iter().map(|&v| f64::from(v)).sum::<f64>() / size as f64;
+            let v64 = row.iter().map(|&v| (f64::from(v) - m64).powi(2)).sum::<f64>() / size as f64;
+            for j in 0..size {
+                let exact = (f64::from(row[j]) - m64) / (v64 + 1e-5).sqrt() * f64::from(g[j]) + f64::from(b[j]);
+                assert!((f64::from(y[r * size + j]) - exact).abs() < 1e-5, "layer norm row {r} col {j}");
+            }
         }
     }
 }

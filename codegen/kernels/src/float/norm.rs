@@ -113,9 +113,9 @@ pub fn layer_norm(x: &[f32], rows: usize, size: usize, scale: &[f32], bias: Opti
 }
 
 /// [`layer_norm`] on the kernel path `kernels`, with a scale and bias that may be codes
-/// ([`Operand::Codes`], a dequantized constant): decoded per row, [`RUN`] elements at a time
-/// into stack buffers, where the row's outputs read them. The same decoded values in the same
-/// operations: [`layer_norm`]'s bits on the float copy, on every path.
+/// ([`Operand::Codes`], a dequantized constant): decoded per group of rows, [`RUN`] elements at
+/// a time into stack buffers, where the group's outputs read them. The same decoded values in the
+/// same operations: [`layer_norm`]'s bits on the float copy, on every path.
 #[allow(clippy::too_many_arguments)] // ONNX's three inputs plus the layout and the path
 pub fn layer_norm_operands(
     kernels: Kernels,
@@ -166,38 +166,78 @@ unsafe fn layer_norm_avx2(x: &[f32], size: usize, scale: Operand<'_>, bias: Opti
     layer_norm_generic(x, size, scale, bias, epsilon, out)
 }
 
-/// Per row: the mean, the deviations `d` (a buffer of one row), the variance and `inv`, then
-/// `y = d·inv·scale + bias` [`RUN`] outputs at a time, the scale and bias of those outputs read
-/// from f32 or decoded from codes (sizes checked by the caller).
+/// Rows whose sums run side by side: each row's sum is one sequential chain of dependent adds
+/// (the order is the semantics), so one row at a time waits on the add's latency at every
+/// element; [`GROUP`] independent chains keep the adder busy.
+const GROUP: usize = 8;
+
+/// Per group of up to [`GROUP`] rows: the means, the deviations `d` (a buffer of the group), the
+/// variances and `inv`, then `y = d·inv·scale + bias` [`RUN`] outputs at a time, the scale and
+/// bias of those outputs read from f32 or decoded from codes once for the group's rows (sizes
+/// checked by the caller). Every row's operations are the module header's, in its order.
 #[inline(always)]
 fn layer_norm_generic(x: &[f32], size: usize, scale: Operand<'_>, bias: Option<Operand<'_>>, epsilon: f32, out: &mut [f32]) {
     let n = size as f32;
-    let mut d = vec![0f32; size];
+    let mut d = vec![0f32; GROUP * size];
     let (mut gs, mut bs) = ([0f32; RUN], [0f32; RUN]);
-    for (ys, xs) in out.chunks_mut(size).zip(x.chunks(size)) {
-        let mean = xs.iter().fold(0f32, |s, &v| s + v) / n;
-        for (d, &v) in d.iter_mut().zip(xs) {
-            *d = v - mean;
+    for (ys, xs) in out.chunks_mut(GROUP * size).zip(x.chunks(GROUP * size)) {
+        let rows = xs.len() / size;
+        let d = &mut d[..rows * size];
+        let mut inv = [0f32; GROUP];
+        let sums = sums_of(xs, size, |v| v);
+        for (r, (ds, xs)) in d.chunks_exact_mut(size).zip(xs.chunks_exact(size)).enumerate() {
+            let mean = sums[r] / n;
+            for (d, &v) in ds.iter_mut().zip(xs) {
+                *d = v - mean;
+            }
         }
-        let var = d.iter().fold(0f32, |s, &v| s + v * v) / n;
-        let inv = 1.0 / (var + epsilon).sqrt();
-        for (c, (ys, d)) in ys.chunks_mut(RUN).zip(d.chunks(RUN)).enumerate() {
-            let g = read(scale, c * RUN, &mut gs[..ys.len()]);
-            match bias {
-                Some(b) => {
-                    let b = read(b, c * RUN, &mut bs[..ys.len()]);
-                    for ((y, &v), (&g, &bb)) in ys.iter_mut().zip(d).zip(g.iter().zip(b)) {
-                        *y = v * inv * g + bb;
+        let squares = sums_of(d, size, |v| v * v);
+        for (inv, &sq) in inv.iter_mut().zip(&squares[..rows]) {
+            let var = sq / n;
+            *inv = 1.0 / (var + epsilon).sqrt();
+        }
+        for c in (0..size).step_by(RUN) {
+            let len = RUN.min(size - c);
+            let g = read(scale, c, &mut gs[..len]);
+            let b = bias.map(|b| read(b, c, &mut bs[..len]));
+            for ((ys, ds), &inv) in ys.chunks_exact_mut(size).zip(d.chunks_exact(size)).zip(&inv) {
+                let (ys, ds) = (&mut ys[c..][..len], &ds[c..][..len]);
+                match b {
+                    Some(b) => {
+                        for ((y, &v), (&g, &bb)) in ys.iter_mut().zip(ds).zip(g.iter().zip(b)) {
+                            *y = v * inv * g + bb;
+                        }
                     }
-                }
-                None => {
-                    for ((y, &v), &g) in ys.iter_mut().zip(d).zip(g) {
-                        *y = v * inv * g;
+                    None => {
+                        for ((y, &v), &g) in ys.iter_mut().zip(ds).zip(g) {
+                            *y = v * inv * g;
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// `Σ f(v)` of each of the (up to [`GROUP`]) rows of `size` elements in `xs`, from +0 in index
+/// order, the rows' chains interleaved.
+#[inline(always)]
+fn sums_of(xs: &[f32], size: usize, f: impl Fn(f32) -> f32) -> [f32; GROUP] {
+    let mut s = [0f32; GROUP];
+    if xs.len() == GROUP * size {
+        for i in 0..size {
+            for (r, s) in s.iter_mut().enumerate() {
+                *s += f(xs[r * size + i]);
+            }
+        }
+    } else {
+        for (s, row) in s.iter_mut().zip(xs.chunks_exact(size)) {
+            for &v in row {
+                *s += f(v);
+            }
+        }
+    }
+    s
 }
 
 /// Elements `at .. at + buf.len()` of `x`: f32 in place, codes decoded into `buf`.
