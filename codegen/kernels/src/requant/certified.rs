@@ -15,6 +15,12 @@
 //! lies in [2^-426, 2^405], |ρ| in [2^-277, 2^190]), so flush-to-zero modes do not matter; the
 //! default round-to-nearest mode is assumed (as by every float kernel).
 //!
+//! Where the ratio is exactly `2^−k` (`1 ≤ k ≤ 31`, no bias offset: power-of-two scales), a run
+//! of one plan ([`row_uniform`]: a convolution channel, a QLinearMul) shifts `acc + bias` right
+//! by k with ties to even in i64 instead: the exact value by construction, no f64 step, no tie
+//! sent to the exact fallback (ties are common there: with power-of-two scales every value lies
+//! on a grid of halves).
+//!
 //! On AVX-512 (the VNNI path) a row runs 16 lanes at a time by hand (`row_avx512`: the same IEEE
 //! steps lane by lane, steps that are identities for the block's columns left out), on AVX2 8
 //! (`certified/avx2.rs`), the lanes near a boundary then settled one by one by the exact form.
@@ -48,13 +54,18 @@ pub struct Certified {
     ratio: Ratio,
     r: f64,
     rho: f64,
+    /// `Some(k)` where the ratio is exactly `2^−k`, `1 ≤ k ≤ 31`, with no bias offset (power-of-two
+    /// scales): the code is `t = acc + bias` shifted right by k with ties to even, in integers
+    /// ([`shifted`]), never an f64 step or a fallback.
+    shift: Option<u32>,
 }
 
 impl Certified {
     pub fn new(ratio: Ratio) -> Certified {
         let (sx, sw, sy) = ratio.scales;
         let rho = ratio.offset.map_or(0.0, |o| f64::from(o.code) * f64::from(o.scale) / f64::from(sy));
-        Certified { ratio, r: f64::from(sx) * f64::from(sw) / f64::from(sy), rho }
+        let r = f64::from(sx) * f64::from(sw) / f64::from(sy);
+        Certified { ratio, r, rho, shift: power_of_two_shift(&ratio, r) }
     }
 
     pub fn ratio(&self) -> &Ratio {
@@ -376,12 +387,42 @@ fn block_generic<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>
     rows.map(|row| row_columns(&acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])).sum()
 }
 
+/// `k` where `ratio` is exactly `2^−k` (`r` its f64 quotient), `1 ≤ k ≤ 31`, and carries no bias
+/// offset. `sx·sw` is exact in f64 (two 24-bit mantissas), so when r is a power of two and
+/// `r·sy` (a product by a power of two: exact) equals it, `sx·sw/sy` is r exactly.
+fn power_of_two_shift(ratio: &Ratio, r: f64) -> Option<u32> {
+    let (sx, sw, sy) = ratio.scales;
+    let power = r > 0.0 && r.is_finite() && r.to_bits() & ((1u64 << 52) - 1) == 0 && r.to_bits() >> 52 != 0;
+    let exact = power && r * f64::from(sy) == f64::from(sx) * f64::from(sw);
+    let k = 1023 - (r.to_bits() >> 52) as i64;
+    (ratio.offset.is_none() && exact && (1..=31).contains(&k)).then_some(k as u32)
+}
+
+/// `sat(rne((acc + bias)·2^−k) + zy)` in integers: `t = acc + bias` in i64 (exact), then
+/// `⌊(t + 2^(k−1) − 1 + ⌊t/2^k⌋ mod 2) / 2^k⌋`, which is t/2^k rounded to the nearest integer,
+/// ties to the even one (a tie `m + ½` adds the parity of m to reach `m + 1` only when m is
+/// odd). Element by element with no branch, so it vectorizes on the caller's path.
+#[inline(always)]
+fn shifted<C: CodeOut>(acc: &[i32], bias: i32, k: u32, out: Output, codes: &mut [C]) {
+    let (zy, lo, hi) = (i64::from(out.zero_point()), i64::from(out.code().min()), i64::from(out.code().max()));
+    let half = (1i64 << (k - 1)) - 1;
+    for (y, &a) in codes.iter_mut().zip(acc) {
+        let t = i64::from(a) + i64::from(bias);
+        let q = (t + half + ((t >> k) & 1)) >> k;
+        *y = C::from_code((q + zy).clamp(lo, hi) as i32);
+    }
+}
+
 /// One run of accumulators sharing one bias and one plan (a convolution channel's positions):
 /// the same IEEE operations as [`evaluate`] element by element, like [`rows`] (vectorized where
 /// the caller's instance allows); returns the fallback count, not yet added to [`fallback_hits`].
 #[inline(always)]
 pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
     const CH: usize = 64;
+    if let Some(k) = plan.shift {
+        shifted(acc, bias, k, out, codes);
+        return 0;
+    }
     let (b, r, rho) = (f64::from(bias), plan.r, plan.rho);
     let mut fallbacks = 0;
     for (acc, codes) in acc.chunks(CH).zip(codes.chunks_mut(CH)) {
@@ -426,4 +467,49 @@ pub fn requant_certified(acc: i32, bias: i32, plan: &Certified, out: Output) -> 
     let (v, fell_back) = evaluate(acc, bias, plan, out);
     count(u64::from(fell_back));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::requant::Code;
+
+    /// Every power-of-two ratio `2^−k` takes the integer form, and it equals the exact form on
+    /// every accumulator of a window around each rounding boundary and at the i32 extremes, for
+    /// biases of both signs and both code types; ratios that are not exact powers of two keep
+    /// the f64 form.
+    #[test]
+    fn power_of_two_ratios_shift_exactly() {
+        for k in 1..=31u32 {
+            // sx·sw/sy = 2^−k from scales that are powers of two themselves and from ones that are not.
+            for (sx, sw, sy) in [(0.5f32.powi(k as i32), 1.0, 1.0), (0.75, 2f32.powi(1 - k as i32), 1.5), (3.0 * 2f32.powi(-20), 2f32.powi(20 - k as i32), 3.0)]
+            {
+                let ratio = Ratio::new(sx, sw, sy).unwrap();
+                let plan = Certified::new(ratio);
+                assert_eq!(plan.shift, Some(k), "{sx} · {sw} / {sy}");
+                for (code, zy) in [(Code::U8, 0), (Code::U8, 131), (Code::I8, -5), (Code::I8, 127)] {
+                    let out = Output::new(zy, code).unwrap();
+                    for bias in [0, 37, -1 << 20, i32::MAX / 2] {
+                        let step = 1i64 << k;
+                        let mut acc: Vec<i32> = (-3 * step..=3 * step).step_by(usize::try_from(step / 64).unwrap_or(1).max(1)).map(|t| t as i32).collect();
+                        acc.extend(
+                            (-70..70).flat_map(|m: i64| [-1, 0, 1].map(move |d| (m * step / 2 + d).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)),
+                        );
+                        acc.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, -1, 0, 1]);
+                        let mut got = vec![0u8; acc.len()];
+                        assert_eq!(row_uniform(&acc, bias, &plan, out, &mut got), 0, "no fallback");
+                        for (&a, &g) in acc.iter().zip(&got) {
+                            let want = requant_exact(a, bias, &plan.ratio, out);
+                            assert_eq!(g, want as u8, "k {k} acc {a} bias {bias} zy {zy} {code:?}");
+                        }
+                    }
+                }
+            }
+        }
+        for (sx, sw, sy) in [(0.1f32, 0.5, 1.0), (1.0, 1.0, 1.0), (2.0, 1.0, 1.0), (0.5, 0.5, 3.0), (2f32.powi(-40), 1.0, 1.0)] {
+            assert_eq!(Certified::new(Ratio::new(sx, sw, sy).unwrap()).shift, None, "{sx} · {sw} / {sy}");
+        }
+        let (_, with_offset) = Ratio::new(0.5, 0.5, 1.0).unwrap().with_bias(3, 0.3).unwrap();
+        assert_eq!(Certified::new(with_offset).shift, None, "a bias off the accumulator's scale");
+    }
 }
