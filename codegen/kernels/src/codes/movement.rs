@@ -132,8 +132,13 @@ fn permuted<T: Copy>(x: &[T], dims: &[usize], st: &[usize], out: &mut [T]) {
     let mut idx = vec![0usize; rank - 1];
     for row in out.chunks_exact_mut(dims[rank - 1]) {
         let base: usize = idx.iter().zip(st).map(|(i, s)| i * s).sum();
-        for (k, y) in row.iter_mut().enumerate() {
-            *y = x[base + k * st[rank - 1]];
+        if st[rank - 1] == 1 {
+            // The output's last axis is the input's last too: one contiguous run.
+            row.copy_from_slice(&x[base..][..row.len()]);
+        } else {
+            for (k, y) in row.iter_mut().enumerate() {
+                *y = x[base + k * st[rank - 1]];
+            }
         }
         for a in (0..rank - 1).rev() {
             idx[a] += 1;
