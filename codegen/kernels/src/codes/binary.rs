@@ -248,10 +248,17 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
     /// operations element by element (see `requant::row_uniform` and `Sum`), and a run of at
     /// least [`TABLE_RUN`] outputs along which one operand is fixed reads a table of the op at
     /// that code, filled by the same run function over the other operand's 256 codes (so its
-    /// entries are the codes the run would compute). Exact fallbacks are counted per element or,
-    /// in a tabled run, per table entry.
+    /// entries are the codes the run would compute); so does every output where B is a broadcast
+    /// operand of few distinct codes (`rows_of_few_codes`: one table row per code B holds).
+    /// Exact fallbacks are counted per element or, in a tabled run, per table entry.
     pub fn apply(&self, kernels: Kernels, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y]) -> Result<(), CodesError> {
         let mut fallbacks = 0;
+        if let Some((slot, rows, filled)) = self.rows_of_few_codes(kernels, a, b, out.len()) {
+            // Row `slot[b]` holds the op at B's code b: every output one lookup.
+            each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| strided(y, a, la, b, lb, |a, b| rows[usize::from(slot[b.index()]) << 8 | a.index()]))?;
+            count_fallbacks(filled);
+            return Ok(());
+        }
         each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
             let n = y.len();
             fallbacks += match (la, lb) {
@@ -262,6 +269,33 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
         })?;
         count_fallbacks(fallbacks);
         Ok(())
+    }
+
+    /// A broadcast operand `b` with few distinct codes (an attention mask: one or two), against
+    /// `outputs` outputs: one row of the op per code `b` holds (row `slot[b]`, entry `a`), each
+    /// filled by a run over A's 256 codes at that code (the codes the runs would compute, as in
+    /// [`through_table`]), when they cost at most half the outputs' evaluations; with the
+    /// fallbacks of the fill. `None` for a node with a whole table.
+    #[allow(clippy::type_complexity)] // the slots, the rows and the fill's fallbacks
+    fn rows_of_few_codes(&self, kernels: Kernels, a: &[A], b: &[B], outputs: usize) -> Option<([u8; 256], Vec<Y>, u64)> {
+        if matches!(self.repr, Repr::Table(_)) || b.len() > outputs / 4 || a.len() < outputs {
+            return None;
+        }
+        let mut present = [false; 256];
+        for &c in b {
+            present[c.index()] = true;
+        }
+        let count = present.iter().filter(|&&p| p).count();
+        if count * 256 > outputs / 2 {
+            return None;
+        }
+        let (mut slot, mut rows, mut filled) = ([0u8; 256], vec![Y::default(); count << 8], 0);
+        // At most 256 rows: a row number fits a byte.
+        for (r, (row, code)) in rows.chunks_exact_mut(256).zip((0..256).filter(|&c| present[c])).enumerate() {
+            slot[code] = r as u8;
+            filled += self.run(kernels, &every_code::<A>(), 1, &[B::from_index(code)], 0, row);
+        }
+        Some((slot, rows, filled))
     }
 
     /// One run of outputs, `y[k]` from `a[k·la]` and `b[k·lb]`, element by element on `kernels`'
