@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Rng, as_fraction, rne};
-use qdqc_kernels::codes::binary::{Binary, BinaryOp, TABLE_RUN, binary_exact};
+use qdqc_kernels::codes::binary::{Binary, BinaryOp, PAIR_TABLE, TABLE_RUN, binary_exact};
 use qdqc_kernels::codes::{QCode, Quant};
 use qdqc_kernels::{Isa, Kernels};
 
@@ -351,6 +351,29 @@ fn no_op_holds_a_table() {
     let (qa, qb, qy) = (Quant::new(0.1, 3), Quant::new(0.2, 250), Quant::new(0.3, 7));
     assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Mul, qa, qb, qy).unwrap().bytes(), 0);
     assert_eq!(Binary::<u8, u8, u8>::new(BinaryOp::Add, qa, qb, qy).unwrap().bytes(), 0);
+}
+
+/// Until a call pairs two whole operands of `PAIR_TABLE` elements or more; then the node holds its
+/// table of pairs, and every output of such calls (a residual Add's [1, 64, 384]) and of smaller
+/// or broadcast ones equals `code`, on every path.
+#[test]
+fn whole_operands_fill_the_table_of_pairs_once() {
+    let mut rng = Rng::new(12);
+    for op in [BinaryOp::Add, BinaryOp::Mul] {
+        for k in paths() {
+            let t = Binary::<u8, i8, u8>::new(op, Quant::new(0.031, 120), Quant::new(0.017, -7), Quant::new(0.043, 128)).unwrap();
+            let small = (rng.u8s(PAIR_TABLE - 1), rng.i8s(PAIR_TABLE - 1));
+            let mut out = vec![0u8; PAIR_TABLE - 1];
+            t.apply(k, &small.0, &[PAIR_TABLE - 1], &small.1, &[PAIR_TABLE - 1], &mut out).unwrap();
+            assert!(out.iter().zip(small.0.iter().zip(&small.1)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} below the table, {} path", k.isa());
+            assert_eq!(t.bytes(), 0, "{op:?}: no table below PAIR_TABLE outputs");
+            let (a, b) = (rng.u8s(64 * 384), rng.i8s(64 * 384));
+            let mut out = vec![0u8; a.len()];
+            t.apply(k, &a, &[1, 64, 384], &b, &[64, 384], &mut out).unwrap();
+            assert_eq!(t.bytes(), 1 << 16, "{op:?}: the table of pairs");
+            assert!(out.iter().zip(a.iter().zip(&b)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} from the table, {} path", k.isa());
+        }
+    }
 }
 
 /// sa = sb = sy/2 puts every odd A + B exactly on a half-integer; the f64 sum is exact there

@@ -20,7 +20,7 @@
 //! |---|---|
 //! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights; 3-D weights of the input's batch: one GEMM per batch, `batched.rs`); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearMatMul of two activations (attention's `QKᵀ`, `AV`), batch dims broadcast | `matmul_codes::MatMulCodes` (i32 sums, K checked against the bound its proof used, the certified requantization) |
-//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (Add: certified f64 sums, the exact form at ties; Mul: requantized products; no table held per node: an operand fixed along a run of ≥ 256 outputs gets a 256-entry table per call, filled by the run function itself) |
+//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (Add: certified f64 sums, the exact form at ties; Mul: requantized products; an operand fixed along a run of ≥ 256 outputs gets a 256-entry table per call, a broadcast operand of few codes one row per code, two whole operands of ≥ 4096 elements the node's 64 KiB table of pairs, filled once; every table filled by the run function itself) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |

@@ -4,7 +4,10 @@
 //! - Mul: `y = sat(rne(sa·sb·(a − za)·(b − zb) / sy) + zy)`
 //!
 //! of the exact real values (f32 scales taken as the dyadic rationals they are), ties to even.
-//! [`binary_exact`] is the definition. [`Binary`] computes it without a 64 KiB table per node: an
+//! [`binary_exact`] is the definition. [`Binary`] computes it without a 64 KiB table per node
+//! (until a call pairs two whole operands of [`PAIR_TABLE`] elements or more: then the node fills
+//! its table of pairs once, by the run function below over all 65,536 pairs, and looks every
+//! output up from then on — a residual Add costs a lookup per element instead of an f64 sum): an
 //! Add evaluates `A·sa/sy + B·sb/sy` in f64 and certifies each element (the exact form where the
 //! f64 value is within its error bound of a tie: `Sum`); a Mul needs no table either: its value is the integer product `A·B` (|A·B| ≤ 65,025) times the
 //! one ratio `sa·sb/sy`, which is the requantization of an accumulator, so it runs the certified
@@ -17,6 +20,7 @@
 //! | every scale positive finite, zero points codes of their types | refused otherwise ([`CodesError`]) |
 //! | Mul without a table: `Ratio::new(sa, sb, sy)` exists (positive finite scales, checked above) | the requantization's exact form is defined for it |
 //! | a run with one operand fixed read from a 256-entry table (`apply`, runs of [`TABLE_RUN`] or more) | its entries are made by the same run function, on the same path, over the other operand's every code: the codes the run would compute, element by element |
+//! | two whole operands of [`PAIR_TABLE`] elements or more read from the node's table of pairs | its entries are made by the same run function over all 65,536 pairs (on the path of the call that filled it: every path gives the same bits), once |
 //! | Add: the f64 value is used only farther than `4u·(\|A·ra\| + \|B·rb\|)` from every half-integer (`Sum`) | its error bound: off a tie by more than it, the f64 value rounds as the exact one does; otherwise the exact form below |
 //! | Add whose f64 evaluation is exact for every pair (`exact_in_f64`: both ratios dyadic, exponents within 20) | the f64 value is the real one: rounded to even, it decides ties too (no exact form per tie) |
 //! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
@@ -38,6 +42,7 @@ use super::{CodesError, QCode, Quant, broadcast_shape};
 use crate::isa::{Isa, Kernels};
 use crate::requant::{Certified, Code, Output, Ratio, count_fallbacks, requant_certified, row_uniform};
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 /// The elementwise operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,8 +86,16 @@ pub fn binary_exact<A: QCode, B: QCode, Y: QCode>(op: BinaryOp, a: A, qa: Quant,
 #[derive(Clone, Debug)]
 pub struct Binary<A: QCode, B: QCode, Y: QCode> {
     repr: Repr<Y>,
+    /// The op on every pair of codes, `pairs[a.index()·256 + b.index()]`, filled by the run
+    /// function on the node's first call with two full operands of [`PAIR_TABLE`] elements or
+    /// more (64 KiB for the node from then on; none for a node never called so).
+    pairs: OnceLock<Box<[Y; 1 << 16]>>,
     _inputs: PhantomData<(A, B)>,
 }
+
+/// The outputs from which a call whose operands are both whole tensors (no broadcasting) reads
+/// the node's table of pairs: its 65,536 entries cost about as much as that many outputs, once.
+pub const PAIR_TABLE: usize = 4096;
 
 /// How the codes are computed (module header).
 #[derive(Clone, Debug)]
@@ -200,7 +213,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             // Both exist for checked parameters; a refusal would only mean "tabulate instead".
             if let (Ok(ratio), Ok(out)) = (Ratio::new(qa.scale, qb.scale, qy.scale), Output::new(qy.zero_point, code)) {
                 let repr = Repr::Product { za: qa.zero_point, zb: qb.zero_point, plan: Certified::new(ratio), out };
-                return Ok(Binary { repr, _inputs: PhantomData });
+                return Ok(Binary { repr, pairs: OnceLock::new(), _inputs: PhantomData });
             }
         }
         let (da, db, dy) = (dyadic(qa.scale)?, dyadic(qb.scale)?, dyadic(qy.scale)?);
@@ -209,7 +222,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             let (ra, rb) = (f64::from(qa.scale) / sy, f64::from(qb.scale) / sy);
             let f64_exact = exact_in_f64((ra, rb), (da, db, dy));
             let sum = Sum { za: qa.zero_point, zb: qb.zero_point, zy, ra, rb, exact: (da, db, dy), f64_exact };
-            return Ok(Binary { repr: Repr::Sum(sum), _inputs: PhantomData });
+            return Ok(Binary { repr: Repr::Sum(sum), pairs: OnceLock::new(), _inputs: PhantomData });
         }
         let mut table = Vec::with_capacity(1 << 16);
         for i in 0..256 {
@@ -222,15 +235,17 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             }
         }
         let table = table.into_boxed_slice().try_into().expect("256 × 256 entries");
-        Ok(Binary { repr: Repr::Table(table), _inputs: PhantomData })
+        Ok(Binary { repr: Repr::Table(table), pairs: OnceLock::new(), _inputs: PhantomData })
     }
 
-    /// Bytes the node holds (the table, when it has one).
+    /// Bytes the node holds (the table, when it has one; the table of pairs once filled).
     pub fn bytes(&self) -> usize {
-        match &self.repr {
-            Repr::Table(t) => std::mem::size_of_val(&**t),
-            Repr::Product { .. } | Repr::Sum(_) => 0,
-        }
+        let pairs = self.pairs.get().map_or(0, |t| std::mem::size_of_val(&**t));
+        pairs
+            + match &self.repr {
+                Repr::Table(t) => std::mem::size_of_val(&**t),
+                Repr::Product { .. } | Repr::Sum(_) => 0,
+            }
     }
 
     /// The code for one pair.
@@ -253,6 +268,22 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
     /// Exact fallbacks are counted per element or, in a tabled run, per table entry.
     pub fn apply(&self, kernels: Kernels, a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [Y]) -> Result<(), CodesError> {
         let mut fallbacks = 0;
+        let shape = broadcast_shape(a_shape, b_shape)?;
+        check_len("binary input A", a.len(), a_shape)?;
+        check_len("binary input B", b.len(), b_shape)?;
+        check_len("binary output", out.len(), &shape)?;
+        // Two whole operands (as many elements as the output: nothing repeats) pair element k
+        // with element k.
+        if a.len() == out.len() && b.len() == out.len() && out.len() >= PAIR_TABLE && !matches!(self.repr, Repr::Table(_)) {
+            let pairs = self.pairs.get_or_init(|| {
+                let (every_a, every_b): (Vec<A>, Vec<B>) = (0..1 << 16).map(|k| (A::from_index(k >> 8), B::from_index(k & 255))).unzip();
+                let mut t = Box::new([Y::default(); 1 << 16]);
+                count_fallbacks(self.run(kernels, &every_a, 1, &every_b, 1, &mut t[..]));
+                t
+            });
+            strided(out, a, 1, b, 1, |a, b| pairs[(a.index() << 8) | b.index()]);
+            return Ok(());
+        }
         if let Some((slot, rows, filled)) = self.rows_of_few_codes(kernels, a, b, out.len()) {
             // Row `slot[b]` holds the op at B's code b: every output one lookup.
             each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| strided(y, a, la, b, lb, |a, b| rows[usize::from(slot[b.index()]) << 8 | a.index()]))?;
