@@ -110,7 +110,7 @@ binary! {
 
 macro_rules! softmax_codes {
     ($($new:ident: $x:ty; $($name:ident: $y:ty),*;)*) => {$(
-        /// [`SoftmaxCodes::new`] for these input codes (its 256 × 256 table of exponentials).
+        /// [`SoftmaxCodes::new`] for these input codes.
         #[inline(never)]
         pub fn $new(scale: f32, zero_point: i32, out_scale: f32, out_zero_point: i32) -> Result<SoftmaxCodes<$x>, CodesError> {
             SoftmaxCodes::new(scale, zero_point, out_scale, out_zero_point)

@@ -20,7 +20,7 @@
 //! |---|---|
 //! | QLinearConv (1–3-D, groups, depthwise, strides, pads, dilations), QGemm (no transA, alpha 1, code output), QLinearMatMul (constant 2-D weights; 3-D weights of the input's batch: one GEMM per batch, `batched.rs`); f32 or f16 scales (an f16 widened exactly) | `conv::PackedConv` / `gemm_u8`, then `requant::requantize` with the certified form (vectorized rows, the same bits as `requant_certified` per element; a convolution per channel plane, a GEMM per column); i8 activations shifted to u8 (+128 on codes and zero point: the same accumulator) |
 //! | QLinearMatMul of two activations (attention's `QKᵀ`, `AV`), batch dims broadcast | `matmul_codes::MatMulCodes` (i32 sums, K checked against the bound its proof used, the certified requantization) |
-//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (Add: certified f64 sums, the exact form at ties; Mul: requantized products; an operand fixed along a run of ≥ 256 outputs gets a 256-entry table per call, a broadcast operand of few codes one row per code, two whole operands of ≥ 4096 elements the node's 64 KiB table of pairs, filled once; every table filled by the run function itself) |
+//! | QLinearAdd, QLinearMul | `codes::binary::Binary` (Add: certified f64 sums, the exact form at ties; Mul: requantized products; an operand fixed along a run of ≥ 256 outputs gets a 256-entry table per call, a broadcast operand of few codes one row per code, an Add's two whole operands of ≥ 4096 elements the node's 64 KiB table of pairs, filled once; every table filled by the run function itself) |
 //! | QLinearAveragePool, QLinearGlobalAveragePool, MaxPool on codes | `codes::pool` |
 //! | QLinearConcat (inputs requantized through an exact 256-entry table), Concat (codes or f32) | `codes::movement::concat` |
 //! | Flatten, Reshape, Squeeze, Unsqueeze, Identity | a copy |
@@ -36,7 +36,7 @@
 //! | f32 Pow (broadcasting) | `float::elementwise::Binary::Pow` (`float::math::pow`) |
 //! | f32 Sigmoid, Tanh, Exp, Erf, Gelu (`none` and `tanh`) | `float::unary::map` (f64 formula, one rounding) |
 //! | f32 Softmax (opset 13, one axis) | `float::softmax::softmax` |
-//! | `DequantizeLinear → Softmax (last axis) → QuantizeLinear` per tensor on 8-bit codes (the attention softmax of a QDQ transformer), its f32 tensors read by nothing else | one op (`softmax_codes.rs`): `codes::softmax::SoftmaxCodes`, the three kernels' bits, the exponentials from a 256 × 256 table per node built in `Model::new` |
+//! | `DequantizeLinear → Softmax (last axis) → QuantizeLinear` per tensor on 8-bit codes (the attention softmax of a QDQ transformer), its f32 tensors read by nothing else | one op (`softmax_codes.rs`): `codes::softmax::SoftmaxCodes`, the three kernels' bits, the exponentials from a table row per code that is a slice's maximum, filled on first use |
 //! | f32 BatchNormalization (inference) | `float::norm::batch_norm_operands` (ONNX Runtime's order; dequantized parameters decoded per channel) |
 //! | f32 LayerNormalization (stash_type 1, output Y) | `float::norm::layer_norm_operands` (ONNX's function body, fixed order; a dequantized scale and bias decoded 64 elements at a time per row) |
 //! | f32 ReduceSum, ReduceMean, ReduceMax (constant axes, attribute or input) | `float::reduce::reduce` |

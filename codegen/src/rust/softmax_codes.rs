@@ -1,7 +1,7 @@
 //! `DequantizeLinear → Softmax → QuantizeLinear` on 8-bit codes as one op (`Kind::SoftmaxCodes`,
 //! `qdqc_kernels::codes::softmax`): the attention softmax of a QDQ transformer, one pass over the
 //! codes instead of three kernels and two f32 tensors, the exponentials read from a table of the
-//! 256 × 256 code pairs built in `Model::new`.
+//! 256 × 256 code pairs, a row filled the first time its code is a slice's maximum.
 //!
 //! Obligation: every output code is the one the three unfused kernels write. The fused kernel
 //! evaluates the same IEEE steps in the same order, each exponential taken from a table filled by

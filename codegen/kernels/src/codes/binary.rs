@@ -5,9 +5,10 @@
 //!
 //! of the exact real values (f32 scales taken as the dyadic rationals they are), ties to even.
 //! [`binary_exact`] is the definition. [`Binary`] computes it without a 64 KiB table per node
-//! (until a call pairs two whole operands of [`PAIR_TABLE`] elements or more: then the node fills
-//! its table of pairs once, by the run function below over all 65,536 pairs, and looks every
-//! output up from then on — a residual Add costs a lookup per element instead of an f64 sum): an
+//! (until a call of an Add pairs two whole operands of [`PAIR_TABLE`] elements or more: then the
+//! node fills its table of pairs once, by the run function below over all 65,536 pairs, and looks
+//! every output up from then on — a residual Add costs a lookup per element instead of an f64
+//! sum; a Mul's requantized product costs little more than the lookup, so it keeps none): an
 //! Add evaluates `A·sa/sy + B·sb/sy` in f64 and certifies each element (the exact form where the
 //! f64 value is within its error bound of a tie: `Sum`); a Mul needs no table either: its value is the integer product `A·B` (|A·B| ≤ 65,025) times the
 //! one ratio `sa·sb/sy`, which is the requantization of an accumulator, so it runs the certified
@@ -20,7 +21,7 @@
 //! | every scale positive finite, zero points codes of their types | refused otherwise ([`CodesError`]) |
 //! | Mul without a table: `Ratio::new(sa, sb, sy)` exists (positive finite scales, checked above) | the requantization's exact form is defined for it |
 //! | a run with one operand fixed read from a 256-entry table (`apply`, runs of [`TABLE_RUN`] or more) | its entries are made by the same run function, on the same path, over the other operand's every code: the codes the run would compute, element by element |
-//! | two whole operands of [`PAIR_TABLE`] elements or more read from the node's table of pairs | its entries are made by the same run function over all 65,536 pairs (on the path of the call that filled it: every path gives the same bits), once |
+//! | an Add's two whole operands of [`PAIR_TABLE`] elements or more read from the node's table of pairs | its entries are made by the same run function over all 65,536 pairs (on the path of the call that filled it: every path gives the same bits), once |
 //! | Add: the f64 value is used only farther than `4u·(\|A·ra\| + \|B·rb\|)` from every half-integer (`Sum`) | its error bound: off a tie by more than it, the f64 value rounds as the exact one does; otherwise the exact form below |
 //! | Add whose f64 evaluation is exact for every pair (`exact_in_f64`: both ratios dyadic, exponents within 20) | the f64 value is the real one: rounded to even, it decides ties too (no exact form per tie) |
 //! | Mul: `sa·sb·A·B/sy = (ma·mb·A·B)·2^(ea+eb−ey)/my`, `\|ma·mb·A·B\| < 2^64` | one exact rounding (`rne_clamped`, private) |
@@ -86,9 +87,9 @@ pub fn binary_exact<A: QCode, B: QCode, Y: QCode>(op: BinaryOp, a: A, qa: Quant,
 #[derive(Clone, Debug)]
 pub struct Binary<A: QCode, B: QCode, Y: QCode> {
     repr: Repr<Y>,
-    /// The op on every pair of codes, `pairs[a.index()·256 + b.index()]`, filled by the run
+    /// An Add on every pair of codes, `pairs[a.index()·256 + b.index()]`, filled by the run
     /// function on the node's first call with two full operands of [`PAIR_TABLE`] elements or
-    /// more (64 KiB for the node from then on; none for a node never called so).
+    /// more (64 KiB for the node from then on; none for a node never called so, or a Mul).
     pairs: OnceLock<Box<[Y; 1 << 16]>>,
     _inputs: PhantomData<(A, B)>,
 }
@@ -274,7 +275,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
         check_len("binary output", out.len(), &shape)?;
         // Two whole operands (as many elements as the output: nothing repeats) pair element k
         // with element k.
-        if a.len() == out.len() && b.len() == out.len() && out.len() >= PAIR_TABLE && !matches!(self.repr, Repr::Table(_)) {
+        if a.len() == out.len() && b.len() == out.len() && out.len() >= PAIR_TABLE && matches!(self.repr, Repr::Sum(_)) {
             let pairs = self.pairs.get_or_init(|| {
                 let (every_a, every_b): (Vec<A>, Vec<B>) = (0..1 << 16).map(|k| (A::from_index(k >> 8), B::from_index(k & 255))).unzip();
                 let mut t = Box::new([Y::default(); 1 << 16]);

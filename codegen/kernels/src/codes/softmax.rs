@@ -9,15 +9,16 @@
 //! table of [`qdq::dequantize`] over the 256 codes (the function `dequantize_linear` applies
 //! element by element), and `m` is found by the same comparisons, recording the code `a` it was
 //! read from, so `m` has the bits of `dq[a]`. Then `e_i = exp64(f64(dq[x_i]) − f64(dq[a]))` is
-//! entry `(a, x_i)` of [`SoftmaxCodes`]' table, built by that very expression for every pair of
-//! codes; the sum, the division and [`qdq::quantize`] are the unfused steps, in the same order.
+//! entry `x_i` of row `a` of [`SoftmaxCodes`]' table, built by that very expression for every
+//! code; the sum, the division and [`qdq::quantize`] are the unfused steps, in the same order.
 //! Nothing needs the values to be finite: a slice with no `v_i > −∞` (all −∞ or NaN) keeps
 //! `m = −∞`, which no code's entry holds, and evaluates `exp64(f64(v_i) − f64(m))` directly.
 //!
 //! Every path gives the same bits: the table lookups and the sums are scalar and sequential per
 //! slice; four slices are summed side by side, each in its own lane (so the adds of one slice stay
 //! in index order); the divisions and QuantizeLinear are per element with no contraction.
-//! Memory: the table holds 65536 f64 (512 KiB) per node, built once when the model is built.
+//! Memory: a row of 256 f64 (2 KiB) per code that is some slice's maximum, filled the first time
+//! it is (at most 512 KiB per node; the rows of the maxima that never occur are never made).
 //!
 //! | condition | why |
 //! |---|---|
@@ -30,6 +31,7 @@ use super::{CodesError, QCode};
 use crate::float::math::exp64;
 use crate::isa::{Isa, Kernels};
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 /// Slices summed side by side.
 const LANES: usize = 4;
@@ -38,8 +40,9 @@ const LANES: usize = 4;
 pub struct SoftmaxCodes<X> {
     /// `dq[i]`: DequantizeLinear of the code with bit pattern `i`.
     dq: [f32; 256],
-    /// `exp[a·256 + b] = exp64(f64(dq[b]) − f64(dq[a]))`.
-    exp: Vec<f64>,
+    /// Row `a`: `exp64(f64(dq[b]) − f64(dq[a]))` for every b, filled when a slice's maximum is
+    /// first read from code a (only the rows of the maxima that occur take memory).
+    exp: Box<[OnceLock<Box<[f64; 256]>>]>,
     out_scale: f32,
     out_zero_point: i32,
     codes: PhantomData<X>,
@@ -55,12 +58,7 @@ impl<X: QCode> SoftmaxCodes<X> {
         for (i, v) in dq.iter_mut().enumerate() {
             *v = qdq::dequantize(X::from_index(i), scale, zero_point);
         }
-        let mut exp = vec![0f64; 256 * 256];
-        for (row, &m) in exp.chunks_exact_mut(256).zip(&dq) {
-            for (e, &v) in row.iter_mut().zip(&dq) {
-                *e = exp64(f64::from(v) - f64::from(m));
-            }
-        }
+        let exp = (0..256).map(|_| OnceLock::new()).collect();
         Ok(SoftmaxCodes { dq, exp, out_scale, out_zero_point, codes: PhantomData })
     }
 
@@ -138,7 +136,10 @@ impl<X: QCode> SoftmaxCodes<X> {
         }
         match at {
             Some(a) => {
-                let row = &self.exp[a * 256..][..256];
+                let row = self.exp[a].get_or_init(|| {
+                    let m = f64::from(self.dq[a]);
+                    Box::new(std::array::from_fn(|b| exp64(f64::from(self.dq[b]) - m)))
+                });
                 for (e, &c) in es.iter_mut().zip(xs) {
                     *e = row[c.index()];
                 }
