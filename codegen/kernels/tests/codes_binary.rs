@@ -306,13 +306,18 @@ fn broadcast_operands_of_few_codes() {
     for op in [BinaryOp::Add, BinaryOp::Mul] {
         let t = Binary::<u8, u8, u8>::new(op, Quant::new(0.122_419_4, 132), Quant::new(1.0, 0), Quant::new(0.125_103, 150)).unwrap();
         for k in paths() {
-            for codes in [&[1u8][..], &[0, 1], &[0, 7, 200, 255], &(0..=255).collect::<Vec<u8>>()[..]] {
+            for codes in [&[1u8][..], &[0, 1], &[3, 9, 77], &[0, 7, 200, 255], &[5, 6, 7, 8, 9], &(0..=255).collect::<Vec<u8>>()[..]] {
                 let scores = rng.u8s(12 * 64 * 64);
                 let mask: Vec<u8> = (0..64).map(|i| codes[(i * 7) % codes.len()]).collect();
                 let mut out = vec![0u8; scores.len()];
                 t.apply(k, &scores, &[1, 12, 64, 64], &mask, &[1, 1, 1, 64], &mut out).unwrap();
                 for (o, &y) in out.iter().enumerate() {
                     assert_eq!(y, t.code(scores[o], mask[o % 64]), "{op:?}, mask codes {}, output {o}, {} path", codes.len(), k.isa());
+                }
+                // The mask along the rows instead: fixed along each run of the last axis.
+                t.apply(k, &scores, &[1, 12, 64, 64], &mask, &[1, 1, 64, 1], &mut out).unwrap();
+                for (o, &y) in out.iter().enumerate() {
+                    assert_eq!(y, t.code(scores[o], mask[o / 64 % 64]), "{op:?}, row mask codes {}, output {o}, {} path", codes.len(), k.isa());
                 }
             }
         }

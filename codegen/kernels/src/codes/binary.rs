@@ -286,8 +286,31 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
             return Ok(());
         }
         if let Some((slot, rows, filled)) = self.rows_of_few_codes(kernels, a, b, out.len()) {
-            // Row `slot[b]` holds the op at B's code b: every output one lookup.
-            each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| strided(y, a, la, b, lb, |a, b| rows[usize::from(slot[b.index()]) << 8 | a.index()]))?;
+            // Row `slot[b]` holds the op at B's code b: every output one lookup. Where A runs
+            // along the run, the lookups are whole-run table maps (vectorized): the run's row
+            // when B is fixed along it; else every row B holds, each output kept from its own.
+            let row = |r: usize| -> &[Y; 256] { rows[r << 8..][..256].try_into().expect("a row of 256") };
+            let count = rows.len() >> 8;
+            let mut other = Vec::new();
+            each(a, a_shape, b, b_shape, out, |y, a, la, b, lb| {
+                let n = y.len();
+                match (la, lb) {
+                    (1, 0) => map_codes(kernels, row(usize::from(slot[b[0].index()])), &a[..n], y),
+                    (1, 1) if count <= FEW_ROWS => {
+                        map_codes(kernels, row(0), &a[..n], y);
+                        other.resize(n, Y::default());
+                        for r in 1..count {
+                            map_codes(kernels, row(r), &a[..n], &mut other[..n]);
+                            for ((y, &o), &b) in y.iter_mut().zip(&other[..n]).zip(&b[..n]) {
+                                if usize::from(slot[b.index()]) == r {
+                                    *y = o;
+                                }
+                            }
+                        }
+                    }
+                    _ => strided(y, a, la, b, lb, |a, b| rows[usize::from(slot[b.index()]) << 8 | a.index()]),
+                }
+            })?;
             count_fallbacks(filled);
             return Ok(());
         }
@@ -385,6 +408,10 @@ fn through_table<X: QCode, Y: QCode>(kernels: Kernels, fill: impl FnOnce(&mut [Y
 /// The shortest run with one operand fixed that [`Binary::apply`] maps through a table of the
 /// op at the fixed code: filling it costs a run of 256 outputs, each output then a lookup.
 pub const TABLE_RUN: usize = 256;
+
+/// The most rows of a broadcast operand's few codes mapped over a whole run each (then one
+/// select per output and row); beyond it, one lookup per output.
+const FEW_ROWS: usize = 4;
 
 /// One run of an Add's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
 struct SumRun<'a, A, B> {
