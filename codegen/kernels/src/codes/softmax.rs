@@ -43,6 +43,9 @@ pub struct SoftmaxCodes<X> {
     /// Row `a`: `exp64(f64(dq[b]) − f64(dq[a]))` for every b, filled when a slice's maximum is
     /// first read from code a (only the rows of the maxima that occur take memory).
     exp: Box<[OnceLock<Box<[f64; 256]>>]>,
+    /// `dq` strictly increasing (by `>`) along the codes' numeric order: a slice's maximum is
+    /// its largest code's value (see [`SoftmaxCodes::exponentials`]).
+    increasing: bool,
     out_scale: f32,
     out_zero_point: i32,
     codes: PhantomData<X>,
@@ -59,7 +62,8 @@ impl<X: QCode> SoftmaxCodes<X> {
             *v = qdq::dequantize(X::from_index(i), scale, zero_point);
         }
         let exp = (0..256).map(|_| OnceLock::new()).collect();
-        Ok(SoftmaxCodes { dq, exp, out_scale, out_zero_point, codes: PhantomData })
+        let increasing = (X::MIN..X::MAX).all(|v| dq[X::saturate(i64::from(v + 1)).index()] > dq[X::saturate(i64::from(v)).index()]);
+        Ok(SoftmaxCodes { dq, exp, increasing, out_scale, out_zero_point, codes: PhantomData })
     }
 
     /// `y = Q(Softmax(DQ(x)))` along the last axis of `shape`, on the kernel path `kernels`; the
@@ -124,14 +128,25 @@ impl<X: QCode> SoftmaxCodes<X> {
         }
     }
 
-    /// `e_i` of one slice: the table's row of the code the maximum was read from.
+    /// `e_i` of one slice: the table's row of the code the maximum was read from. Where `dq`
+    /// is strictly increasing along the codes' order, the scan of the module header (`m` from
+    /// −∞, replaced by each `v > m`) ends at the slice's largest code `c` when `dq[c] > −∞` (the
+    /// values are distinct and none is NaN: a NaN compares false), and with nothing recorded
+    /// otherwise: so the largest code (a vectorized max) stands for the scan.
     #[inline(always)]
     fn exponentials(&self, xs: &[X], es: &mut [f64]) {
         let (mut m, mut at) = (f32::NEG_INFINITY, None);
-        for &c in xs {
-            let v = self.dq[c.index()];
-            if v > m {
-                (m, at) = (v, Some(c.index()));
+        if self.increasing {
+            let top = xs.iter().fold(X::saturate(i64::from(X::MIN)), |t, &c| if c > t { c } else { t });
+            if self.dq[top.index()] > m {
+                (m, at) = (self.dq[top.index()], Some(top.index()));
+            }
+        } else {
+            for &c in xs {
+                let v = self.dq[c.index()];
+                if v > m {
+                    (m, at) = (v, Some(c.index()));
+                }
             }
         }
         match at {
