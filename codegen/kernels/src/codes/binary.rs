@@ -298,8 +298,8 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                     (1, 0) => map_codes(kernels, row(usize::from(slot[b[0].index()])), &a[..n], y),
                     (1, 1) if count <= FEW_ROWS => {
                         map_codes(kernels, row(0), &a[..n], y);
-                        other.resize(n, Y::default());
                         for r in 1..count {
+                            other.resize(n, Y::default());
                             map_codes(kernels, row(r), &a[..n], &mut other[..n]);
                             for ((y, &o), &b) in y.iter_mut().zip(&other[..n]).zip(&b[..n]) {
                                 if usize::from(slot[b.index()]) == r {

@@ -24,6 +24,7 @@
 //! |---|---|
 //! | the softmax axis is the last one | each slice is contiguous, as the table path reads it |
 //! | one scale and zero point for the input and for the output | one `dq` table, one QuantizeLinear |
+//! | the scan reads only a slice's largest code where `dq` strictly increases along the codes' order (checked once, in `new`) | the first largest `v_i` by `>` is then that code's value, or none is recorded (`SoftmaxCodes::exponentials`) |
 
 use super::qdq;
 use super::shape::check_len;
