@@ -469,9 +469,25 @@ fn an_inputs_zip_bomb_is_refused_at_once() {
     std::fs::write(&bomb, npz_declaring("a", "(4294967296,)", 64 << 20)).unwrap();
     assert!(std::fs::metadata(&bomb).unwrap().len() < 1 << 20);
     let out = dir.path().join("o.onnx");
-    let start = std::time::Instant::now();
-    let run = qdqc(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--allow", "matmulnbits", "--inputs", bomb.to_str().unwrap()]);
-    assert!(start.elapsed() < std::time::Duration::from_secs(1), "took {:?}", start.elapsed());
+    // "At once": against the same command refused for a missing inputs file, timed beside it (a
+    // loaded host slows both alike); inflating the 64 MiB alone takes seconds in a debug build.
+    let timed = |inputs: &std::path::Path| {
+        let start = std::time::Instant::now();
+        let run = qdqc(&["compile", m.to_str().unwrap(), "-o", out.to_str().unwrap(), "--allow", "matmulnbits", "--inputs", inputs.to_str().unwrap()]);
+        (run, start.elapsed())
+    };
+    // Three of each, alternated; the fastest of each (a burst of load slows a run, never speeds it).
+    let (mut baseline, mut took, mut run) = (std::time::Duration::MAX, std::time::Duration::MAX, None);
+    for _ in 0..3 {
+        let (missing, t) = timed(&dir.path().join("missing.npz"));
+        assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+        baseline = baseline.min(t);
+        let (r, t) = timed(&bomb);
+        took = took.min(t);
+        run = Some(r);
+    }
+    let run = run.expect("three runs");
+    assert!(took < 3 * baseline + std::time::Duration::from_millis(300), "took {took:?}, a refused missing file {baseline:?}");
     assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
     assert!(stderr(&run).contains("over the 1073741824-byte bound of --inputs"), "{}", stderr(&run));
     assert!(!out.exists());
