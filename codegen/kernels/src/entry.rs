@@ -15,7 +15,7 @@ use crate::codes::softmax::SoftmaxCodes;
 use crate::codes::{CodesError, QCode, Quant, lut, qdq};
 use crate::conv::{ConvError, ConvRequant, PackedConv, Scratch};
 use crate::matmul_codes::MatMulCodes;
-use crate::requant::{Plan, RequantError};
+use crate::requant::{Plan, Prepared, RequantError};
 use crate::{GemmError, Kernels, PackedB};
 
 macro_rules! quantize {
@@ -71,16 +71,23 @@ macro_rules! conv_requant {
 conv_requant!(conv_requant_u8: u8, conv_requant_i8: i8);
 
 macro_rules! gemm_requant {
-    ($($name:ident: $c:ty),*) => {$(
+    ($($name:ident, $prepared:ident: $c:ty),*) => {$(
         /// [`crate::gemm_u8_requant`] into these codes.
         #[inline(never)]
         #[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
         pub fn $name(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [$c]) -> Result<u64, GemmError> {
             crate::gemm_u8_requant(kernels, a, m, za, b, plan, bias, c, out)
         }
+
+        /// [`crate::gemm_u8_requant_prepared`] into these codes.
+        #[inline(never)]
+        #[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
+        pub fn $prepared(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, rq: &Prepared, c: &mut [i32], out: &mut [$c]) -> Result<u64, GemmError> {
+            crate::gemm_u8_requant_prepared(kernels, a, m, za, b, rq, c, out)
+        }
     )*};
 }
-gemm_requant!(gemm_u8_requant_u8: u8, gemm_u8_requant_i8: i8);
+gemm_requant!(gemm_u8_requant_u8, gemm_u8_requant_prepared_u8: u8, gemm_u8_requant_i8, gemm_u8_requant_prepared_i8: i8);
 
 macro_rules! binary {
     ($($new:ident, $name:ident: $a:ty, $b:ty, $y:ty;)*) => {$(

@@ -9,7 +9,7 @@
 use crate::isa::{Isa, Kernels};
 use crate::micro;
 use crate::pack::{KR, PackedB};
-use crate::requant::{CodeOut, Form, Plan, count_fallbacks, requant_block, requant_columns, requantize};
+use crate::requant::{CodeOut, Columns, Form, Operands, Plan, Prepared, count_fallbacks, operands, requant_block, requantize};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -84,25 +84,67 @@ pub fn gemm_u8_requant<C: CodeOut>(
     out: &mut [C],
 ) -> Result<u64, GemmError> {
     let n = b.n();
-    let forms = match &plan.form {
-        Form::Certified(f) if kernels.isa() == Isa::Avx512Vnni => f,
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(GemmError::Requant(format!("a bias of {:?} for {n} columns", bias.map(<[i32]>::len))));
+    }
+    let bias: Vec<i32> = bias.map_or_else(|| vec![0; n], <[i32]>::to_vec);
+    let ops = match &plan.form {
+        Form::Certified(f) if kernels.isa() == Isa::Avx512Vnni && (f.len() == 1 || f.len() == n) => Some(operands(&bias, f)),
+        _ => None,
+    };
+    requantized(kernels, a, m, za, b, plan, &bias, ops.as_ref(), c, out)
+}
+
+/// [`gemm_u8_requant`] with the requantization made once ([`Prepared`]: its bias has one code
+/// per column of `b`).
+#[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
+pub fn gemm_u8_requant_prepared<C: CodeOut>(
+    kernels: Kernels,
+    a: &[u8],
+    m: usize,
+    za: u8,
+    b: &PackedB,
+    rq: &Prepared,
+    c: &mut [i32],
+    out: &mut [C],
+) -> Result<u64, GemmError> {
+    requantized(kernels, a, m, za, b, rq.plan(), rq.bias(), rq.operands(), c, out)
+}
+
+/// The fused form where the path has it (VNNI, certified, the plan's operands at hand), the
+/// product then [`requantize`] otherwise.
+#[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
+fn requantized<C: CodeOut>(
+    kernels: Kernels,
+    a: &[u8],
+    m: usize,
+    za: u8,
+    b: &PackedB,
+    plan: &Plan,
+    bias: &[i32],
+    ops: Option<&Operands>,
+    c: &mut [i32],
+    out: &mut [C],
+) -> Result<u64, GemmError> {
+    let n = b.n();
+    let (forms, ops) = match (&plan.form, ops) {
+        (Form::Certified(f), Some(ops)) if kernels.isa() == Isa::Avx512Vnni => (f, ops),
         _ => {
             gemm_u8(kernels, a, m, za, b, c)?;
-            return requantize(kernels, plan, c, n, bias, out).map(|s| s.fallbacks).map_err(|e| GemmError::Requant(e.to_string()));
+            return requantize(kernels, plan, c, n, Some(bias), out).map(|s| s.fallbacks).map_err(|e| GemmError::Requant(e.to_string()));
         }
     };
-    if C::CODE != plan.output.code() || out.len() != m * n || (forms.len() != 1 && forms.len() != n) || bias.is_some_and(|b| b.len() != n) {
+    if C::CODE != plan.output.code() || out.len() != m * n || (forms.len() != 1 && forms.len() != n) || bias.len() != n {
         return Err(GemmError::Requant(format!(
-            "{:?} plan of {} forms into {} {:?} codes, bias of {:?}, for {m} × {n}",
+            "{:?} plan of {} forms into {} {:?} codes, bias of {}, for {m} × {n}",
             plan.output.code(),
             forms.len(),
             out.len(),
             C::CODE,
-            bias.map(|b| b.len())
+            bias.len()
         )));
     }
-    let bias: Vec<i32> = bias.map_or_else(|| vec![0; n], <[i32]>::to_vec);
-    let cs = requant_columns(&bias, forms, plan.output);
+    let cs = Columns::new(ops, bias, forms, plan.output);
     let mut fallbacks = 0;
     gemm_with(kernels, a, m, za, b, c, &mut |c, r0, mr, c0, cols| {
         fallbacks += requant_block(kernels, c, n, r0..r0 + mr, (c0, cols), &cs, out);

@@ -1,13 +1,15 @@
 //! `gemm_u8_requant` (the requantization fused per finished block on the VNNI path) against its
 //! definition on every path: `gemm_u8`, then `requant_exact` element by element; per-tensor and
 //! per-column scales, with and without bias, scales that put values on ties (exact fallbacks),
-//! shapes around the 6 × 64 tiles, the K blocks and the one-row (GEMV) tiles.
+//! shapes around the 6 × 64 tiles, the K blocks and the one-row (GEMV) tiles; ratios in the f32
+//! form's range and below it (the f64 form); the requantization made per call and made once
+//! (`gemm_u8_requant_prepared`, what generated code calls).
 
 mod common;
 
 use common::{Rng, kernels};
-use qdqc_kernels::requant::{Certified, CodeOut, Form, Output, Plan, Ratio, requant_exact};
-use qdqc_kernels::{Isa, Layout, PackedB, gemm_u8, gemm_u8_requant};
+use qdqc_kernels::requant::{Certified, CodeOut, Form, Output, Plan, Prepared, Ratio, requant_exact};
+use qdqc_kernels::{Isa, Layout, PackedB, gemm_u8, gemm_u8_requant, gemm_u8_requant_prepared};
 
 #[allow(clippy::too_many_arguments)] // the case's operands, spelled out
 fn case<C: CodeOut + PartialEq + std::fmt::Debug>(
@@ -47,16 +49,24 @@ fn case<C: CodeOut + PartialEq + std::fmt::Debug>(
         })
         .collect();
     assert_eq!(got, want, "{isa}: m={m} k={k} n={n}");
+    let prepared = Prepared::new(plan, if with_bias { bias } else { vec![0; n] }).unwrap();
+    let mut once = vec![C::from_code(0); m * n];
+    gemm_u8_requant_prepared(kern, &a, m, za, &packed, &prepared, &mut c, &mut once).unwrap();
+    assert_eq!(once, want, "{isa}, prepared: m={m} k={k} n={n}");
 }
 
 fn suite(isa: Isa) {
     let mut rng = Rng::new(21);
     let ties = (0.5, 0.0625, 0.5);
     let plain = (0.0213, 0.00391, 0.0517);
+    // sx·sw/sy below 2^-100: the f64 form (the product of a bias of 2^13 and 2^30 accumulators is
+    // still below a code, so zy comes out: the form taken, not its numbers, is what this covers).
+    let tiny = (1e-20, 1e-20, 1.0);
     for &(m, k, n) in &[(1, 1, 1), (1, 40, 100), (1, 700, 130), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 500, 130), (64, 96, 48), (20, 1000, 200)] {
         case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128);
         case::<i8>(isa, &mut rng, m, k, n, false, true, ties, -2);
         case::<u8>(isa, &mut rng, m, k, n, true, false, ties, 0);
+        case::<i8>(isa, &mut rng, m, k, n, true, true, tiny, 5);
     }
 }
 

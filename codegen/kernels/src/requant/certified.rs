@@ -27,6 +27,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod single;
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
@@ -58,6 +59,8 @@ pub struct Certified {
     /// scales): the code is `t = acc + bias` shifted right by k with ties to even, in integers
     /// ([`shifted`]), never an f64 step or a fallback.
     shift: Option<u32>,
+    /// `(fl32(r), fl32(ρ))` where the f32 form holds ([`single::eligible`]).
+    single: Option<(f32, f32)>,
 }
 
 impl Certified {
@@ -65,7 +68,7 @@ impl Certified {
         let (sx, sw, sy) = ratio.scales;
         let rho = ratio.offset.map_or(0.0, |o| f64::from(o.code) * f64::from(o.scale) / f64::from(sy));
         let r = f64::from(sx) * f64::from(sw) / f64::from(sy);
-        Certified { ratio, r, rho, shift: power_of_two_shift(&ratio, r) }
+        Certified { ratio, r, rho, shift: power_of_two_shift(&ratio, r), single: single::eligible(r, rho) }
     }
 
     pub fn ratio(&self) -> &Ratio {
@@ -120,7 +123,14 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| {
+    let n = bias.len();
+    let ops = operands(bias, plans);
+    let cs = Columns::new(&ops, bias, plans, out);
+    if cs.single && n > 0 {
+        // SAFETY: the caller guarantees AVX-512 F/BW; the block is the whole matrix (`requantize` checked its length).
+        return unsafe { single::block_avx512_either((cs.offset, !cs.unbiased), acc, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes) };
+    }
+    each_row(&cs, acc, codes, |cs, acc_row, code_row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
         unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
     })
@@ -129,42 +139,65 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| {
+    each_row(&Columns::new(&operands(bias, plans), bias, plans, out), acc, codes, |cs, acc_row, code_row| {
         // SAFETY: the caller guarantees AVX2; the row and its columns have n elements.
-        unsafe { avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
+        unsafe {
+            if cs.single {
+                single::row_avx2(acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row)
+            } else {
+                avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row)
+            }
+        }
     })
 }
 
 #[inline(always)]
 fn rows_generic<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    each_row(acc, bias, plans, out, codes, |cs, acc_row, code_row| row_columns(acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row))
+    each_row(&Columns::new(&operands(bias, plans), bias, plans, out), acc, codes, |cs, acc_row, code_row| cs.row(acc_row, 0, code_row))
 }
 
 /// `row(columns, acc_row, code_row)` on every row of `n = bias.len()` columns, the fallbacks
 /// summed: what every path's [`rows`] instance shares (inlined into its target features).
 #[inline(always)]
-fn each_row<C: CodeOut>(
-    acc: &[i32],
-    bias: &[i32],
-    plans: &[Certified],
-    out: Output,
-    codes: &mut [C],
-    mut row: impl FnMut(&Columns<'_>, &[i32], &mut [C]) -> u64,
-) -> u64 {
-    let n = bias.len();
-    let cs = columns(bias, plans, out);
-    acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)).map(|(acc_row, code_row)| row(&cs, acc_row, code_row)).sum()
+fn each_row<C: CodeOut>(cs: &Columns<'_>, acc: &[i32], codes: &mut [C], mut row: impl FnMut(&Columns<'_>, &[i32], &mut [C]) -> u64) -> u64 {
+    let n = cs.bias.len();
+    acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)).map(|(acc_row, code_row)| row(cs, acc_row, code_row)).sum()
 }
 
-/// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan; with the bias
-/// codes, plans and output the exact fallback reads (the operands every block of one product shares).
+/// The operands of [`Operands`] with the bias codes, plans and output the exact fallback reads
+/// (what every block of one product shares).
 pub(crate) struct Columns<'a> {
-    b: Vec<f64>,
-    r: Vec<f64>,
-    rho: Vec<f64>,
+    ops: &'a Operands,
     bias: &'a [i32],
     plans: &'a [Certified],
     out: Output,
+}
+
+impl<'a> Columns<'a> {
+    /// `ops` must be [`operands`] of `bias` and `plans`.
+    pub(crate) fn new(ops: &'a Operands, bias: &'a [i32], plans: &'a [Certified], out: Output) -> Columns<'a> {
+        debug_assert!(ops.b.len().max(ops.r32.len()) == bias.len() || bias.is_empty());
+        Columns { ops, bias, plans, out }
+    }
+}
+
+impl std::ops::Deref for Columns<'_> {
+    type Target = Operands;
+    fn deref(&self) -> &Operands {
+        self.ops
+    }
+}
+
+/// Per column: the bias as f64, the ratio `r` and the offset `ρ` of its plan, or their f32 forms
+/// where every plan has one ([`operands`]): computed once per product, or once per model
+/// ([`super::Prepared`]), since reading the plans (104 bytes per column) costs more than a block.
+#[derive(Clone, Debug)]
+pub(crate) struct Operands {
+    b: Vec<f64>,
+    r: Vec<f64>,
+    rho: Vec<f64>,
+    r32: Vec<f32>,
+    rho32: Vec<f32>,
     /// Every column has `2^33·|r| ≤ 2^40` and ρ = +0 (no bias offset): |p| stays within 2^40
     /// (|t| ≤ 2^32), so the clamp to ±2^40 is the identity, and `p + ρ` differs from p only by
     /// the sign of a zero, which no later step sees (`v + 1.5·2^52`, `|v − rounded|` and
@@ -172,33 +205,98 @@ pub(crate) struct Columns<'a> {
     narrow: bool,
     /// Every bias is 0: `f64(acc) + 0` is `f64(acc)` (never −0), so the addition is left out.
     unbiased: bool,
+    /// Every plan has the f32 form ([`single`]): the rows take it (and `b`, `r`, `rho` are empty;
+    /// `r32`, `rho32` are empty otherwise).
+    single: bool,
+    /// Some plan has ρ ≠ 0 (the f32 form adds it only then).
+    offset: bool,
 }
 
-/// One range of columns of [`Columns`].
+/// One range of columns of [`Columns`] (the f64 operands, or the f32 ones where the plans take
+/// that form; the other set empty).
 #[derive(Clone, Copy)]
 pub(crate) struct ColumnSlice<'a> {
     b: &'a [f64],
     r: &'a [f64],
     rho: &'a [f64],
+    r32: &'a [f32],
+    rho32: &'a [f32],
+}
+
+impl<'a> ColumnSlice<'a> {
+    /// Columns `from..` of the slice (the f32 forms stay empty where the plans have none).
+    fn tail(&self, from: usize) -> ColumnSlice<'a> {
+        fn from_on<T>(v: &[T], from: usize) -> &[T] {
+            v.get(from..).unwrap_or(&[])
+        }
+        ColumnSlice {
+            b: from_on(self.b, from),
+            r: from_on(self.r, from),
+            rho: from_on(self.rho, from),
+            r32: from_on(self.r32, from),
+            rho32: from_on(self.rho32, from),
+        }
+    }
+}
+
+impl Operands {
+    fn slice(&self, c0: usize, cols: usize) -> ColumnSlice<'_> {
+        fn part<T>(v: &[T], c0: usize, cols: usize) -> &[T] {
+            if v.is_empty() { v } else { &v[c0..][..cols] }
+        }
+        ColumnSlice {
+            b: part(&self.b, c0, cols),
+            r: part(&self.r, c0, cols),
+            rho: part(&self.rho, c0, cols),
+            r32: part(&self.r32, c0, cols),
+            rho32: part(&self.rho32, c0, cols),
+        }
+    }
 }
 
 impl Columns<'_> {
-    fn slice(&self, c0: usize, cols: usize) -> ColumnSlice<'_> {
-        ColumnSlice { b: &self.b[c0..][..cols], r: &self.r[c0..][..cols], rho: &self.rho[c0..][..cols] }
+    /// Columns `c0..c0 + acc.len()` of one row in the form the plans take, on the generic instance.
+    #[inline(always)]
+    fn row<C: CodeOut>(&self, acc: &[i32], c0: usize, codes: &mut [C]) -> u64 {
+        let slice = self.slice(c0, acc.len());
+        if self.single {
+            single::row(acc, slice, self.bias, self.plans, c0, self.out, codes)
+        } else {
+            row_columns(acc, slice, self.bias, self.plans, c0, self.out, codes)
+        }
     }
 }
 
 /// The per-column operands of `plans` (length 1 or `bias.len()`) writing `out`.
-pub(crate) fn columns<'a>(bias: &'a [i32], plans: &'a [Certified], out: Output) -> Columns<'a> {
+pub(crate) fn operands(bias: &[i32], plans: &[Certified]) -> Operands {
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
-    Columns {
-        b: bias.iter().map(|&b| f64::from(b)).collect(),
-        r: (0..bias.len()).map(|col| plan(col).r).collect(),
-        rho: (0..bias.len()).map(|col| plan(col).rho).collect(),
-        bias,
-        plans,
-        out,
-        narrow: plans.iter().all(|p| p.r.abs() * 2f64.powi(33) <= LIMIT && p.rho == 0.0),
+    // One pass over the plans (per column, 104 bytes each: reading them is this function's
+    // cost), the f32 operands taken on the way; the f64 ones only where some plan has no f32 form.
+    let (mut single, mut offset, mut narrow) = (true, false, true);
+    let (mut r32, mut rho32) = (Vec::with_capacity(bias.len()), Vec::with_capacity(bias.len()));
+    for p in plans {
+        (offset, narrow) = (offset || p.rho != 0.0, narrow && p.r.abs() * (1u64 << 33) as f64 <= LIMIT && p.rho == 0.0);
+        match p.single {
+            Some((r, rho)) if single => {
+                r32.push(r);
+                rho32.push(rho);
+            }
+            _ => single = false,
+        }
+    }
+    if single && plans.len() == 1 {
+        (r32, rho32) = (vec![r32[0]; bias.len()], vec![rho32[0]; bias.len()]);
+    }
+    let per_column = |part: fn(&Certified) -> f64| if single { Vec::new() } else { (0..bias.len()).map(|col| part(plan(col))).collect() };
+    Operands {
+        b: if single { Vec::new() } else { bias.iter().map(|&b| f64::from(b)).collect() },
+        r: per_column(|p| p.r),
+        rho: per_column(|p| p.rho),
+        r32: if single { r32 } else { Vec::new() },
+        rho32: if single { rho32 } else { Vec::new() },
+        single,
+        offset,
+        narrow,
         unbiased: bias.iter().all(|&b| b == 0),
     }
 }
@@ -259,6 +357,10 @@ pub(crate) fn block<C: CodeOut>(
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
     let slice = cs.slice(c0, cols);
+    if cs.single {
+        // SAFETY: the caller guarantees AVX-512 F/BW; rows and columns lie inside the n-column matrices.
+        return unsafe { single::block_avx512_either((cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+    }
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
         unsafe {
@@ -383,8 +485,7 @@ unsafe fn row_avx512<C: CodeOut, const WIDE: bool, const BIAS: bool>(
 
 #[inline(always)]
 fn block_generic<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
-    let slice = cs.slice(c0, cols);
-    rows.map(|row| row_columns(&acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])).sum()
+    rows.map(|row| cs.row(&acc[row * n + c0..][..cols], c0, &mut codes[row * n + c0..][..cols])).sum()
 }
 
 /// `k` where `ratio` is exactly `2^−k` (`r` its f64 quotient), `1 ≤ k ≤ 31`, and carries no bias

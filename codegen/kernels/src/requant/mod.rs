@@ -7,8 +7,10 @@
 //! | exact rational, i128 | [`requant_exact`] | always: it is the definition the others are checked against |
 //! | fixed point `(multiplier, shift, rounding)` | [`requant_fixed`] | where the compiler proved it over the reachable accumulators (P3, by calling both functions) |
 //! | certified f64 with exact fallback | [`requant_certified`] | always: f64 where the value is farther than its error bound from a rounding boundary, [`requant_exact`] otherwise |
+//! | certified f32 with exact fallback | the rows of [`requantize`] and of `gemm_u8_requant` | always, where the ratio and offset sit well inside f32's range (`certified/single.rs`); f64 otherwise |
 //!
-//! [`requantize`] applies a per-tensor or per-column [`Plan`] to a row-major `m × n` block.
+//! [`requantize`] applies a per-tensor or per-column [`Plan`] to a row-major `m × n` block;
+//! [`Prepared`] holds a GEMM's plan with the per-column operands its rows read, made once.
 
 mod certified;
 mod exact;
@@ -16,7 +18,7 @@ pub(crate) use exact::{div_rem_euclid, rne_div};
 mod fixed;
 
 pub use certified::{Certified, certified_step, fallback_hits, requant_certified};
-pub(crate) use certified::{block as requant_block, columns as requant_columns, count as count_fallbacks, row_uniform};
+pub(crate) use certified::{Columns, Operands, block as requant_block, count as count_fallbacks, operands, row_uniform};
 pub use exact::{Ratio, requant_exact};
 pub use fixed::{Fixed, Rounding, first_disagreement, requant_fixed};
 
@@ -119,6 +121,44 @@ impl Form {
 pub struct Plan {
     pub output: Output,
     pub form: Form,
+}
+
+/// A GEMM's requantization made once (a generated model's `new()`): the plan, one bias code per
+/// column, and for the certified form the per-column operands its vectorized rows read (made
+/// per call otherwise, which reads every column's plan: 104 bytes each).
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    plan: Plan,
+    bias: Vec<i32>,
+    ops: Option<Operands>,
+}
+
+impl Prepared {
+    /// `bias` has one code per column (zeros for none); the plan one form, or one per column.
+    pub fn new(plan: Plan, bias: Vec<i32>) -> Result<Prepared, RequantError> {
+        let cols = plan.form.columns();
+        if bias.is_empty() || (cols != 1 && cols != bias.len()) {
+            return Err(RequantError::Shape(format!("a plan of {cols} forms for {} columns", bias.len())));
+        }
+        let ops = match &plan.form {
+            Form::Certified(p) => Some(operands(&bias, p)),
+            _ => None,
+        };
+        Ok(Prepared { plan, bias, ops })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// One bias code per column.
+    pub fn bias(&self) -> &[i32] {
+        &self.bias
+    }
+
+    pub(crate) fn operands(&self) -> Option<&Operands> {
+        self.ops.as_ref()
+    }
 }
 
 /// Output code types [`requantize`] writes.

@@ -5,7 +5,7 @@
 use qdqc_kernels::codes::binary::{Binary, BinaryOp};
 use qdqc_kernels::codes::{self, QCode, Quant};
 use qdqc_kernels::conv::{ConvError, ConvRequant, PackedConv, Scratch as ConvScratch};
-use qdqc_kernels::requant::{self, Certified, Form, Output, Plan};
+use qdqc_kernels::requant::{self, Certified, Form, Output, Plan, Prepared};
 use qdqc_kernels::{GemmError, Kernels, PackedB, entry};
 use std::fmt;
 
@@ -238,15 +238,15 @@ pub trait CodeOut: QCode + requant::CodeOut {
     #[allow(clippy::too_many_arguments)] // the convolution's operands, spelled out
     fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [Self], s: &mut ConvScratch) -> Result<u64, ConvError>;
     #[allow(clippy::too_many_arguments)] // the GEMM's operands, spelled out
-    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [Self]) -> Result<u64, GemmError>;
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, rq: &Prepared, c: &mut [i32], out: &mut [Self]) -> Result<u64, GemmError>;
 }
 
 impl CodeOut for u8 {
     fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [u8], s: &mut ConvScratch) -> Result<u64, ConvError> {
         entry::conv_requant_u8(conv, k, x, batch, input, zx, rq, out, s)
     }
-    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [u8]) -> Result<u64, GemmError> {
-        entry::gemm_u8_requant_u8(k, a, m, za, b, plan, bias, c, out)
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, rq: &Prepared, c: &mut [i32], out: &mut [u8]) -> Result<u64, GemmError> {
+        entry::gemm_u8_requant_prepared_u8(k, a, m, za, b, rq, c, out)
     }
 }
 
@@ -254,8 +254,8 @@ impl CodeOut for i8 {
     fn conv(conv: &PackedConv, k: Kernels, x: &[u8], batch: usize, input: &[usize], zx: u8, rq: &ConvRequant, out: &mut [i8], s: &mut ConvScratch) -> Result<u64, ConvError> {
         entry::conv_requant_i8(conv, k, x, batch, input, zx, rq, out, s)
     }
-    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, plan: &Plan, bias: Option<&[i32]>, c: &mut [i32], out: &mut [i8]) -> Result<u64, GemmError> {
-        entry::gemm_u8_requant_i8(k, a, m, za, b, plan, bias, c, out)
+    fn gemm(k: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, rq: &Prepared, c: &mut [i32], out: &mut [i8]) -> Result<u64, GemmError> {
+        entry::gemm_u8_requant_prepared_i8(k, a, m, za, b, rq, c, out)
     }
 }
 
@@ -270,8 +270,9 @@ impl CodeOut for i8 {
 pub enum Requant {
     /// Per output channel (convolutions).
     Channels(ConvRequant),
-    /// Per column (GEMMs: `[m][n]` blocks), with the bias codes.
-    Columns(Plan, Vec<i32>),
+    /// Per column (GEMMs: `[m][n]` blocks), with the bias codes and the operands the rows read
+    /// (8 bytes per column beside the form's 104).
+    Columns(Prepared),
 }
 
 impl Requant {
@@ -286,7 +287,7 @@ impl Requant {
     #[allow(clippy::too_many_arguments)] // as `conv`
     pub fn gemm(sx: f32, sw: &[f32], sy: f32, bias: Vec<i32>, bias_scales: &[f32], zy: i32, code: qdqc_kernels::requant::Code, channels: usize, node: &str) -> Result<Requant, Error> {
         let (forms, bias, output) = Self::parts(sx, sw, sy, bias, bias_scales, zy, code, channels, node)?;
-        Ok(Requant::Columns(Plan { output, form: Form::Certified(forms) }, bias))
+        Prepared::new(Plan { output, form: Form::Certified(forms) }, bias).map(Requant::Columns).map_err(|x| kernel(node)(x.to_string()))
     }
 
     #[allow(clippy::too_many_arguments)] // as `conv`
@@ -429,8 +430,8 @@ pub fn qlinear_gemm<X: AsU8, Y: CodeOut>(k: Kernels, b: &PackedB, rq: &Requant, 
     let e = kernel(node);
     s.acc.resize(y.len(), 0);
     let zx = u8::try_from(zx + X::SHIFT).map_err(|_| e(format!("input zero point {zx}")))?;
-    let Requant::Columns(plan, bias) = rq else { return Err(e("a convolution's requantization given to a GEMM".into())) };
-    Y::gemm(k, X::as_u8(x, &mut s.codes), m, zx, b, plan, Some(bias), &mut s.acc, y).map_err(|x| e(x.to_string()))?;
+    let Requant::Columns(rq) = rq else { return Err(e("a convolution's requantization given to a GEMM".into())) };
+    Y::gemm(k, X::as_u8(x, &mut s.codes), m, zx, b, rq, &mut s.acc, y).map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 

@@ -104,6 +104,6 @@ unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
             fallbacks += 1;
         }
     }
-    let tail = ColumnSlice { b: &cs.b[full..], r: &cs.r[full..], rho: &cs.rho[full..] };
+    let tail = cs.tail(full);
     fallbacks + row_columns(&acc[full..], tail, bias, plans, c0 + full, out, &mut codes[full..])
 }

@@ -1,0 +1,315 @@
+//! The certified evaluation in f32, for ratios whose operands sit well inside f32's normal range:
+//! `v = fl32(fl32(fl32(t)·R) + P)` with `t = acc + bias` (i32; an overflowing sum goes to the
+//! exact form), `R = fl32(r)`, `P = fl32(ρ)`, rounded to the nearest integer unless v lies
+//! within its error bound of a half-integer, where [`super::requant_exact`] decides. Always equal
+//! to the exact form; twice the lanes of the f64 form per register, with the same boundary test.
+//!
+//! | condition (per instance, [`eligible`]) | why |
+//! |---|---|
+//! | `2^-100 ≤ r ≤ 2^60` | R, `fl32(t)·R` (\|t\| < 2^31) and the bound below are normal f32: each rounding is relative, ≤ u = 2^-24 |
+//! | `ρ = 0` or `2^-100 ≤ \|ρ\| ≤ 2^8` | P normal; a value beyond ±2^12 saturates even after the error of ρ is counted |
+//!
+//! Error: r is within 2^-52 (relative) of the exact ratio (the f64 form's argument), so
+//! `p = fl32(fl32(t)·R)` is within `3u + 2^-52 + O(u²)` of `t·ratio`, P within `u + 2^-52` of
+//! the offset, and the sum rounds once more: `|v − x| ≤ (|p| + |P|)·(5u + O(u²))`. The test uses
+//! `fl32(|p| + |P|)·2^-20` (16u; its own rounding costs one u), a bound with room to spare. Where
+//! `|v| ≤ 2^12` the steps below are exact: `v + 1.5·2^23` rounds to an integer with ties to even,
+//! `v − rne(v)` is exact (both on v's ulp grid), and `1/2 − d` is exact when `d ≥ 1/4` (when
+//! d < 1/4 it exceeds the bound, < 2^-7 there, either way). Where `|v| > 2^12` the exact value
+//! has v's sign and `|x| ≥ |v|(1 − 5u) − 10u·2^8 > 2^11`: both saturate, so no test is needed;
+//! v is clamped to ±2^12 first, which keeps the rounding trick exact and the code saturated.
+
+use super::{Certified, ColumnSlice, requant_exact};
+use crate::requant::{CodeOut, Output};
+
+/// ±2^12: beyond it the code saturates (every zero point lies in −128..=255).
+const LIMIT: f32 = 4096.0;
+/// 1.5·2^23: adding and subtracting it rounds an f32 of magnitude ≤ 2^22 to an integer, ties to even.
+const MAGIC: f32 = 12_582_912.0;
+/// The relative error bound the boundary test uses, 2^-20.
+const BOUND: f32 = 1.0 / (1u32 << 20) as f32;
+
+/// `(R, P)` where the f32 form holds for the ratio `r` and offset `ρ` (the header's table).
+pub(super) fn eligible(r: f64, rho: f64) -> Option<(f32, f32)> {
+    let inside = |x: f64, hi: f64| (2f64.powi(-100)..=hi).contains(&x.abs());
+    (inside(r, 2f64.powi(60)) && (rho == 0.0 || inside(rho, 2f64.powi(8)))).then_some((r as f32, rho as f32))
+}
+
+/// The code, and whether the exact form must decide (v near a boundary, or `acc + bias`
+/// overflows i32). The vectorized rows below are these operations lane by lane.
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // max/min: no panic path, and they vectorize
+fn approximate(acc: i32, bias: i32, r: f32, rho: f32, out: Output) -> (i32, bool) {
+    let (t, overflow) = acc.overflowing_add(bias);
+    let p = t as f32 * r;
+    let v = p + rho;
+    let inside = v.abs() <= LIMIT;
+    let shifted = v.max(-LIMIT).min(LIMIT) + MAGIC;
+    let d = (v.max(-LIMIT).min(LIMIT) - (shifted - MAGIC)).abs();
+    let near = overflow || (inside && 0.5 - d <= (p.abs() + rho.abs()) * BOUND);
+    let code = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) + out.zero_point();
+    (code.clamp(out.code().min(), out.code().max()), near)
+}
+
+/// One row's columns `c0..c0 + acc.len()` in the f32 form (every plan [`eligible`]): as
+/// [`super::row_columns`]. Returns the fallback count.
+#[inline(always)]
+pub(super) fn row<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[i32], plans: &[Certified], c0: usize, out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let mut fallbacks = 0;
+    let chunks = acc.chunks(CH).zip(codes.chunks_mut(CH)).zip(bias[c0..][..acc.len()].chunks(CH).zip(cs.r32.chunks(CH)).zip(cs.rho32.chunks(CH)));
+    for (i0, ((acc, codes), ((b, r), rho))) in chunks.enumerate() {
+        let mut near = [false; CH];
+        let mut any = false;
+        for (((((&a, y), &b), &r), &rho), near) in acc.iter().zip(codes.iter_mut()).zip(b).zip(r).zip(rho).zip(&mut near) {
+            let (v, n) = approximate(a, b, r, rho, out);
+            *y = C::from_code(v);
+            *near = n;
+            any |= n;
+        }
+        if any {
+            fallbacks += settle(acc, b, plans, c0 + i0 * CH, out, &near, codes);
+        }
+    }
+    fallbacks
+}
+
+/// The exact form on the flagged columns of a chunk starting at column `c0` (`bias` the chunk's).
+fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: Output, near: &[bool], codes: &mut [C]) -> u64 {
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let mut fallbacks = 0;
+    for (i, _) in near.iter().enumerate().take(acc.len()).filter(|(_, n)| **n) {
+        codes[i] = C::from_code(requant_exact(acc[i], bias[i], &plan(c0 + i).ratio, out));
+        fallbacks += 1;
+    }
+    fallbacks
+}
+
+/// [`row`] on AVX-512 for rows `rows` of a row-major matrix of `ld` columns (`acc` and `codes`),
+/// columns `c0..c0 + cs.len()`, 16 per register, the constants set up once per block: the
+/// operations of [`approximate`] lane by lane (`vmaxps`/`vminps` equal `f32::max`/`min` here: no
+/// NaN, and a zero of either sign is then added to 1.5·2^23, which does not see its sign), the
+/// overflow of `acc + bias` from the signs of the operands and the sum; the code narrowed with
+/// saturation (`vpmovusdb` after a max with 0 for u8, `vpmovsdb` for i8), which is the clamp.
+/// `OFFSET` false only where every ρ is 0 (`p + 0` is p up to the sign of a zero), `BIAS` false
+/// only where every bias is 0.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // a block's operands
+unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
+    acc: &[i32],
+    ld: usize,
+    rows: std::ops::Range<usize>,
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    use std::arch::x86_64::*;
+    let n = cs.r32.len();
+    assert!(cs.rho32.len() == n && bias.len() >= c0 + n && c0 + n <= ld && acc.len() >= rows.end * ld && codes.len() >= rows.end * ld);
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let bytes = C::bytes_mut(codes);
+    let zy = _mm512_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
+    let unsigned = out.code() == super::super::Code::U8;
+    let (limit, neg_limit, magic, half, bound) =
+        (_mm512_set1_ps(LIMIT), _mm512_set1_ps(-LIMIT), _mm512_set1_ps(MAGIC), _mm512_set1_ps(0.5), _mm512_set1_ps(BOUND));
+    let mut fallbacks = 0;
+    for row in rows {
+        let (acc, bytes) = (&acc[row * ld + c0..][..n], &mut bytes[row * ld + c0..][..n]);
+        let mut j = 0;
+        while j < n {
+            let lanes = (n - j).min(16);
+            let mask: __mmask16 = if lanes == 16 { 0xffff } else { (1 << lanes) - 1 };
+            // SAFETY: masked loads read only lanes j..j + lanes of slices of n ≥ j + lanes elements
+            // (`bias` from column c0; masked-off lanes are not accessed, `wrapping_add` keeps the
+            // address arithmetic defined).
+            let (y, near) = unsafe {
+                let a = _mm512_maskz_loadu_epi32(mask, acc.as_ptr().wrapping_add(j));
+                let (t, overflow) = if BIAS {
+                    let b = _mm512_maskz_loadu_epi32(mask, bias.as_ptr().wrapping_add(c0 + j));
+                    let t = _mm512_add_epi32(a, b);
+                    // Signed overflow: the sum's sign differs from both operands' (0x42: (a ^ t) & (b ^ t)).
+                    (t, _mm512_cmplt_epi32_mask(_mm512_ternarylogic_epi32::<0x42>(a, b, t), _mm512_setzero_si512()))
+                } else {
+                    (a, 0)
+                };
+                let p = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_maskz_loadu_ps(mask, cs.r32.as_ptr().wrapping_add(j)));
+                let (v, sum) = if OFFSET {
+                    let rho = _mm512_maskz_loadu_ps(mask, cs.rho32.as_ptr().wrapping_add(j));
+                    (_mm512_add_ps(p, rho), _mm512_add_ps(_mm512_abs_ps(p), _mm512_abs_ps(rho)))
+                } else {
+                    (p, _mm512_abs_ps(p))
+                };
+                let inside = _mm512_mask_cmp_ps_mask::<_CMP_LE_OQ>(mask, _mm512_abs_ps(v), limit);
+                let clamped = _mm512_min_ps(_mm512_max_ps(v, neg_limit), limit);
+                let shifted = _mm512_add_ps(clamped, magic);
+                let d = _mm512_abs_ps(_mm512_sub_ps(clamped, _mm512_sub_ps(shifted, magic)));
+                let near = _mm512_mask_cmp_ps_mask::<_CMP_LE_OQ>(inside, _mm512_sub_ps(half, d), _mm512_mul_ps(sum, bound)) | (overflow & mask);
+                let code = _mm512_add_epi32(_mm512_castps_si512(shifted), zy);
+                let y = if unsigned { _mm512_cvtusepi32_epi8(_mm512_max_epi32(code, _mm512_setzero_si512())) } else { _mm512_cvtsepi32_epi8(code) };
+                (y, near)
+            };
+            // SAFETY: bytes j..j + lanes are inside `bytes` (n of them); masked-off lanes are not written.
+            unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
+            let mut near = near;
+            while near != 0 {
+                let i = j + near.trailing_zeros() as usize;
+                near &= near - 1;
+                bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+                fallbacks += 1;
+            }
+            j += lanes;
+        }
+    }
+    fallbacks
+}
+
+/// [`block_avx512`] for the flags of the columns: ρ present, bias present.
+///
+/// # Safety
+/// AVX-512 F and BW present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)] // a block's operands
+pub(super) unsafe fn block_avx512_either<C: CodeOut>(
+    (offset, biased): (bool, bool),
+    acc: &[i32],
+    ld: usize,
+    rows: std::ops::Range<usize>,
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (offset, biased) {
+            (false, false) => block_avx512::<C, false, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
+            (false, true) => block_avx512::<C, false, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
+            (true, false) => block_avx512::<C, true, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
+            (true, true) => block_avx512::<C, true, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
+        }
+    }
+}
+
+/// [`row`] on AVX2, 8 columns per register, as [`row_avx512`] (the overflow and boundary masks
+/// from sign bits, `vmovmskps`); the code narrowed by `vpackssdw` then `vpackuswb` (u8) or
+/// `vpacksswb` (i8), saturating steps whose composition is the clamp (|code| < 2^15 after the
+/// clamp of v). The last `n mod 8` columns go through [`row`].
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)] // [`row`]'s operands
+pub(super) unsafe fn row_avx2<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[i32], plans: &[Certified], c0: usize, out: Output, codes: &mut [C]) -> u64 {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    assert!(cs.r32.len() == n && cs.rho32.len() == n && codes.len() == n && bias.len() >= c0 + n);
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let full = n / 8 * 8;
+    let zy = _mm256_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
+    let unsigned = out.code() == super::super::Code::U8;
+    let (limit, neg_limit, magic, half, bound) =
+        (_mm256_set1_ps(LIMIT), _mm256_set1_ps(-LIMIT), _mm256_set1_ps(MAGIC), _mm256_set1_ps(0.5), _mm256_set1_ps(BOUND));
+    let abs = |x: __m256| _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+    let mut fallbacks = 0;
+    let bytes = C::bytes_mut(codes);
+    for j in (0..full).step_by(8) {
+        // SAFETY: j + 8 ≤ n, the length of `acc` and of the column slices; bias has c0 + n.
+        let (word, mut near) = unsafe {
+            let a = _mm256_loadu_si256(acc.as_ptr().add(j).cast());
+            let b = _mm256_loadu_si256(bias.as_ptr().add(c0 + j).cast());
+            let t = _mm256_add_epi32(a, b);
+            let overflow = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_xor_si256(a, t), _mm256_xor_si256(b, t)))) as u32;
+            let p = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(cs.r32.as_ptr().add(j)));
+            let rho = _mm256_loadu_ps(cs.rho32.as_ptr().add(j));
+            let v = _mm256_add_ps(p, rho);
+            let inside = _mm256_cmp_ps::<_CMP_LE_OQ>(abs(v), limit);
+            let clamped = _mm256_min_ps(_mm256_max_ps(v, neg_limit), limit);
+            let shifted = _mm256_add_ps(clamped, magic);
+            let d = abs(_mm256_sub_ps(clamped, _mm256_sub_ps(shifted, magic)));
+            let tol = _mm256_mul_ps(_mm256_add_ps(abs(p), abs(rho)), bound);
+            let near = _mm256_and_ps(inside, _mm256_cmp_ps::<_CMP_LE_OQ>(_mm256_sub_ps(half, d), tol));
+            let code = _mm256_add_epi32(_mm256_castps_si256(shifted), zy);
+            // Per 128-bit half: 4 i16 (twice), then 4 bytes (four times); the two halves' first dwords.
+            let words = _mm256_packs_epi32(code, code);
+            let small = if unsigned { _mm256_packus_epi16(words, words) } else { _mm256_packs_epi16(words, words) };
+            let pair = _mm_unpacklo_epi32(_mm256_castsi256_si128(small), _mm256_extracti128_si256::<1>(small));
+            (_mm_cvtsi128_si64(pair) as u64, _mm256_movemask_ps(near) as u32 | overflow)
+        };
+        bytes[j..j + 8].copy_from_slice(&word.to_le_bytes());
+        while near != 0 {
+            let i = j + near.trailing_zeros() as usize;
+            near &= near - 1;
+            bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+            fallbacks += 1;
+        }
+    }
+    let tail = cs.tail(full);
+    fallbacks + row(&acc[full..], tail, bias, plans, c0 + full, out, &mut codes[full..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::requant::{Code, Ratio};
+
+    /// The gate: ratios and offsets outside the table's ranges keep the f64 form.
+    #[test]
+    fn eligibility_follows_the_table() {
+        assert!(eligible(0.01, 0.0).is_some());
+        assert!(eligible(0.01, -3.5).is_some());
+        assert!(eligible(2f64.powi(-101), 0.0).is_none(), "r below 2^-100");
+        assert!(eligible(2f64.powi(61), 0.0).is_none(), "r above 2^60");
+        assert!(eligible(0.01, 300.0).is_none(), "ρ above 2^8");
+        assert!(eligible(0.01, 2f64.powi(-120)).is_none(), "ρ below 2^-100");
+    }
+
+    /// The scalar step equals the exact form wherever it does not flag the value, on windows
+    /// around rounding boundaries (the accumulators nearest to each half-integer), at the i32
+    /// extremes and with biases that overflow i32. Ratios near 2^-20 put accumulators of up to
+    /// 2^30 on the boundaries, where `fl32(t)` alone moves v by more than the distance to the
+    /// boundary: the unchecked f32 rounding is wrong there (counted, so the windows are known to
+    /// test the bound; a bound of 2^-26 instead of 2^-20 fails this test).
+    #[test]
+    fn unflagged_values_are_exact() {
+        let (mut flagged, mut naive_wrong) = (0, 0);
+        for (sx, sw, sy) in [(0.0213f32, 0.00391, 0.0517), (0.1, 0.3, 0.7), (1.0, 1.0, 3.0), (0.02, 0.5, 1e-3), (1e-3, 1e-3, 0.9), (3e-4, 7e-4, 0.23)] {
+            let ratio = Ratio::new(sx, sw, sy).unwrap();
+            let plan = Certified::new(ratio);
+            let (r, rho) = plan.single.expect("eligible");
+            for (code, zy) in [(Code::U8, 0), (Code::U8, 128), (Code::I8, -3)] {
+                let out = Output::new(zy, code).unwrap();
+                for bias in [0, 1234, -77, i32::MAX - 5, i32::MIN + 5] {
+                    let per = 1.0 / plan.r;
+                    let mut accs: Vec<i32> = (-600..600)
+                        .flat_map(|h: i64| {
+                            let c = ((h as f64 + 0.5) * per) as i64 - i64::from(bias);
+                            (-2..=2).map(move |d| (c + d).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+                        })
+                        .collect();
+                    accs.extend([i32::MIN, i32::MAX, -1, 0, 1]);
+                    for a in accs {
+                        let (y, near) = approximate(a, bias, r, rho, out);
+                        let exact = requant_exact(a, bias, &plan.ratio, out);
+                        flagged += u64::from(near);
+                        naive_wrong += u64::from(y != exact);
+                        if !near {
+                            assert_eq!(y, exact, "acc {a} bias {bias} {sx}·{sw}/{sy} zy {zy}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(flagged > 0 && naive_wrong > 0, "the windows must reach the boundary test: {flagged} flagged, {naive_wrong} wrong unchecked");
+    }
+}
