@@ -116,12 +116,17 @@ unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     let bytes = C::bytes_mut(codes);
     let zy = _mm512_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
-    let unsigned = out.code() == super::super::Code::U8;
+    // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
+    debug_assert!(out.code() == C::CODE);
+    let unsigned = C::CODE == super::super::Code::U8;
     let (limit, neg_limit, magic, half, bound) =
         (_mm512_set1_ps(LIMIT), _mm512_set1_ps(-LIMIT), _mm512_set1_ps(MAGIC), _mm512_set1_ps(0.5), _mm512_set1_ps(BOUND));
     let mut fallbacks = 0;
     for row in rows {
         let (acc, bytes) = (&acc[row * ld + c0..][..n], &mut bytes[row * ld + c0..][..n]);
+        // The boundary flags of up to 64 columns (four vectors) gathered before one test, so that
+        // the loop does not branch on every vector's last compare.
+        let mut flags = 0u64;
         let mut j = 0;
         while j < n {
             let lanes = (n - j).min(16);
@@ -157,14 +162,18 @@ unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
             };
             // SAFETY: bytes j..j + lanes are inside `bytes` (n of them); masked-off lanes are not written.
             unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
-            let mut near = near;
-            while near != 0 {
-                let i = j + near.trailing_zeros() as usize;
-                near &= near - 1;
-                bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
-                fallbacks += 1;
-            }
+            flags |= u64::from(near) << (j % 64);
             j += lanes;
+            if j % 64 == 0 || j == n {
+                // Columns j0..j0 + 64 (the last group may be shorter).
+                let j0 = (j - 1) / 64 * 64;
+                while flags != 0 {
+                    let i = j0 + flags.trailing_zeros() as usize;
+                    flags &= flags - 1;
+                    bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+                    fallbacks += 1;
+                }
+            }
         }
     }
     fallbacks
