@@ -215,8 +215,8 @@ fn stride(k4: usize) -> usize {
 
 /// Packed weights from this size on start on a 2 MiB boundary with transparent huge pages
 /// requested (Linux): a GEMM reads every row tile's panels from a window of up to 256 KiB,
-/// 64 pages of 4 KiB, and over 16 MiB of weights (K = N = 4096) the page walks cost 5–9 % of
-/// the kernel on a Zen 4 host (`examples/gemm_cycles`, alternated with and without).
+/// 64 pages of 4 KiB, and over 16 MiB of weights (K = N = 4096) the GEMM ran 6–10 % faster with
+/// them on a Zen 4 host (`examples/gemm_cycles`, binaries alternated run by run).
 const HUGE: usize = 2 << 20;
 
 /// `len` zero bytes from a 64-byte boundary (a 2 MiB one from [`HUGE`] bytes on): the buffer

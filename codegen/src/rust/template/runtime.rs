@@ -261,8 +261,9 @@ impl CodeOut for i8 {
 
 /// The requantization of a QLinearConv / QGemm / QLinearMatMul: one certified form per output
 /// channel (or one for all), the bias codes and the output's zero point. Convolutions apply it
-/// fused into the kernel's tiles (`PackedConv::run_requant`), GEMMs as the kernel crate's
-/// `requantize` over the block: the same bits as `requant_certified` element by element,
+/// fused into the kernel's tiles (`PackedConv::run_requant`), GEMMs through `requant::Prepared`
+/// (fused per block on the VNNI path, `requantize` after the product elsewhere): the same bits as
+/// `requant_certified` element by element,
 /// fallbacks counted the same way. A bias whose scale is not `sx·sw` (`bias_scales`) is its
 /// exact value, an offset of its channel's form (`Ratio::with_bias`, the function the proof ran).
 /// One copy of the forms per node, in the shape its kernel reads (a 6,625-class head holds
