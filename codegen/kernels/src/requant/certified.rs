@@ -164,7 +164,7 @@ fn each_row<C: CodeOut>(cs: &Columns<'_>, acc: &[i32], codes: &mut [C], mut row:
     acc.chunks_exact(n).zip(codes.chunks_exact_mut(n)).map(|(acc_row, code_row)| row(cs, acc_row, code_row)).sum()
 }
 
-/// The operands of [`Operands`] with the bias codes, plans and output the exact fallback reads
+/// [`Operands`] with the bias codes, plans and output the exact fallback reads
 /// (what every block of one product shares).
 pub(crate) struct Columns<'a> {
     ops: &'a Operands,
