@@ -30,7 +30,7 @@ pub use placement::{Placement, placement};
 pub use profile::SessionProfile;
 pub use qdqc_codegen::rust::Weights as RustWeights;
 pub use qdqc_exact::Contract;
-pub use qdqc_lang::outputs::{remove_pending, remove_pending_unless_busy};
+pub use qdqc_lang::outputs::{remove_pending_then_exit, remove_pending_unless_busy};
 pub use qdqc_lang::save::write_atomically;
 pub use qdqc_lang::{Error, ErrorKind, Model, Result};
 pub use qdqc_lower::{Observer, Progress};

@@ -10,10 +10,7 @@ static ALLOCATOR: oom::ExitOnOom = oom::ExitOnOom;
 
 fn main() -> ExitCode {
     // SIGINT/SIGTERM: the outputs staged so far are removed; nothing was renamed into place.
-    if let Err(e) = ctrlc::set_handler(|| {
-        qdqc::remove_pending();
-        std::process::exit(130);
-    }) {
+    if let Err(e) = ctrlc::set_handler(|| qdqc::remove_pending_then_exit(130)) {
         eprintln!("qdqc: warning: no signal handler ({e}): an interrupted compile may leave .qdqc-*.tmp files, which the next run removes");
     }
     ExitCode::from(qdqc::cli::main(std::env::args_os()).clamp(0, 255) as u8)

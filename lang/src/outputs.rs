@@ -7,7 +7,7 @@
 //! | hazard | what prevents it |
 //! |---|---|
 //! | a write fails half way | nothing is renamed; the temporaries are removed ([`Outputs`]'s `Drop`) |
-//! | SIGINT / SIGTERM | the CLI's handler calls [`remove_pending`] before exiting |
+//! | SIGINT / SIGTERM | the CLI's handler calls [`remove_pending_then_exit`]: a temporary is created and listed under one lock, which the handler holds until the process ends, so none is created unlisted or after the removal |
 //! | SIGKILL | temporaries are named `.qdqc-<pid>-*.tmp`; the next run removes those of dead processes |
 //! | two runs, same paths | renames happen under an exclusive `flock` of every destination folder |
 
@@ -21,15 +21,18 @@ use std::sync::Mutex;
 /// Temporary files of this process not yet renamed into place.
 static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// Removes every temporary file this process has staged and not renamed (a signal handler's job).
-pub fn remove_pending() {
+/// Removes every temporary file this process has staged and not renamed, then exits with `code`
+/// (a signal handler's job). The list stays locked until the process ends: a thread about to
+/// create a temporary waits on it ([`registered`]), so no file appears after the removal.
+pub fn remove_pending_then_exit(code: i32) -> ! {
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     for p in pending.drain(..) {
         let _ = std::fs::remove_file(p);
     }
+    std::process::exit(code)
 }
 
-/// [`remove_pending`] for a process that cannot wait: out of memory, the list may be locked by
+/// The removal of [`remove_pending_then_exit`] for a process that cannot wait: out of memory, the list may be locked by
 /// the very allocation that failed (then the next run removes the files).
 pub fn remove_pending_unless_busy() {
     if let Ok(mut pending) = PENDING.try_lock() {
@@ -58,6 +61,8 @@ impl Outputs {
     /// Fails (as an I/O error on `path`) unless a file can be created in `path`'s folder: checked
     /// for every output before any work, so a bad `--report` folder costs no compile.
     pub fn check_writable(path: &Path) -> Result<()> {
+        // Under the list's lock, so that a signal cannot end the process while the probe exists.
+        let _pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
         temporary(path).map(drop)
     }
 
@@ -71,9 +76,7 @@ impl Outputs {
     pub fn stage_parts(&mut self, path: &Path, parts: &[impl AsRef<[u8]>]) -> Result<()> {
         let dir = folder(path);
         remove_stale(dir);
-        let tmp = temporary(path)?;
-        PENDING.lock().unwrap_or_else(|e| e.into_inner()).push(tmp.path().to_path_buf());
-        let (mut file, tmp_path) = tmp.keep().map_err(|e| Error::io(path, &e.error))?;
+        let (mut file, tmp_path) = registered(path)?;
         self.staged.push((tmp_path, path.to_path_buf()));
         for part in parts {
             file.write_all(part.as_ref()).map_err(|e| Error::io(path, &e))?;
@@ -154,6 +157,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// A new temporary file beside `path`, kept (not removed on drop) and listed in [`PENDING`]: created
+/// under the list's lock, so a signal handler ([`remove_pending_then_exit`]) either runs first
+/// (and the file is never created) or sees it listed.
+fn registered(path: &Path) -> Result<(File, PathBuf)> {
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let (file, tmp) = temporary(path)?.keep().map_err(|e| Error::io(path, &e.error))?;
+    pending.push(tmp.clone());
+    Ok((file, tmp))
+}
+
 /// A new temporary file beside `path`; the error names `path`'s folder, never the temporary.
 fn temporary(path: &Path) -> Result<tempfile::NamedTempFile> {
     let dir = folder(path);
@@ -205,6 +218,29 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("a")]);
         assert_eq!(std::fs::read(&a).unwrap(), b"old");
+    }
+
+    /// What makes SIGINT leave nothing behind: no temporary (the writability probe or a staged
+    /// file) is created while the signal handler holds the list, which it keeps until the
+    /// process ends. Here the test holds it: neither call creates a file until it is released.
+    #[test]
+    fn no_temporary_is_created_while_the_list_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let created = || std::fs::read_dir(dir.path()).unwrap().count();
+        for probe in [true, false] {
+            let held = PENDING.lock().unwrap();
+            std::thread::scope(|s| {
+                let writer = s.spawn(|| if probe { Outputs::check_writable(&path) } else { Outputs::default().stage(&path, b"x") });
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                assert_eq!(created(), 0, "a temporary created while the list was held (probe: {probe})");
+                assert!(!writer.is_finished(), "the call did not wait for the list (probe: {probe})");
+                drop(held);
+                // The probe is removed at once, the staged file when its uncommitted `Outputs` drops.
+                writer.join().unwrap().unwrap();
+            });
+            assert_eq!(created(), 0);
+        }
     }
 
     #[test]
