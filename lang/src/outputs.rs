@@ -23,7 +23,8 @@ static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Removes every temporary file this process has staged and not renamed, then exits with `code`
 /// (a signal handler's job). The list stays locked until the process ends: a thread about to
-/// create a temporary waits on it ([`registered`]), so no file appears after the removal.
+/// create a temporary ([`Outputs::stage`], [`Outputs::check_writable`]) waits on it, so no file
+/// appears after the removal.
 pub fn remove_pending_then_exit(code: i32) -> ! {
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     for p in pending.drain(..) {
