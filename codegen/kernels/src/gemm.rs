@@ -69,7 +69,8 @@ pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mu
 /// The GEMM requantized: `out[m][n] = sat(rne((c[m][n] + bias[n])·sx·sw[n]/sy) + zy)` by `plan`
 /// (what [`gemm_u8`] then [`requantize`] give, the same codes). With the certified form (the one
 /// the generated code uses) each finished block of `c` is requantized right after the kernel
-/// wrote it, while it is in L1 (the VNNI path); `c` is the caller's `m × n` scratch. Returns the
+/// wrote it, while it is in L1 (the VNNI path, and the AVX2 one from 32 rows); `c` is the
+/// caller's `m × n` scratch. Returns the
 /// number of exact fallbacks (also counted in [`crate::requant::fallback_hits`]).
 #[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
 pub fn gemm_u8_requant<C: CodeOut>(
@@ -89,7 +90,7 @@ pub fn gemm_u8_requant<C: CodeOut>(
     }
     let bias: Vec<i32> = bias.map_or_else(|| vec![0; n], <[i32]>::to_vec);
     let ops = match &plan.form {
-        Form::Certified(f) if kernels.isa() == Isa::Avx512Vnni && (f.len() == 1 || f.len() == n) => Some(operands(&bias, f)),
+        Form::Certified(f) if fused(kernels) && (f.len() == 1 || f.len() == n) => Some(operands(&bias, f)),
         _ => None,
     };
     requantized(kernels, a, m, za, b, plan, &bias, ops.as_ref(), c, out)
@@ -111,8 +112,13 @@ pub fn gemm_u8_requant_prepared<C: CodeOut>(
     requantized(kernels, a, m, za, b, rq.plan(), rq.bias(), rq.operands(), c, out)
 }
 
-/// The fused form where the path has it (VNNI, certified, the plan's operands at hand), the
-/// product then [`requantize`] otherwise.
+/// Whether the path requantizes finished blocks of the product (the fused form): VNNI and AVX2.
+fn fused(kernels: Kernels) -> bool {
+    matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx2)
+}
+
+/// The fused form where the path has it (VNNI or AVX2, certified, the plan's operands at hand),
+/// the product then [`requantize`] otherwise.
 #[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
 fn requantized<C: CodeOut>(
     kernels: Kernels,
@@ -128,7 +134,7 @@ fn requantized<C: CodeOut>(
 ) -> Result<u64, GemmError> {
     let n = b.n();
     let (forms, ops) = match (&plan.form, ops) {
-        (Form::Certified(f), Some(ops)) if kernels.isa() == Isa::Avx512Vnni => (f, ops),
+        (Form::Certified(f), Some(ops)) if fused(kernels) => (f, ops),
         _ => {
             gemm_u8(kernels, a, m, za, b, c)?;
             return requantize(kernels, plan, c, n, Some(bias), out).map(|s| s.fallbacks).map_err(|e| GemmError::Requant(e.to_string()));
@@ -154,7 +160,8 @@ fn requantized<C: CodeOut>(
 }
 
 /// The product, then `epilogue(c, r0, mr, c0, cols)` on finished blocks (per tile on the VNNI
-/// path, once on the whole of `c` on the others).
+/// path and on the AVX2 one from [`micro::avx2::WIDE_ROWS`] rows, once on the whole of `c`
+/// otherwise).
 fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut micro::Epilogue) -> Result<(), GemmError> {
     let (k, n) = (b.k(), b.n());
     if a.len() != m * k {
@@ -170,6 +177,15 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
         Isa::Avx512Vnni => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if m >= micro::avx2::WIDE_ROWS => {
+            let (wide, lda) = widened(a, m, b);
+            let (colfix, zb) = column_corrections(za, b);
+            let rowsums: Vec<i32> = if zb.iter().any(|&z| z != 0) { a.chunks_exact(k).map(row_sum).collect() } else { Vec::new() };
+            let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: (!rowsums.is_empty()).then_some(&rowsums[..]) };
+            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
+            unsafe { micro::avx2::wide_gemm(&wide, lda, m, b, c, &fix, epilogue) }
+        }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
             raw(kernels, a, m, b, c);
@@ -193,20 +209,48 @@ fn raw(kernels: Kernels, a: &[u8], m: usize, b: &PackedB, c: &mut [i32]) {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
-            // Widened rows a multiple of 4 KiB apart would share L1 sets (a tile reads 6 at once):
-            // one cache line more each then.
-            let lda = if (2 * lda).is_multiple_of(4096) { lda + 32 } else { lda };
-            let mut wide = vec![0i16; m * lda];
-            for (w, row) in wide.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
-                for (w, &v) in w.iter_mut().zip(row) {
-                    *w = i16::from(v);
-                }
-            }
+            let (wide, lda) = widened(a, m, b);
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
             unsafe { micro::avx2::raw(&wide, lda, m, b, c) }
         }
         _ => micro::portable::raw(&padded(a, m, k, lda), lda, m, b, c),
     }
+}
+
+/// The AVX2 kernels' A: rows widened to i16, zero past K, and their stride.
+#[cfg(target_arch = "x86_64")]
+fn widened(a: &[u8], m: usize, b: &PackedB) -> (Vec<i16>, usize) {
+    let (k, lda) = (b.k(), b.k4() * KR);
+    // Widened rows a multiple of 4 KiB apart would share L1 sets (a tile reads 6 at once):
+    // one cache line more each then.
+    let lda = if (2 * lda).is_multiple_of(4096) { lda + 32 } else { lda };
+    let mut wide = vec![0i16; m * lda];
+    for (w, row) in wide.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
+        for (w, &v) in w.iter_mut().zip(row) {
+            *w = i16::from(v);
+        }
+    }
+    (wide, lda)
+}
+
+/// Per column, padded with zeros to whole panels: `K·za·zb[n] − za·Σ_k b[k][n]` (wrapping) and
+/// `zb[n]`, the column parts of [`correct_zero_points`].
+#[cfg(target_arch = "x86_64")]
+fn column_corrections(za: u8, b: &PackedB) -> (Vec<i32>, Vec<i32>) {
+    let (kza, za) = ((b.k() as i32).wrapping_mul(i32::from(za)), i32::from(za));
+    let mut colfix = vec![0i32; b.panels() * crate::NR];
+    let mut zb = vec![0i32; b.panels() * crate::NR];
+    for (((f, z), &s), &w) in colfix.iter_mut().zip(&mut zb).zip(b.col_sums()).zip(b.zero_points()) {
+        *f = kza.wrapping_mul(w).wrapping_sub(za.wrapping_mul(s));
+        *z = w;
+    }
+    (colfix, zb)
+}
+
+/// `Σ a` of one row, wrapping (|Σ a| ≤ 2^24 · 255 < 2^32: exact modulo 2^32 like everything else).
+#[cfg(target_arch = "x86_64")]
+fn row_sum(row: &[u8]) -> i32 {
+    row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)))
 }
 
 /// Rows of `lda ≥ k` bytes, zero past K (borrowed when no padding is needed).

@@ -1,7 +1,9 @@
-//! `gemm_u8_requant` (the requantization fused per finished block on the VNNI path) against its
-//! definition on every path: `gemm_u8`, then `requant_exact` element by element; per-tensor and
-//! per-column scales, with and without bias, scales that put values on ties (exact fallbacks),
-//! shapes around the 6 × 64 tiles, the K blocks and the one-row (GEMV) tiles; ratios in the f32
+//! `gemm_u8_requant` (the requantization fused per finished block on the VNNI path and on the
+//! AVX2 one from 32 rows) against its definition on every path: `gemm_u8`, then `requant_exact`
+//! element by element; per-tensor and per-column scales, with and without bias, scales that put
+//! values on ties (exact fallbacks), shapes around the 6 × 64 and 6 × 16 tiles (partial rows and
+//! panels), the K blocks (K = 9000: three on AVX2, the corrections after the last) and the
+//! one-row (GEMV) tiles; ratios in the f32
 //! form's range and below it (the f64 form); the requantization made per call and made once
 //! (`gemm_u8_requant_prepared`, what generated code calls).
 
@@ -62,7 +64,19 @@ fn suite(isa: Isa) {
     // sx·sw/sy below 2^-100: the f64 form (the product of a bias of 2^13 and 2^30 accumulators is
     // still below a code, so zy comes out: the form taken, not its numbers, is what this covers).
     let tiny = (1e-20, 1e-20, 1.0);
-    for &(m, k, n) in &[(1, 1, 1), (1, 40, 100), (1, 700, 130), (5, 33, 63), (6, 4, 64), (7, 129, 65), (13, 500, 130), (64, 96, 48), (20, 1000, 200)] {
+    for &(m, k, n) in &[
+        (1, 1, 1),
+        (1, 40, 100),
+        (1, 700, 130),
+        (5, 33, 63),
+        (6, 4, 64),
+        (7, 129, 65),
+        (13, 500, 130),
+        (64, 96, 48),
+        (20, 1000, 200),
+        (37, 300, 70),
+        (40, 9000, 20),
+    ] {
         case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128);
         case::<i8>(isa, &mut rng, m, k, n, false, true, ties, -2);
         case::<u8>(isa, &mut rng, m, k, n, true, false, ties, 0);

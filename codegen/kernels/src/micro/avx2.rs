@@ -19,6 +19,11 @@
 //! this host (`examples/gemm_cycles`, fastest calls under load): 64 × 1024 × 1024 and
 //! 256 × 4096 × 4096 from about 120 and 43 GOPS to 133 and 68; L1-sized K blocks (`c` re-read
 //! per block, 1, 2 or 4 panels per pass over A) measured no faster at K = N = 4096.
+//! [`wide_gemm`] adds the zero-point corrections in the tile's registers after the last K block
+//! (as the VNNI path does) and hands every 4 finished panels of all rows to the caller's
+//! epilogue (the requantization) while they are in L1 or L2: no separate pass over `c` for
+//! either. Per 6 × 16 tile the epilogue's calls cost more than they saved (MiniLM on a Zen 3
+//! host: 8 % slower than the separate passes; per 4 panels 2–3 % faster).
 //!
 //! Fewer rows ([`narrow`]): the weights are widened in registers (each 16-byte slice of a packed
 //! row, 4 columns × 4 k, by `vpmovsxbw`) and multiplied with a broadcast of 4 activations
@@ -29,6 +34,7 @@
 //! into L2 by the tiles. One-row products stream the weights once: widening them into memory
 //! would double the bytes that bandwidth-bound product reads.
 
+use super::Epilogue;
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -40,7 +46,10 @@ const KC: usize = 128;
 /// Rows from which the weights are widened into memory ([`wide`]): below, the pass over each
 /// panel costs more than the widening in registers saves (3 × 1024 × 1024: 106 → 52 GOPS, 12 rows
 /// 98 → 83, 24 rows about even, 48 rows 101 → 116, fastest calls under load).
-const WIDE_ROWS: usize = 32;
+pub const WIDE_ROWS: usize = 32;
+/// Panels per call of the wide path's epilogue (all rows × 64 columns, 16 KiB of `c` at 64 rows,
+/// mostly in L1): per tile (6 × 16), the calls' own work cost more than the pass they save.
+const EPILOGUE_PANELS: usize = 4;
 /// Rows per tile of the wide path.
 const MR: usize = 6;
 /// Pairs of k per block of the wide path (even): K up to 4096 in one block, whose widened panel
@@ -56,7 +65,31 @@ pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     let k4 = b.k4();
     assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * b.n() && lda >= k4 * KR);
     // SAFETY: forwarded from the caller (AVX2); the assert above bounds the operands.
-    unsafe { if m >= WIDE_ROWS { wide(a, lda, m, b, c) } else { narrow(a, lda, m, b, c) } }
+    unsafe { if m >= WIDE_ROWS { wide(a, lda, m, b, c, None) } else { narrow(a, lda, m, b, c) } }
+}
+
+/// The zero-point corrections of one product (`crate::gemm`'s `correct_zero_points`, by parts):
+/// per column, padded with zeros to whole panels, `K·za·zb − za·Σ_k b` and `zb`; per row `Σ_k a`,
+/// given only where some `zb` is nonzero.
+pub struct Corrections<'a> {
+    pub colfix: &'a [i32],
+    pub zb: &'a [i32],
+    pub rowsums: Option<&'a [i32]>,
+}
+
+/// `c = (a − za)·(b − zb)` for [`WIDE_ROWS`] rows or more (the raw sums of [`raw`] with
+/// `fix`'s corrections added in the tile's registers after its last K block, wrapping: the same
+/// integers modulo 2^32), then `epilogue` on each finished block of all rows × 64 columns.
+///
+/// # Safety
+/// As [`raw`]; `fix.colfix` and `fix.zb` hold `b.panels()·16` columns, `fix.rowsums` (if
+/// given) `m` rows.
+pub unsafe fn wide_gemm(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], fix: &Corrections, epilogue: &mut Epilogue) {
+    let k4 = b.k4();
+    assert!(m >= WIDE_ROWS && a.len() >= (m - 1) * lda + k4 * KR && c.len() >= m * b.n() && lda >= k4 * KR);
+    assert!(fix.colfix.len() >= b.panels() * NR && fix.zb.len() >= b.panels() * NR && fix.rowsums.is_none_or(|r| r.len() >= m));
+    // SAFETY: forwarded from the caller (AVX2); the asserts above bound the operands.
+    unsafe { wide(a, lda, m, b, c, Some((fix, epilogue))) }
 }
 
 /// Fewer than [`WIDE_ROWS`] rows: the weights widened in registers.
@@ -85,12 +118,13 @@ unsafe fn narrow(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
 
 /// [`WIDE_ROWS`] rows or more. Panel by panel: the panel's weights are widened once into `scratch` in
 /// pair order (each vector 8 columns × one pair of k), then every row tile runs over all of K
-/// (blocks of [`KC_PAIRS`] beyond that, added into `c`), its accumulators in registers.
+/// (blocks of [`KC_PAIRS`] beyond that, added into `c`), its accumulators in registers; with
+/// `finish`, the tile adds the corrections after the last block and the epilogue sees it.
 ///
 /// # Safety
-/// As [`raw`], whose assert bounds the operands.
+/// As [`raw`] and [`wide_gemm`], whose asserts bound the operands.
 #[target_feature(enable = "avx2")]
-unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
+unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], mut finish: Option<(&Corrections, &mut Epilogue)>) {
     let (n, k4, panels) = (b.n(), b.k4(), b.panels());
     let pairs = 2 * k4;
     let mut scratch = vec![_mm256_setzero_si256(); 2 * KC_PAIRS.min(pairs)];
@@ -121,6 +155,12 @@ unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
                     _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(line));
                 }
                 let mr = MR.min(m - r0);
+                let last = p0 + kp == pairs;
+                let fix = finish.as_ref().filter(|_| last).map(|(fix, _)| Fix {
+                    colfix: fix.colfix[c0..].as_ptr(),
+                    zb: fix.zb[c0..].as_ptr(),
+                    rowsums: fix.rowsums.map_or(std::ptr::null(), |r| r[r0..].as_ptr()),
+                });
                 let t = Wide {
                     a: a[r0 * lda + 2 * p0..].as_ptr(),
                     lda,
@@ -130,10 +170,12 @@ unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
                     ldc: n,
                     cols: (n - c0).min(NR),
                     accumulate: p0 > 0,
+                    fix,
                 };
                 // SAFETY: AVX2 is guaranteed by the caller; rows r0..r0+mr of `a` hold pairs
-                // p0..p0+kp (lda ≥ k4·4 = 2·pairs i16), `scratch` holds the block's pairs, and
-                // `t.cols` keeps reads and writes inside rows r0..r0+mr of `c`, columns c0..c0+cols.
+                // p0..p0+kp (lda ≥ k4·4 = 2·pairs i16), `scratch` holds the block's pairs,
+                // `t.cols` keeps reads and writes inside rows r0..r0+mr of `c`, columns
+                // c0..c0+cols, and the corrections hold the panel's 16 columns and rows r0..r0+mr.
                 unsafe {
                     match mr {
                         1 => wide_tile::<1>(&t),
@@ -147,6 +189,11 @@ unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
                 r0 += mr;
             }
             p0 += kp;
+        }
+        // Every [`EPILOGUE_PANELS`] panels (and after the last), the finished columns of all rows.
+        if let Some((_, epilogue)) = finish.as_mut().filter(|_| (panel + 1) % EPILOGUE_PANELS == 0 || panel + 1 == panels) {
+            let first = panel / EPILOGUE_PANELS * EPILOGUE_PANELS * NR;
+            epilogue(c, 0, m, first, (c0 + NR).min(n) - first);
         }
     }
 }
@@ -187,6 +234,15 @@ struct Wide {
     cols: usize,
     /// Add to `c` (a later K block) rather than overwrite it.
     accumulate: bool,
+    /// The zero-point corrections, added after the last K block.
+    fix: Option<Fix>,
+}
+
+/// [`Corrections`] at the tile: the panel's 16 columns, the tile's rows (null: no row part).
+struct Fix {
+    colfix: *const i32,
+    zb: *const i32,
+    rowsums: *const i32,
 }
 
 /// `MR` rows × 16 columns over all pairs: each accumulator holds 8 whole column sums.
@@ -212,6 +268,18 @@ unsafe fn wide_tile<const MR: usize>(t: &Wide) {
                 let av = _mm256_set1_epi32(t.a.add(r * t.lda + 2 * p).cast::<i32>().read_unaligned());
                 acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(av, b0));
                 acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(av, b1));
+            }
+        }
+        if let Some(fix) = &t.fix {
+            let colfix = [0, 1].map(|j| _mm256_loadu_si256(fix.colfix.add(8 * j).cast()));
+            let zb = [0, 1].map(|j| _mm256_loadu_si256(fix.zb.add(8 * j).cast()));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for j in 0..2 {
+                    acc[j] = _mm256_add_epi32(acc[j], colfix[j]);
+                    if !fix.rowsums.is_null() {
+                        acc[j] = _mm256_sub_epi32(acc[j], _mm256_mullo_epi32(zb[j], _mm256_set1_epi32(*fix.rowsums.add(r))));
+                    }
+                }
             }
         }
         for (r, acc) in acc.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! Microkernels: the raw sums `Σ_k a[m][k]·b[k][n]` (u8 × i8, i32 wrapping) of one tile, one file
 //! per path. They read A as rows of `k4·4` bytes (zero-padded past K) and B as packed by
 //! [`crate::PackedB`]; the zero-point corrections are applied afterwards by [`crate::gemm`]
-//! (in the tile's registers on the VNNI path).
+//! (in the tile's registers on the VNNI path, and on the AVX2 one from 32 rows).
 
 /// A finished block of C: `(c, r0, mr, c0, cols)`, rows `r0..r0 + mr`, columns `c0..c0 + cols`.
 pub type Epilogue<'a> = dyn FnMut(&[i32], usize, usize, usize, usize) + 'a;

@@ -139,16 +139,13 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], out: Output, codes: &mut [C]) -> u64 {
-    each_row(&Columns::new(&operands(bias, plans), bias, plans, out), acc, codes, |cs, acc_row, code_row| {
-        // SAFETY: the caller guarantees AVX2; the row and its columns have n elements.
-        unsafe {
-            if cs.single {
-                single::row_avx2(acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row)
-            } else {
-                avx2::row_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row)
-            }
-        }
-    })
+    let n = bias.len();
+    if n == 0 {
+        return 0;
+    }
+    let ops = operands(bias, plans);
+    // SAFETY: the caller guarantees AVX2; the block is the whole matrix (`requantize` checked its length).
+    unsafe { block_avx2(acc, n, 0..acc.len() / n, (0, n), &Columns::new(&ops, bias, plans, out), codes) }
 }
 
 #[inline(always)]
@@ -349,8 +346,32 @@ pub(crate) fn block<C: CodeOut>(
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
         // the instructions `row_avx512` uses.
         Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX2 was checked.
+        Isa::Avx2 => unsafe { block_avx2(acc, n, rows, (c0, cols), cs, codes) },
         _ => block_generic(acc, n, rows, (c0, cols), cs, codes),
     }
+}
+
+/// [`block`] on AVX2: the f32 form's block ([`single::block_avx2`]), or the f64 form row by row.
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(c0, cols);
+    if cs.single {
+        // SAFETY: the caller guarantees AVX2; rows and columns lie inside the n-column matrices.
+        return unsafe { single::block_avx2(acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+    }
+    rows.map(|row| {
+        // SAFETY: the caller guarantees AVX2; the slices below have `cols` elements each.
+        unsafe {
+            avx2::row_either((cs.narrow, cs.unbiased), &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])
+        }
+    })
+    .sum()
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -209,23 +209,35 @@ pub(super) unsafe fn block_avx512_either<C: CodeOut>(
     }
 }
 
-/// [`row`] on AVX2, 8 columns per register, as [`block_avx512`] (the overflow and boundary masks
-/// from sign bits, `vmovmskps`); the code narrowed by `vpackssdw` then `vpackuswb` (u8) or
-/// `vpacksswb` (i8), saturating steps whose composition is the clamp (|code| < 2^15 after the
-/// clamp of v). The flags of up to 64 columns are gathered before the exact form settles them,
-/// so that the vector loop holds no call: its constants and pointers stay in registers (with the
-/// settling inside, the loop spilled them and ran at 2.3 cycles per column, 8 % of the MiniLM
-/// encoder's time on a Zen 3 host). The last `n mod 8` columns go through [`row`].
+/// [`row`] on AVX2 for rows `rows` of a row-major matrix of `ld` columns (`acc` and `codes`),
+/// columns `c0..c0 + cs.len()`, 8 per register, the constants set up once per block, as
+/// [`block_avx512`] (the overflow and boundary masks from sign bits, `vmovmskps`); the code
+/// narrowed by `vpackssdw` then `vpackuswb` (u8) or `vpacksswb` (i8), saturating steps whose
+/// composition is the clamp (|code| < 2^15 after the clamp of v). The flags of up to 64 columns
+/// are gathered before the exact form settles them, so that the vector loop holds no call: its
+/// constants and pointers stay in registers (with the settling inside, the loop spilled them and
+/// ran at 2.3 cycles per column, 8 % of the MiniLM encoder's time on a Zen 3 host). The last
+/// `n mod 8` columns of each row go through [`row`].
 ///
 /// # Safety
 /// AVX2 present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)] // [`row`]'s operands
-pub(super) unsafe fn row_avx2<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[i32], plans: &[Certified], c0: usize, out: Output, codes: &mut [C]) -> u64 {
+#[allow(clippy::too_many_arguments)] // a block's operands
+pub(super) unsafe fn block_avx2<C: CodeOut>(
+    acc: &[i32],
+    ld: usize,
+    rows: std::ops::Range<usize>,
+    cs: ColumnSlice<'_>,
+    bias: &[i32],
+    plans: &[Certified],
+    c0: usize,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
     use std::arch::x86_64::*;
-    let n = acc.len();
-    assert!(cs.r32.len() == n && cs.rho32.len() == n && codes.len() == n && bias.len() >= c0 + n);
+    let n = cs.r32.len();
+    assert!(cs.rho32.len() == n && bias.len() >= c0 + n && c0 + n <= ld && acc.len() >= rows.end * ld && codes.len() >= rows.end * ld);
     let full = n / 8 * 8;
     let zy = _mm256_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -235,46 +247,50 @@ pub(super) unsafe fn row_avx2<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias
         (_mm256_set1_ps(LIMIT), _mm256_set1_ps(-LIMIT), _mm256_set1_ps(MAGIC), _mm256_set1_ps(0.5), _mm256_set1_ps(BOUND));
     let sign = _mm256_set1_ps(-0.0);
     let abs = |x: __m256| _mm256_andnot_ps(sign, x);
+    let (b_ptr, r_ptr, rho_ptr) = (bias[c0..].as_ptr(), cs.r32.as_ptr(), cs.rho32.as_ptr());
     let mut fallbacks = 0;
-    let bytes = C::bytes_mut(codes);
-    let (a_ptr, b_ptr, r_ptr, rho_ptr, y_ptr) = (acc.as_ptr(), bias[c0..].as_ptr(), cs.r32.as_ptr(), cs.rho32.as_ptr(), bytes.as_mut_ptr());
-    let mut j0 = 0;
-    while j0 < full {
-        let group = (full - j0).min(64);
-        let mut flags = 0u64;
-        for j in (j0..j0 + group).step_by(8) {
-            // SAFETY: j + 8 ≤ full ≤ n, the length of `acc`, of the column slices, of `bytes` and
-            // of `bias` from column c0.
-            unsafe {
-                let a = _mm256_loadu_si256(a_ptr.add(j).cast());
-                let b = _mm256_loadu_si256(b_ptr.add(j).cast());
-                let t = _mm256_add_epi32(a, b);
-                let overflow = _mm256_and_si256(_mm256_xor_si256(a, t), _mm256_xor_si256(b, t));
-                let p = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(r_ptr.add(j)));
-                let rho = _mm256_loadu_ps(rho_ptr.add(j));
-                let v = _mm256_add_ps(p, rho);
-                let inside = _mm256_cmp_ps::<_CMP_LE_OQ>(abs(v), limit);
-                let clamped = _mm256_min_ps(_mm256_max_ps(v, neg_limit), limit);
-                let shifted = _mm256_add_ps(clamped, magic);
-                let d = abs(_mm256_sub_ps(clamped, _mm256_sub_ps(shifted, magic)));
-                let tol = _mm256_mul_ps(_mm256_add_ps(abs(p), abs(rho)), bound);
-                let near = _mm256_or_ps(_mm256_and_ps(inside, _mm256_cmp_ps::<_CMP_LE_OQ>(_mm256_sub_ps(half, d), tol)), _mm256_castsi256_ps(overflow));
-                let code = _mm256_add_epi32(_mm256_castps_si256(shifted), zy);
-                // Per 128-bit half: 4 i16 (twice), then 4 bytes (four times); the two halves' first dwords.
-                let words = _mm256_packs_epi32(code, code);
-                let small = if unsigned { _mm256_packus_epi16(words, words) } else { _mm256_packs_epi16(words, words) };
-                let pair = _mm_unpacklo_epi32(_mm256_castsi256_si128(small), _mm256_extracti128_si256::<1>(small));
-                _mm_storel_epi64(y_ptr.add(j).cast(), pair);
-                flags |= u64::from(_mm256_movemask_ps(near) as u8) << (j - j0);
+    for r in rows {
+        let (acc, codes) = (&acc[r * ld + c0..][..n], &mut codes[r * ld + c0..][..n]);
+        let bytes = C::bytes_mut(codes);
+        let (a_ptr, y_ptr) = (acc.as_ptr(), bytes.as_mut_ptr());
+        let mut j0 = 0;
+        while j0 < full {
+            let group = (full - j0).min(64);
+            let mut flags = 0u64;
+            for j in (j0..j0 + group).step_by(8) {
+                // SAFETY: j + 8 ≤ full ≤ n, the length of the row's `acc` and `bytes`, of the
+                // column slices and of `bias` from column c0.
+                unsafe {
+                    let a = _mm256_loadu_si256(a_ptr.add(j).cast());
+                    let b = _mm256_loadu_si256(b_ptr.add(j).cast());
+                    let t = _mm256_add_epi32(a, b);
+                    let overflow = _mm256_and_si256(_mm256_xor_si256(a, t), _mm256_xor_si256(b, t));
+                    let p = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(r_ptr.add(j)));
+                    let rho = _mm256_loadu_ps(rho_ptr.add(j));
+                    let v = _mm256_add_ps(p, rho);
+                    let inside = _mm256_cmp_ps::<_CMP_LE_OQ>(abs(v), limit);
+                    let clamped = _mm256_min_ps(_mm256_max_ps(v, neg_limit), limit);
+                    let shifted = _mm256_add_ps(clamped, magic);
+                    let d = abs(_mm256_sub_ps(clamped, _mm256_sub_ps(shifted, magic)));
+                    let tol = _mm256_mul_ps(_mm256_add_ps(abs(p), abs(rho)), bound);
+                    let near = _mm256_or_ps(_mm256_and_ps(inside, _mm256_cmp_ps::<_CMP_LE_OQ>(_mm256_sub_ps(half, d), tol)), _mm256_castsi256_ps(overflow));
+                    let code = _mm256_add_epi32(_mm256_castps_si256(shifted), zy);
+                    // Per 128-bit half: 4 i16 (twice), then 4 bytes (four times); the two halves' first dwords.
+                    let words = _mm256_packs_epi32(code, code);
+                    let small = if unsigned { _mm256_packus_epi16(words, words) } else { _mm256_packs_epi16(words, words) };
+                    let pair = _mm_unpacklo_epi32(_mm256_castsi256_si128(small), _mm256_extracti128_si256::<1>(small));
+                    _mm_storel_epi64(y_ptr.add(j).cast(), pair);
+                    flags |= u64::from(_mm256_movemask_ps(near) as u8) << (j - j0);
+                }
             }
+            if flags != 0 {
+                fallbacks += settle_flagged(acc, bias, plans, c0, out, j0, flags, bytes);
+            }
+            j0 += group;
         }
-        if flags != 0 {
-            fallbacks += settle_flagged(acc, bias, plans, c0, out, j0, flags, bytes);
-        }
-        j0 += group;
+        fallbacks += row(&acc[full..], cs.tail(full), bias, plans, c0 + full, out, &mut codes[full..]);
     }
-    let tail = cs.tail(full);
-    fallbacks + row(&acc[full..], tail, bias, plans, c0 + full, out, &mut codes[full..])
+    fallbacks
 }
 
 /// The exact form on columns `j0 + i` of a row for each bit i of `flags` (`bias` and `plans` the
