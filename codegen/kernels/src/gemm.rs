@@ -224,11 +224,11 @@ fn widened(a: &[u8], m: usize, b: &PackedB) -> (Vec<i16>, usize) {
     // Widened rows a multiple of 4 KiB apart would share L1 sets (a tile reads 6 at once):
     // one cache line more each then.
     let lda = if (2 * lda).is_multiple_of(4096) { lda + 32 } else { lda };
-    let mut wide = vec![0i16; m * lda];
-    for (w, row) in wide.chunks_exact_mut(lda).zip(a.chunks_exact(k)) {
-        for (w, &v) in w.iter_mut().zip(row) {
-            *w = i16::from(v);
-        }
+    // Written once, row then padding (zeroing it all first cost a memset of the whole block).
+    let mut wide = Vec::with_capacity(m * lda);
+    for row in a.chunks_exact(k).take(m) {
+        wide.extend(row.iter().map(|&v| i16::from(v)));
+        wide.resize(wide.len() + lda - k, 0);
     }
     (wide, lda)
 }
