@@ -181,8 +181,8 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
         Isa::Avx2 if m >= micro::avx2::WIDE_ROWS => {
             let (wide, lda) = widened(a, m, b);
             let (colfix, zb) = column_corrections(za, b);
-            let rowsums: Vec<i32> = if zb.iter().any(|&z| z != 0) { a.chunks_exact(k).map(row_sum).collect() } else { Vec::new() };
-            let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: (!rowsums.is_empty()).then_some(&rowsums[..]) };
+            let rowsums: Option<Vec<i32>> = zb.iter().any(|&z| z != 0).then(|| a.chunks_exact(k).map(row_sum).collect());
+            let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: rowsums.as_deref() };
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
             unsafe { micro::avx2::wide_gemm(&wide, lda, m, b, c, &fix, epilogue) }
         }
@@ -234,9 +234,8 @@ fn widened(a: &[u8], m: usize, b: &PackedB) -> (Vec<i16>, usize) {
 }
 
 /// Per column, padded with zeros to whole panels: `K·za·zb[n] − za·Σ_k b[k][n]` (wrapping) and
-/// `zb[n]`, the column parts of [`correct_zero_points`].
-#[cfg(target_arch = "x86_64")]
-fn column_corrections(za: u8, b: &PackedB) -> (Vec<i32>, Vec<i32>) {
+/// `zb[n]`, the column parts of the zero-point corrections on every path.
+pub(crate) fn column_corrections(za: u8, b: &PackedB) -> (Vec<i32>, Vec<i32>) {
     let (kza, za) = ((b.k() as i32).wrapping_mul(i32::from(za)), i32::from(za));
     let mut colfix = vec![0i32; b.panels() * crate::NR];
     let mut zb = vec![0i32; b.panels() * crate::NR];
@@ -248,7 +247,6 @@ fn column_corrections(za: u8, b: &PackedB) -> (Vec<i32>, Vec<i32>) {
 }
 
 /// `Σ a` of one row, wrapping (|Σ a| ≤ 2^24 · 255 < 2^32: exact modulo 2^32 like everything else).
-#[cfg(target_arch = "x86_64")]
 fn row_sum(row: &[u8]) -> i32 {
     row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)))
 }
@@ -276,16 +274,12 @@ unsafe fn correct_zero_points_avx2(a: &[u8], m: usize, za: u8, b: &PackedB, c: &
 #[inline(always)]
 fn correct_zero_points(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) {
     let (k, n) = (b.k(), b.n());
-    let za = i32::from(za);
-    let zb = b.zero_points();
-    // Per column: K·za·zb − za·colsum.
-    let col: Vec<i32> = b.col_sums().iter().zip(zb).map(|(&s, &z)| (k as i32).wrapping_mul(za).wrapping_mul(z).wrapping_sub(za.wrapping_mul(s))).collect();
+    let (col, zb) = column_corrections(za, b);
     let need_rows = zb.iter().any(|&z| z != 0);
     for (row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)).take(m) {
         if need_rows {
-            // |Σ a| ≤ 2^24 · 255 < 2^32: wrapping keeps it exact modulo 2^32 like everything else.
-            let rowsum = a_row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
-            for ((c, &col), &z) in row.iter_mut().zip(&col).zip(zb) {
+            let rowsum = row_sum(a_row);
+            for ((c, &col), &z) in row.iter_mut().zip(&col).zip(&zb) {
                 *c = c.wrapping_add(col).wrapping_sub(z.wrapping_mul(rowsum));
             }
         } else {

@@ -50,13 +50,7 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
     let rowsums: Vec<i32> = if rows { a.chunks_exact(lda).map(|r| unsafe { byte_sum(r) }).collect() } else { Vec::new() };
     let panels = b.panels();
     // Per column, padded to whole panels: `K·za·zb − za·Σ_k b` (wrapping) and `zb`.
-    let (kza, za) = ((k as i32).wrapping_mul(i32::from(za)), i32::from(za));
-    let mut colfix = vec![0i32; panels * NR];
-    let mut zb = vec![0i32; panels * NR];
-    for (((f, z), &s), &w) in colfix.iter_mut().zip(&mut zb).zip(b.col_sums()).zip(b.zero_points()) {
-        *f = kza.wrapping_mul(w).wrapping_sub(za.wrapping_mul(s));
-        *z = w;
-    }
+    let (colfix, zb) = crate::gemm::column_corrections(za, b);
     let (np_max, kc) = if m == 1 { (NP_GEMV, k4) } else { (NP, KC) };
     // Rows per block: the block's A stays in L2 while every panel group streams past it.
     let mc = (A_BLOCK / lda).max(MR) / MR * MR;

@@ -446,7 +446,6 @@ unsafe fn row_avx512<C: CodeOut, const WIDE: bool, const BIAS: bool>(
     use std::arch::x86_64::*;
     let n = acc.len();
     assert!(cs.b.len() == n && cs.r.len() == n && cs.rho.len() == n && codes.len() == n);
-    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     let bytes = C::bytes_mut(codes);
     // `rne(v) + zy` from the bits of `v + 1.5·2^52`.
     let zy = _mm512_set1_epi64(i64::from(out.zero_point()) - MAGIC.to_bits() as i64);
@@ -492,14 +491,28 @@ unsafe fn row_avx512<C: CodeOut, const WIDE: bool, const BIAS: bool>(
         };
         // SAFETY: bytes j..j + lanes are inside `bytes` (n of them); masked-off lanes are not written.
         unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
-        let mut near = near;
-        while near != 0 {
-            let i = j + near.trailing_zeros() as usize;
-            near &= near - 1;
-            bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
-            fallbacks += 1;
+        if near != 0 {
+            fallbacks += settle_flags(acc, bias, plans, c0, out, j, u64::from(near), bytes);
         }
         j += lanes;
+    }
+    fallbacks
+}
+
+/// The exact form on columns `j0 + i` of a row for each bit i of `flags` (`bias` and `plans` the
+/// whole row's, from column `c0`), where every vectorized row and block settles its flagged
+/// lanes; out of line, so that a vector loop that settles a group after it holds no call.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)] // a row's operands and the flags
+fn settle_flags(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: Output, j0: usize, mut flags: u64, bytes: &mut [u8]) -> u64 {
+    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
+    let mut fallbacks = 0;
+    while flags != 0 {
+        let i = j0 + flags.trailing_zeros() as usize;
+        flags &= flags - 1;
+        bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
+        fallbacks += 1;
     }
     fallbacks
 }

@@ -7,8 +7,8 @@
 //! `n mod 8` columns of a row go through the scalar form. The auto-vectorized scalar form kept
 //! 4 lanes with spilled constants and was 8.7 % of the MiniLM encoder's time on a Zen 3 host.
 
-use super::{BOUND, Certified, ColumnSlice, LIMIT, MAGIC, row_columns};
-use crate::requant::{CodeOut, Output, requant_exact};
+use super::{BOUND, Certified, ColumnSlice, LIMIT, MAGIC, row_columns, settle_flags};
+use crate::requant::{CodeOut, Output};
 use std::arch::x86_64::*;
 
 /// One row, as [`super::row_columns`]; `narrow` and `unbiased` as [`super::Columns`] says.
@@ -56,7 +56,6 @@ unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
 ) -> u64 {
     let n = acc.len();
     assert!(cs.b.len() == n && cs.r.len() == n && cs.rho.len() == n && codes.len() == n);
-    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     let full = n / 8 * 8;
     let (limit, neg_limit, magic, half, bound) =
         (_mm256_set1_pd(LIMIT), _mm256_set1_pd(-LIMIT), _mm256_set1_pd(MAGIC), _mm256_set1_pd(0.5), _mm256_set1_pd(BOUND));
@@ -69,7 +68,7 @@ unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
     let bytes = C::bytes_mut(codes);
     for j in (0..full).step_by(8) {
         // SAFETY: j + 8 ≤ n, the length of `acc` and of every column slice.
-        let (word, mut near) = unsafe {
+        let (word, near) = unsafe {
             let a = _mm256_loadu_si256(acc.as_ptr().add(j).cast());
             let mut near = 0u32;
             let mut four = [_mm_setzero_si128(); 2];
@@ -97,11 +96,8 @@ unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
             (_mm_cvtsi128_si64(_mm_unpacklo_epi32(four[0], four[1])) as u64, near)
         };
         bytes[j..j + 8].copy_from_slice(&word.to_le_bytes());
-        while near != 0 {
-            let i = j + near.trailing_zeros() as usize;
-            near &= near - 1;
-            bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
-            fallbacks += 1;
+        if near != 0 {
+            fallbacks += settle_flags(acc, bias, plans, c0, out, j, u64::from(near), bytes);
         }
     }
     let tail = cs.tail(full);

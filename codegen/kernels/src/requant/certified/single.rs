@@ -19,7 +19,7 @@
 //! has v's sign and `|x| ≥ |v|(1 − 5u) − 10u·2^8 > 2^11`: both saturate, so no test is needed;
 //! v is clamped to ±2^12 first, which keeps the rounding trick exact and the code saturated.
 
-use super::{Certified, ColumnSlice, requant_exact};
+use super::{Certified, ColumnSlice, requant_exact, settle_flags};
 use crate::requant::{CodeOut, Output};
 
 /// ±2^12: beyond it the code saturates (every zero point lies in −128..=255).
@@ -113,7 +113,6 @@ unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     use std::arch::x86_64::*;
     let n = cs.r32.len();
     assert!(cs.rho32.len() == n && bias.len() >= c0 + n && c0 + n <= ld && acc.len() >= rows.end * ld && codes.len() >= rows.end * ld);
-    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
     let bytes = C::bytes_mut(codes);
     let zy = _mm512_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -164,15 +163,10 @@ unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
             unsafe { _mm512_mask_storeu_epi8(bytes.as_mut_ptr().wrapping_add(j).cast(), u64::from(mask), _mm512_castsi128_si512(y)) };
             flags |= u64::from(near) << (j % 64);
             j += lanes;
-            if j % 64 == 0 || j == n {
+            if (j % 64 == 0 || j == n) && flags != 0 {
                 // Columns j0..j0 + 64 (the last group may be shorter).
-                let j0 = (j - 1) / 64 * 64;
-                while flags != 0 {
-                    let i = j0 + flags.trailing_zeros() as usize;
-                    flags &= flags - 1;
-                    bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
-                    fallbacks += 1;
-                }
+                fallbacks += settle_flags(acc, bias, plans, c0, out, (j - 1) / 64 * 64, flags, bytes);
+                flags = 0;
             }
         }
     }
@@ -284,28 +278,11 @@ pub(super) unsafe fn block_avx2<C: CodeOut>(
                 }
             }
             if flags != 0 {
-                fallbacks += settle_flagged(acc, bias, plans, c0, out, j0, flags, bytes);
+                fallbacks += settle_flags(acc, bias, plans, c0, out, j0, flags, bytes);
             }
             j0 += group;
         }
         fallbacks += row(&acc[full..], cs.tail(full), bias, plans, c0 + full, out, &mut codes[full..]);
-    }
-    fallbacks
-}
-
-/// The exact form on columns `j0 + i` of a row for each bit i of `flags` (`bias` and `plans` the
-/// whole row's, from column `c0`): out of line, so that the vector loop holds no call.
-#[cold]
-#[inline(never)]
-#[allow(clippy::too_many_arguments)] // a row's operands and the flags
-fn settle_flagged(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: Output, j0: usize, mut flags: u64, bytes: &mut [u8]) -> u64 {
-    let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
-    let mut fallbacks = 0;
-    while flags != 0 {
-        let i = j0 + flags.trailing_zeros() as usize;
-        flags &= flags - 1;
-        bytes[i] = requant_exact(acc[i], bias[c0 + i], &plan(c0 + i).ratio, out) as u8;
-        fallbacks += 1;
     }
     fallbacks
 }
