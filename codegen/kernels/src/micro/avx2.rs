@@ -34,7 +34,7 @@
 //! into L2 by the tiles. One-row products stream the weights once: widening them into memory
 //! would double the bytes that bandwidth-bound product reads.
 
-use super::Epilogue;
+use super::{Epilogue, Fix};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -236,13 +236,6 @@ struct Wide {
     accumulate: bool,
     /// The zero-point corrections, added after the last K block.
     fix: Option<Fix>,
-}
-
-/// [`Corrections`] at the tile: the panel's 16 columns, the tile's rows (null: no row part).
-struct Fix {
-    colfix: *const i32,
-    zb: *const i32,
-    rowsums: *const i32,
 }
 
 /// `MR` rows × 16 columns over all pairs: each accumulator holds 8 whole column sums.

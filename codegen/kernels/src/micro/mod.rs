@@ -6,6 +6,18 @@
 /// A finished block of C: `(c, r0, mr, c0, cols)`, rows `r0..r0 + mr`, columns `c0..c0 + cols`.
 pub type Epilogue<'a> = dyn FnMut(&[i32], usize, usize, usize, usize) + 'a;
 
+/// The zero-point corrections of a tile's last K block, at its first column and row (the VNNI
+/// and AVX2 tiles add them in registers).
+#[cfg(target_arch = "x86_64")]
+struct Fix {
+    /// `K·za·zb[n] − za·Σ_k b[k][n]` per column, padded to whole panels.
+    colfix: *const i32,
+    /// `zb[n]`, padded likewise.
+    zb: *const i32,
+    /// `Σ_k a[m][k]` per row, or null when every `zb[n]` is 0 (the term vanishes).
+    rowsums: *const i32,
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -17,7 +17,7 @@
 //! paths), the column part computed once per call and the row sums only when some `zb[n]` is
 //! nonzero, and the caller's epilogue then sees each finished 6 × 64 block while it is in L1.
 
-use super::Epilogue;
+use super::{Epilogue, Fix};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -140,16 +140,6 @@ unsafe fn byte_sum(v: &[u8]) -> i32 {
         acc = _mm512_add_epi64(acc, _mm512_sad_epu8(unsafe { _mm512_loadu_si512(c.as_ptr().cast()) }, _mm512_setzero_si512()));
     }
     (_mm512_reduce_add_epi64(acc) as u64 + tail) as u32 as i32
-}
-
-/// The zero-point corrections of a tile's last K block, at its first column and row.
-struct Fix {
-    /// `K·za·zb[n] − za·Σ_k b[k][n]` per column, padded to whole panels.
-    colfix: *const i32,
-    /// `zb[n]`, padded likewise.
-    zb: *const i32,
-    /// `Σ_k a[m][k]` per row, or null when every `zb[n]` is 0 (the term vanishes).
-    rowsums: *const i32,
 }
 
 /// Lines of the next block of weights a tile prefetches: lines `first..end` of `np2` panels of
