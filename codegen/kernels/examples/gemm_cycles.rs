@@ -1,11 +1,13 @@
 //! A fixed GEMM workload, each call timed alone, for A/B comparisons on a loaded host:
 //!
-//!     taskset -c 1 target/release/examples/gemm_cycles ISA M K N CALLS
+//!     taskset -c 1 target/release/examples/gemm_cycles ISA M K N CALLS [uniform|normal]
 //!     taskset -c 1 target/release/examples/gemm_cycles ISA peak ITERATIONS CALLS
 //!
 //! runs `gemm_u8` CALLS times (B packed once, outside the timing), or the path's instruction peak
 //! loop, and prints the GOPS of the fastest call and of the median call, then the 10th–90th
-//! percentiles. On a host shared with other processes most calls are preempted or share the
+//! percentiles. The weights are uniform over int8 (the default) or `normal`: bell-shaped with
+//! |w| ≤ 127 and σ ≈ 36, as per-channel weights of real models are (which the AVX2 path splits for
+//! `vpmaddubsw`, `crate::split`; uniform ones break too many pairs for that). On a host shared with other processes most calls are preempted or share the
 //! core's caches: the fastest call is the least disturbed one, and alternating two builds run by
 //! run compares them in the same minutes. A host whose co-tenants come and go shows two states
 //! about 1.5× apart, for seconds at a time, in the GEMM more than in the peak loop.
@@ -36,7 +38,19 @@ fn main() {
     }
     let (m, k, n, calls) = (p(1), p(2), p(3), p(4));
     let a: Vec<u8> = (0..m * k).map(|i| (i * 7 + i / 13) as u8).collect();
-    let b: Vec<i8> = (0..k * n).map(|i| ((i * 11 + i / 17) % 255) as i8).collect();
+    let b: Vec<i8> = match args.get(5).map(String::as_str) {
+        None | Some("uniform") => (0..k * n).map(|i| ((i * 11 + i / 17) % 255) as i8).collect(),
+        // The sum of four uniform draws (a deterministic LCG), centred and scaled: about normal.
+        Some("normal") => {
+            let mut x = 0x2545_f491_u64;
+            let mut draw = || {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (x >> 40) as f64 / (1u64 << 24) as f64
+            };
+            (0..k * n).map(|_| ((draw() + draw() + draw() + draw() - 2.0) * 62.0).round().clamp(-127.0, 127.0) as i8).collect()
+        }
+        Some(other) => panic!("weights {other}: uniform or normal"),
+    };
     let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
     let mut c = vec![0i32; m * n];
     let mut times = Vec::new();

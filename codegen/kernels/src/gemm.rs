@@ -179,12 +179,20 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
         Isa::Avx512Vnni => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if m >= micro::avx2::WIDE_ROWS => {
-            let (wide, lda) = widened(a, m, b);
             let (colfix, zb) = column_corrections(za, b);
             let rowsums: Option<Vec<i32>> = zb.iter().any(|&z| z != 0).then(|| a.chunks_exact(k).map(row_sum).collect());
             let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: rowsums.as_deref() };
-            // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
-            unsafe { micro::avx2::wide_gemm(&wide, lda, m, b, c, &fix, epilogue) }
+            if let Some(split) = b.pair_split() {
+                let lda = b.k4() * KR;
+                let a = padded(a, m, k, lda);
+                // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on
+                // this host; `split` is `b`'s.
+                unsafe { micro::avx2_split::gemm(&a, lda, m, b, split, c, &fix, epilogue) }
+            } else {
+                let (wide, lda) = widened(a, m, b);
+                // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on this host.
+                unsafe { micro::avx2::wide_gemm(&wide, lda, m, b, c, &fix, epilogue) }
+            }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {

@@ -15,8 +15,9 @@ pub const ISA_ENV: &str = "QDQC_KERNELS_ISA";
 pub enum Isa {
     /// Plain Rust, any CPU.
     Portable,
-    /// x86-64 AVX2: u8 and i8 widened to i16, `vpmaddwd` pairs (exact; never `vpmaddubsw`,
-    /// which saturates pairs of products to int16).
+    /// x86-64 AVX2: u8 and i8 widened to i16, `vpmaddwd` pairs (exact); `vpmaddubsw`, which
+    /// saturates pairs of products to int16, only on weights split into a pair-safe part and an
+    /// excess (`crate::split`).
     Avx2,
     /// x86-64 AVX-512 VNNI: `vpdpbusd`, u8×i8 products summed in i32 (exact, wrapping).
     Avx512Vnni,

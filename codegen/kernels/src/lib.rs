@@ -39,6 +39,7 @@ pub mod matmul_codes;
 mod micro;
 mod pack;
 pub mod requant;
+mod split;
 pub mod weights;
 
 pub use gemm::{GemmError, accumulator_bound, gemm_u8, gemm_u8_requant, gemm_u8_requant_prepared};

@@ -14,7 +14,9 @@
 //! way: `(a − za)(b − zb) = (a − za)((b − 128) − (zb − 128))`, the same integer, so u8×u8 runs
 //! on the u8×i8 kernels exactly.
 
+use crate::split::PairSplit;
 use std::fmt;
+use std::sync::OnceLock;
 
 /// Columns per panel.
 pub const NR: usize = 16;
@@ -68,6 +70,8 @@ pub struct PackedB {
     bytes: Bytes,
     col_sums: Vec<i32>,
     zero_points: Vec<i32>,
+    /// The pair split for `vpmaddubsw` ([`PairSplit`]), made from the bytes on first use.
+    split: OnceLock<Option<PairSplit>>,
 }
 
 /// Where the packed bytes live.
@@ -122,7 +126,7 @@ impl PackedB {
             }
         }
         let zero_points = (0..n).map(|c| zp[if zp.len() == 1 { 0 } else { c }]).collect();
-        Ok(PackedB { k, n, bytes: Bytes::Owned { data, start }, col_sums, zero_points })
+        Ok(PackedB { k, n, bytes: Bytes::Owned { data, start }, col_sums, zero_points, split: OnceLock::new() })
     }
 
     /// Weights packed ahead (a generated crate's blob holds [`Self::data`], [`Self::col_sums`]
@@ -143,7 +147,7 @@ impl PackedB {
         if col_sums.len() != n || zero_points.len() != n {
             return Err(PackError::ZeroPoints { columns: n, got: col_sums.len().min(zero_points.len()) });
         }
-        Ok(PackedB { k, n, bytes: Bytes::Borrowed(data), col_sums, zero_points })
+        Ok(PackedB { k, n, bytes: Bytes::Borrowed(data), col_sums, zero_points, split: OnceLock::new() })
     }
 
     /// Reduction depth K.
@@ -189,6 +193,18 @@ impl PackedB {
     pub fn zero_points(&self) -> &[i32] {
         &self.zero_points
     }
+
+    /// The split of the bytes into a pair-safe part and an excess ([`PairSplit::of`]), computed
+    /// once (the first product that can use it reads every byte once more).
+    pub(crate) fn pair_split(&self) -> Option<&PairSplit> {
+        self.split.get_or_init(|| PairSplit::of(self)).as_ref()
+    }
+
+    /// How many weights the AVX2 path's pair split for `vpmaddubsw` changes (`crate::split`), or
+    /// `None` when too many pairs break and that path keeps its i16 kernel.
+    pub fn split_entries(&self) -> Option<usize> {
+        self.pair_split().map(PairSplit::len)
+    }
 }
 
 impl Clone for PackedB {
@@ -203,7 +219,7 @@ impl Clone for PackedB {
             }
             Bytes::Borrowed(data) => Bytes::Borrowed(data),
         };
-        PackedB { k: self.k, n: self.n, bytes, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone() }
+        PackedB { k: self.k, n: self.n, bytes, col_sums: self.col_sums.clone(), zero_points: self.zero_points.clone(), split: self.split.clone() }
     }
 }
 

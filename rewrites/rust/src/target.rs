@@ -12,7 +12,7 @@ pub enum RustProfile {
     /// Plain Rust, any CPU.
     #[serde(rename = "portable")]
     Portable,
-    /// AVX2: u8/i8 widened to i16, `vpmaddwd` (never `vpmaddubsw`).
+    /// AVX2: u8/i8 widened to i16, `vpmaddwd`; `vpmaddubsw` only on weights split pair-safe.
     #[serde(rename = "x86-avx2")]
     X86Avx2,
     /// AVX-512 VNNI: `vpdpbusd`.

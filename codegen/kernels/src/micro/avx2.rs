@@ -1,7 +1,8 @@
 //! AVX2, exact: A is widened to i16 once per call (`vpmovzxbw`) and `vpmaddwd` multiplies i16
 //! activations by i16 weights, summing products in pairs into i32: |a·b| ≤ 255·128, so a pair
 //! never leaves i32. (`vpmaddubsw`, MLAS's and oneDNN's AVX2 u8×s8 instruction, saturates pairs
-//! to int16 and is not used.)
+//! to int16: from [`WIDE_ROWS`] rows, weights whose pairs mostly fit it are split and run by
+//! [`super::avx2_split`] instead; the rest come here.)
 //!
 //! From [`WIDE_ROWS`] rows on ([`wide`]): per panel of 16 columns, per call, the weights are widened once
 //! (`vpmovsxbw`) into a scratch block in pair order — vector `2p + h` holds columns `8h..8h + 8`
@@ -263,7 +264,24 @@ unsafe fn wide_tile<const MR: usize>(t: &Wide) {
                 acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(av, b1));
             }
         }
-        if let Some(fix) = &t.fix {
+        store_tile(&acc, t.fix.as_ref(), t.c, t.ldc, t.cols, t.accumulate);
+    }
+}
+
+/// A 16-column tile's accumulators (`acc[r]`: columns 0–7 and 8–15 of row `r`) with the
+/// corrections `fix` added (after the last K block) into rows of `c` (`cols ≤ 16` of them, added to
+/// what is there with `accumulate`).
+///
+/// # Safety
+/// AVX2 present; `c` writable (and readable with `accumulate`) for `MR` rows of `cols` i32 at
+/// stride `ldc`; `fix`'s pointers readable for 16 columns and `MR` rows.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn store_tile<const MR: usize>(acc: &[[__m256i; 2]; MR], fix: Option<&Fix>, c: *mut i32, ldc: usize, cols: usize, accumulate: bool) {
+    let mut acc = *acc;
+    // SAFETY: the function's contract bounds every pointer offset below.
+    unsafe {
+        if let Some(fix) = fix {
             let colfix = [0, 1].map(|j| _mm256_loadu_si256(fix.colfix.add(8 * j).cast()));
             let zb = [0, 1].map(|j| _mm256_loadu_si256(fix.zb.add(8 * j).cast()));
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -276,19 +294,19 @@ unsafe fn wide_tile<const MR: usize>(t: &Wide) {
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            let row = t.c.add(r * t.ldc);
-            if t.cols == NR {
+            let row = c.add(r * ldc);
+            if cols == NR {
                 for (j, &acc) in acc.iter().enumerate() {
                     let dst = row.add(8 * j).cast();
-                    let sums = if t.accumulate { _mm256_add_epi32(acc, _mm256_loadu_si256(dst)) } else { acc };
+                    let sums = if accumulate { _mm256_add_epi32(acc, _mm256_loadu_si256(dst)) } else { acc };
                     _mm256_storeu_si256(dst, sums);
                 }
             } else {
-                for (j, &acc) in acc.iter().enumerate().take_while(|&(j, _)| 8 * j < t.cols) {
-                    let cols = t.cols.saturating_sub(8 * j).min(8) as i32;
+                for (j, &acc) in acc.iter().enumerate().take_while(|&(j, _)| 8 * j < cols) {
+                    let cols = cols.saturating_sub(8 * j).min(8) as i32;
                     let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
                     let dst = row.add(8 * j);
-                    let sums = if t.accumulate { _mm256_add_epi32(acc, _mm256_maskload_epi32(dst, mask)) } else { acc };
+                    let sums = if accumulate { _mm256_add_epi32(acc, _mm256_maskload_epi32(dst, mask)) } else { acc };
                     _mm256_maskstore_epi32(dst, mask, sums);
                 }
             }

@@ -21,6 +21,8 @@ struct Fix {
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
+pub mod avx2_split;
+#[cfg(target_arch = "x86_64")]
 pub mod conv_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod conv_vnni;

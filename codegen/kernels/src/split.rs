@@ -1,0 +1,219 @@
+//! Weights split for `vpmaddubsw`: a pair-safe part and a sparse excess.
+//!
+//! `vpmaddubsw` (AVX2's u8 × i8 multiply) sums each two adjacent products into an i16 that
+//! *saturates*: with full-range int8 weights some pairs overflow (ONNX Runtime's AVX2 kernel is
+//! wrong there). Here each packed weight `b` is `s + e`, where `s` is pair-safe and the excess
+//! `e` is zero except at a few listed entries:
+//!
+//! | condition | why |
+//! |---|---|
+//! | every pair `(s0, s1)` (k = 2j, 2j + 1 of one column) has `max(s0,0) + max(s1,0) ≤ 128` | for u8 activations `a0·s0 + a1·s1 ≤ 255·128 = 32640 ≤ 32767`: never saturates up |
+//! | and `min(s0,0) + min(s1,0) ≥ −128` | `a0·s0 + a1·s1 ≥ −32640 ≥ −32768`: never saturates down |
+//! | `s + e = b` entry by entry | `Σ a·s + Σ a·e = Σ a·b`, all in i32 wrapping: the same integers as every other path |
+//!
+//! Only the second weight of a pair that breaks a bound is changed: `s1 = 128 − s0` (both
+//! positive) or `−128 − s0` (both negative), so `e = b1 − s1` lies in `[−128, 126]`; a pair of
+//! mixed signs is always safe (`255·127`, `255·−128`). The activations are u8 codes on every path,
+//! so the bounds hold for every input, whatever its zero point.
+//!
+//! Which two k of a group of 4 form a pair is chosen per group and panel ([`ORDERS`]: the 16
+//! columns' weights and the activations are reordered alike, which changes no sum): of the three
+//! pairings the one with the fewest broken pairs (MiniLM's weights: 1.7 % of pairs as packed,
+//! 0.56 % so).
+//!
+//! Real weights (quantize_static, per channel) break 1–4 % of their pairs, uniform random ones
+//! about a quarter: [`PairSplit::of`] gives none where the excess would cost more than the faster
+//! instruction saves ([`MAX_EXCESS_SHARE`]), and the AVX2 path then keeps its i16 kernel.
+
+use crate::pack::{KR, NR, PackedB};
+
+/// Most excess entries per pair of weights for which the split is used (1 in 16): each entry costs
+/// a few instructions per 8 rows against the pairs' share of the faster product.
+const MAX_EXCESS_SHARE: usize = 16;
+
+/// The three pairings of a group's 4 k: byte `i` of a reordered group holds k `ORDERS[p][i]`, and
+/// bytes (0, 1) and (2, 3) are the pairs.
+pub const ORDERS: [[usize; KR]; 3] = [[0, 1, 2, 3], [0, 2, 1, 3], [0, 3, 1, 2]];
+
+/// One excess entry: the reordered panel's byte `at` (weight `(k, col)`) is `s + e`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Excess {
+    /// Depth (row of B, in the original order).
+    pub k: u32,
+    /// Byte within the reordered panel (`[k4][16][4]`).
+    pub at: u32,
+    /// Column within the panel (`< 16`).
+    pub col: u8,
+    /// `b − s`, nonzero.
+    pub e: i8,
+}
+
+/// The excess entries of a packed weight operand and the pairing of each group, panel by panel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairSplit {
+    k4: usize,
+    /// Panel `p`'s entries are `entries[starts[p]..starts[p + 1]]`.
+    starts: Vec<usize>,
+    entries: Vec<Excess>,
+    /// Per panel and group, the index into [`ORDERS`].
+    orders: Vec<u8>,
+}
+
+impl PairSplit {
+    /// The split of `b`'s packed bytes, or `None` when more than one pair in
+    /// [`MAX_EXCESS_SHARE`] needs an excess entry.
+    pub fn of(b: &PackedB) -> Option<PairSplit> {
+        let (k4, stride, data) = (b.k4(), b.panel_stride(), b.data());
+        let budget = (b.panels() * NR * k4 * 2) / MAX_EXCESS_SHARE;
+        let mut starts = vec![0];
+        let mut entries = Vec::new();
+        let mut orders = Vec::with_capacity(b.panels() * k4);
+        for panel in 0..b.panels() {
+            let p = &data[panel * stride..][..k4 * NR * KR];
+            for (q, group) in p.chunks_exact(NR * KR).enumerate() {
+                let broken = |o: &[usize; KR]| -> usize {
+                    group.chunks_exact(KR).map(|w| usize::from(!pair_safe(w[o[0]], w[o[1]])) + usize::from(!pair_safe(w[o[2]], w[o[3]]))).sum()
+                };
+                // The first of the fewest (deterministic).
+                let best = (0..ORDERS.len()).min_by_key(|&i| (broken(&ORDERS[i]), i)).unwrap_or(0);
+                orders.push(best as u8);
+                let o = &ORDERS[best];
+                for (col, w) in group.chunks_exact(KR).enumerate() {
+                    for half in 0..2 {
+                        if let Some(s1) = safe_second(w[o[2 * half]], w[o[2 * half + 1]]) {
+                            let e = (i32::from(w[o[2 * half + 1]]) - i32::from(s1)) as i8;
+                            let at = ((q * NR + col) * KR + 2 * half + 1) as u32;
+                            entries.push(Excess { k: (q * KR + o[2 * half + 1]) as u32, at, col: col as u8, e });
+                            if entries.len() > budget {
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
+            starts.push(entries.len());
+        }
+        Some(PairSplit { k4, starts, entries, orders })
+    }
+
+    /// Panel `p`'s entries, by increasing group.
+    pub fn panel(&self, p: usize) -> &[Excess] {
+        &self.entries[self.starts[p]..self.starts[p + 1]]
+    }
+
+    /// Panel `p`'s pairing per group (indices into [`ORDERS`]).
+    pub fn orders(&self, p: usize) -> &[u8] {
+        &self.orders[p * self.k4..][..self.k4]
+    }
+
+    /// Whether any entry exists (otherwise the activations' transposed copy is not needed).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many entries (weights changed) there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// The pair-safe second weight of the pair `(b0, b1)`, or `None` when the pair is safe as it is.
+fn safe_second(b0: i8, b1: i8) -> Option<i8> {
+    let (b0, b1) = (i32::from(b0), i32::from(b1));
+    if b0.max(0) + b1.max(0) > 128 {
+        Some((128 - b0) as i8)
+    } else if b0.min(0) + b1.min(0) < -128 {
+        Some((-128 - b0) as i8)
+    } else {
+        None
+    }
+}
+
+/// Whether `vpmaddubsw` sums the pair `(s0, s1)` exactly for every two u8 activations (the
+/// table's first two rows).
+pub fn pair_safe(s0: i8, s1: i8) -> bool {
+    let (s0, s1) = (i32::from(s0), i32::from(s1));
+    s0.max(0) + s1.max(0) <= 128 && s0.min(0) + s1.min(0) >= -128
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Layout;
+
+    /// The definition the AVX2 kernel's shuffles implement: one panel's packed bytes reordered by `orders` and made pair-safe in `dst` (the excess
+    /// subtracted); `dst` holds whole groups.
+    fn safe_panel(src: &[i8], orders: &[u8], entries: &[Excess], dst: &mut [i8]) {
+        for ((d, s), &o) in dst.chunks_exact_mut(NR * KR).zip(src.chunks_exact(NR * KR)).zip(orders) {
+            let o = &ORDERS[usize::from(o)];
+            for (d, s) in d.chunks_exact_mut(KR).zip(s.chunks_exact(KR)) {
+                for (d, &i) in d.iter_mut().zip(o) {
+                    *d = s[i];
+                }
+            }
+        }
+        for x in entries {
+            let at = x.at as usize;
+            dst[at] = (i32::from(dst[at]) - i32::from(x.e)) as i8;
+        }
+        debug_assert!(dst.chunks_exact(2).all(|p| pair_safe(p[0], p[1])), "a pair left unsafe");
+    }
+
+    /// Every pair of int8 weights: the split pair is safe for `vpmaddubsw` and the excess puts the
+    /// weight back, and a pair the bounds accept is left alone; the saturating sum of the split
+    /// pair plus the excess equals the exact sum for the extreme activations (where the i16 sum is
+    /// largest in magnitude).
+    #[test]
+    fn every_pair_of_weights_splits_into_a_safe_pair_and_its_excess() {
+        for b0 in i8::MIN..=i8::MAX {
+            for b1 in i8::MIN..=i8::MAX {
+                let s1 = safe_second(b0, b1);
+                assert_eq!(s1.is_none(), pair_safe(b0, b1), "({b0}, {b1})");
+                let s1 = s1.unwrap_or(b1);
+                assert!(pair_safe(b0, s1), "({b0}, {b1}) → ({b0}, {s1})");
+                let e = i32::from(b1) - i32::from(s1);
+                assert!((-128..=127).contains(&e), "({b0}, {b1}): excess {e}");
+                for (a0, a1) in [(255, 255), (255, 0), (0, 255), (255, 1), (1, 255)] {
+                    let sat = (a0 * i32::from(b0) + a1 * i32::from(s1)).clamp(-32768, 32767);
+                    assert_eq!(sat + a1 * e, a0 * i32::from(b0) + a1 * i32::from(b1), "({b0}, {b1}) a ({a0}, {a1})");
+                }
+            }
+        }
+    }
+
+    /// The split of packed weights: every pair of the made-safe panels is safe, the entries restore
+    /// the bytes, and operands with too many broken pairs get none.
+    #[test]
+    fn packed_weights_split_panel_by_panel() {
+        let (k, n) = (70, 37);
+        // Mostly small weights with a broken pair every few columns, and ±128-style extremes.
+        let b: Vec<i8> = (0..k * n).map(|i| if i % 13 == 0 { if i % 2 == 0 { 127 } else { -128 } } else { ((i * 7) % 41) as i8 - 20 }).collect();
+        let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).unwrap();
+        let split = PairSplit::of(&packed).expect("a few broken pairs");
+        assert!(!split.is_empty());
+        let stride = packed.panel_stride();
+        for p in 0..packed.panels() {
+            let src = &packed.data()[p * stride..][..packed.k4() * NR * KR];
+            let mut safe = vec![0i8; src.len()];
+            safe_panel(src, split.orders(p), split.panel(p), &mut safe);
+            assert!(safe.chunks_exact(2).all(|w| pair_safe(w[0], w[1])), "panel {p}");
+            let mut back = safe.clone();
+            for x in split.panel(p) {
+                let at = x.at as usize;
+                back[at] = (i32::from(back[at]) + i32::from(x.e)) as i8;
+                // The entry names the weight it changed.
+                assert_eq!(back[at], src[(x.k as usize / KR * NR + usize::from(x.col)) * KR + x.k as usize % KR], "panel {p}");
+            }
+            // Undo the reordering: every group is the packed one.
+            for (q, (g, s)) in back.chunks_exact(NR * KR).zip(src.chunks_exact(NR * KR)).enumerate() {
+                let o = &ORDERS[usize::from(split.orders(p)[q])];
+                for (g, s) in g.chunks_exact(KR).zip(s.chunks_exact(KR)) {
+                    assert!((0..KR).all(|i| g[i] == s[o[i]]), "panel {p} group {q}");
+                }
+            }
+            assert!(split.orders(p).iter().any(|&o| o != 0), "some group is paired otherwise");
+        }
+        let uniform: Vec<i8> = (0..k * n).map(|i| ((i * 89 + 7) % 255) as i8).collect();
+        assert_eq!(PairSplit::of(&PackedB::from_i8(&uniform, k, n, Layout::KN, &[0]).unwrap()), None);
+    }
+}
