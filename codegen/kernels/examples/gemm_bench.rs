@@ -1,6 +1,6 @@
 //! u8 × s8 GEMM throughput per kernel path, one thread, medians.
 //!
-//!     cargo run --release -p qdqc-kernels --example gemm_bench -- [--shape M K N]… [--isa NAME] [--json] [--peak]
+//!     cargo run --release -p qdqc-kernels --example gemm_bench -- [--shape M K N]… [--isa NAME] [--json] [--peak] [--weights uniform|bell]
 //!
 //! Default shapes: M ∈ {1, 64, 256} × K = N ∈ {1024, 4096}. Per shape and path: the GEMM to i32
 //! (`gemm`, what ORT's MatMulInteger computes) and the GEMM plus the certified requantization
@@ -9,6 +9,10 @@
 //! only, `instruction_peak`; SIMD paths) is measured, so each shape has a peak from the same
 //! minutes of this shared host. `--peak`: the GEMM on an L1-resident problem (96 × 256 × 64:
 //! 40 KiB of operands) only.
+//! Weights: uniform over [−127, 127] (the default; the case int16 pairs saturate on), or `bell`:
+//! bell-shaped with σ ≈ 36 and |w| ≤ 124, as per-channel weights of real models are, which the
+//! AVX2 path from 32 rows splits for `vpmaddubsw` (`split_entries` in the JSON rows: how many
+//! weights the split changes; null where it keeps the i16 kernel).
 //! Every path's output is compared with the first one's (the run aborts on a difference).
 //! `bench/kernels_gemm.py` runs this next to ONNX Runtime and prints the ratios.
 
@@ -56,14 +60,19 @@ struct Row {
     gemm_rq: f64,
     /// The path's instruction peak, measured just before (SIMD paths).
     peak: Option<f64>,
+    /// The AVX2 path's peak on split weights, where the weights are split.
+    split_peak: Option<f64>,
+    /// Weights the AVX2 path's pair split changes (`None`: not split).
+    split_entries: Option<usize>,
 }
 
-/// GOPS of the path's tile arithmetic on registers only (`instruction_peak`), median.
-fn instruction_peak_gops(kern: Kernels, reps: usize) -> Option<f64> {
+/// GOPS of the path's tile arithmetic on registers only (`instruction_peak`, or with `split` the
+/// AVX2 path's on split weights, `split_peak`), median.
+fn instruction_peak_gops(kern: Kernels, reps: usize, split: bool) -> Option<f64> {
     let iterations = 1 << 16;
     let (mut macs, mut sum) = (0u64, 0i32);
     let secs = median_secs(reps, || {
-        let (m, s) = qdqc_kernels::instruction_peak(kern, iterations);
+        let (m, s) = if split { qdqc_kernels::split_peak(kern, iterations).unwrap_or((0, 0)) } else { qdqc_kernels::instruction_peak(kern, iterations) };
         (macs, sum) = (m, sum.wrapping_add(s));
     });
     // The checksum keeps the work observable.
@@ -71,11 +80,17 @@ fn instruction_peak_gops(kern: Kernels, reps: usize) -> Option<f64> {
     (macs > 0).then(|| 2.0 * macs as f64 / secs / 1e9)
 }
 
-fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -> Vec<Row> {
+fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize, bell: bool) -> Vec<Row> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (m * 31 + k * 7 + n) as u64);
     let a: Vec<u8> = (0..m * k).map(|_| rng.next() as u8).collect();
-    // Full-range symmetric weights, as in the ORT comparison (and the case int16 pairs saturate on).
-    let b: Vec<i8> = (0..k * n).map(|_| ((rng.next() % 255) as i32 - 127) as i8).collect();
+    let b: Vec<i8> = if bell {
+        // The sum of four uniform draws in [0, 1), centred: about normal, σ = 62/√3 ≈ 36.
+        let mut draw = || (rng.next() >> 40) as f64 / (1u64 << 24) as f64;
+        (0..k * n).map(|_| ((draw() + draw() + draw() + draw() - 2.0) * 62.0).round() as i8).collect()
+    } else {
+        // Full-range symmetric weights, as in the ORT comparison (and the case int16 pairs saturate on).
+        (0..k * n).map(|_| ((rng.next() % 255) as i32 - 127) as i8).collect()
+    };
     let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[0]).expect("pack");
     let za = 3u8;
     let plan = Plan {
@@ -87,7 +102,8 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
     for &kern in paths {
         let mut c = vec![0i32; m * n];
         let mut y = vec![0u8; m * n];
-        let peak = instruction_peak_gops(kern, reps);
+        let peak = instruction_peak_gops(kern, reps, false);
+        let split_peak = packed.split_entries(m).and_then(|_| instruction_peak_gops(kern, reps, true));
         let gemm = median_secs(reps, || gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm"));
         if std::env::var_os("GEMM_BENCH_RQ").is_some() {
             let rq = median_secs(reps, || {
@@ -107,7 +123,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize) -
             None => reference = Some(c),
             Some(r) => assert!(r == &c, "{} differs from {} at {m}x{k}x{n}", kern.isa(), paths[0].isa()),
         }
-        rows.push(Row { isa: kern.isa(), shape: (m, k, n), gemm, gemm_rq, peak });
+        rows.push(Row { isa: kern.isa(), shape: (m, k, n), gemm, gemm_rq, peak, split_peak, split_entries: packed.split_entries(m) });
     }
     rows
 }
@@ -119,9 +135,9 @@ fn gops((m, k, n): (usize, usize, usize), secs: f64) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut shapes = Vec::new();
-    let (mut json, mut peak, mut isa, mut reps) = (false, false, None, 7usize);
+    let (mut json, mut peak, mut isa, mut reps, mut bell) = (false, false, None, 7usize, false);
     let mut i = 0;
-    let usage = "usage: gemm_bench [--shape M K N]... [--isa portable|avx2|avx512vnni] [--reps R] [--json] [--peak]";
+    let usage = "usage: gemm_bench [--shape M K N]... [--isa portable|avx2|avx512vnni] [--reps R] [--json] [--peak] [--weights uniform|bell]";
     while i < args.len() {
         match args[i].as_str() {
             "--shape" if i + 3 < args.len() => {
@@ -135,6 +151,14 @@ fn main() {
             }
             "--reps" if i + 1 < args.len() => {
                 reps = args[i + 1].parse().unwrap_or_else(|_| panic!("{usage}"));
+                i += 1;
+            }
+            "--weights" if i + 1 < args.len() => {
+                bell = match args[i + 1].as_str() {
+                    "uniform" => false,
+                    "bell" => true,
+                    _ => panic!("{usage}"),
+                };
                 i += 1;
             }
             "--json" => json = true,
@@ -158,20 +182,22 @@ fn main() {
     } else if shapes.is_empty() {
         shapes = [1, 64, 256].iter().flat_map(|&m| [1024, 4096].map(|kn| (m, kn, kn))).collect();
     }
-    let rows: Vec<Row> = shapes.iter().flat_map(|&s| run_shape(&paths, s, reps)).collect();
+    let rows: Vec<Row> = shapes.iter().flat_map(|&s| run_shape(&paths, s, reps, bell)).collect();
     if json {
         let items: Vec<String> = rows
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"instruction_peak_gops\":{}}}",
+                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"instruction_peak_gops\":{},\"split_entries\":{},\"split_peak_gops\":{}}}",
                     r.isa,
                     r.shape.0,
                     r.shape.1,
                     r.shape.2,
                     r.gemm,
                     r.gemm_rq,
-                    r.peak.map_or("null".to_string(), |p| format!("{p:.3}"))
+                    r.peak.map_or("null".to_string(), |p| format!("{p:.3}")),
+                    r.split_entries.map_or("null".to_string(), |e| e.to_string()),
+                    r.split_peak.map_or("null".to_string(), |p| format!("{p:.3}"))
                 )
             })
             .collect();

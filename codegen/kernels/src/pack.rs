@@ -200,10 +200,15 @@ impl PackedB {
         self.split.get_or_init(|| PairSplit::of(self)).as_ref()
     }
 
-    /// How many weights the AVX2 path's pair split for `vpmaddubsw` changes (`crate::split`), or
-    /// `None` when too many pairs break and that path keeps its i16 kernel.
-    pub fn split_entries(&self) -> Option<usize> {
-        self.pair_split().map(PairSplit::len)
+    /// How many weights the AVX2 path's pair split for `vpmaddubsw` changes (`crate::split`) in a
+    /// product of `m` rows, or `None` where that path keeps its i16 kernel: too many broken pairs,
+    /// fewer than 32 rows, or copies of the activations that would not fit in L2.
+    pub fn split_entries(&self, m: usize) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        let runs = m >= crate::micro::avx2::WIDE_ROWS && crate::micro::avx2_split::fits(m, self);
+        #[cfg(not(target_arch = "x86_64"))]
+        let runs = false;
+        self.pair_split().filter(|_| runs).map(PairSplit::len)
     }
 }
 

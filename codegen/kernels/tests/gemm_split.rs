@@ -39,8 +39,9 @@ fn suite(isa: Isa) {
         let zb: Vec<i8> = (0..n).map(|_| (rng.below(9) as i32 - 4) as i8).collect();
         let za = rng.next() as u8;
         let packed = PackedB::from_i8(&b, k, n, Layout::KN, &zb).unwrap();
-        let entries = packed.split_entries().expect("a few broken pairs: split");
-        assert!(entries > 0, "m={m} k={k} n={n}: broken pairs");
+        // The split is x86's (the AVX2 path); elsewhere the sums are checked all the same.
+        let entries = packed.split_entries(m).unwrap_or(0);
+        assert!(!cfg!(target_arch = "x86_64") || entries > 0, "m={m} k={k} n={n}: a few broken pairs, split");
         let mut c = vec![0i32; m * n];
         gemm_u8(kern, &a, m, za, &packed, &mut c).unwrap();
         let bw: Vec<i64> = b.iter().map(|&v| i64::from(v)).collect();
@@ -55,7 +56,7 @@ fn suite(isa: Isa) {
     let a: Vec<u8> = (0..m * k).map(|_| if rng.below(2) == 0 { 255 } else { rng.next() as u8 }).collect();
     let b: Vec<u8> = weights(&mut rng, k, n, 20).iter().map(|&v| (i32::from(v) + 128) as u8).collect();
     let packed = PackedB::from_u8(&b, k, n, Layout::NK, &[128]).unwrap();
-    assert!(packed.split_entries().is_some_and(|e| e > 0));
+    assert!(!cfg!(target_arch = "x86_64") || packed.split_entries(m).is_some_and(|e| e > 0));
     let mut c = vec![0i32; m * n];
     gemm_u8(kern, &a, m, 7, &packed, &mut c).unwrap();
     // NK: b[col][row].
@@ -85,5 +86,5 @@ fn avx512vnni() {
 fn uniform_weights_are_not_split() {
     let mut rng = Rng::new(3);
     let b = rng.i8s(256 * 64);
-    assert_eq!(PackedB::from_i8(&b, 256, 64, Layout::KN, &[0]).unwrap().split_entries(), None);
+    assert_eq!(PackedB::from_i8(&b, 256, 64, Layout::KN, &[0]).unwrap().split_entries(64), None);
 }

@@ -30,6 +30,17 @@ const EPILOGUE_PANELS: usize = 4;
 /// Rows per step of the excess correction (one ymm of i32).
 const ROWS: usize = 8;
 
+/// Bytes of the activations' copies (three pairings of `m × K`) up to which the split path runs:
+/// each panel's tiles read them all, and from L3 beyond L2 (512 KiB on Zen 3) the tile waits on
+/// them: 64 × 4096 × 4096 ran at 120 GOPS against 160 at K = 1536; blocks of K (the copies' block
+/// in L1, `c` re-read per block) were slower still. Larger products keep the i16 kernel.
+const MAX_COPIES: usize = 384 << 10;
+
+/// Whether the split path takes `m` rows against `b` (the copies of A fit in L2).
+pub fn fits(m: usize, b: &PackedB) -> bool {
+    ORDERS.len() * m * b.k4() * KR <= MAX_COPIES
+}
+
 /// `c = (a − za)·(b − zb)` (the raw sums with `fix`'s corrections) for `m` rows of `a` (`lda ≥
 /// k4·4` u8 each, zero past K), then `epilogue` on each finished block of all rows × 64 columns.
 ///

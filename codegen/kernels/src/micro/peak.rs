@@ -18,6 +18,40 @@ pub fn instruction_peak(kernels: Kernels, iterations: usize) -> (u64, i32) {
     }
 }
 
+/// The AVX2 path's peak on split weights (`crate::split`): `vpmaddubsw`, `vpmaddwd` by ones and
+/// `vpaddd` per 32 products, as its tile runs them; `None` on other paths.
+pub fn split_peak(kernels: Kernels, iterations: usize) -> Option<(u64, i32)> {
+    match kernels.isa() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2.
+        Isa::Avx2 => Some((iterations as u64 * 10 * 32, unsafe { avx2_bytes(iterations) })),
+        _ => None,
+    }
+}
+
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_bytes(iterations: usize) -> i32 {
+    use std::arch::x86_64::*;
+    let mut acc = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9].map(|i| _mm256_set1_epi32(std::hint::black_box(0x0001_0001 + i)));
+    let b = [0, 1].map(|i| _mm256_set1_epi32(std::hint::black_box(0x0102_0304 + i)));
+    let ones = _mm256_set1_epi16(1);
+    for _ in 0..iterations {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // As in `avx2`: each product reads its own accumulator (as bytes), 10 chains.
+            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(_mm256_maddubs_epi16(*acc, b[i % 2]), ones));
+        }
+    }
+    let mut lanes = [0i32; 8];
+    acc.iter().fold(0, |s, v| {
+        // SAFETY: `lanes` holds 8 i32, one ymm.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *v) };
+        lanes.iter().fold(s, |s, &l| s.wrapping_add(l))
+    })
+}
+
 /// # Safety
 /// AVX-512 F/BW/VNNI present.
 #[cfg(target_arch = "x86_64")]
