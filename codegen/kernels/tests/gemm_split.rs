@@ -1,12 +1,31 @@
 //! The AVX2 path's pair split (`src/split.rs`, `src/micro/avx2_split.rs`): weights as real models
 //! have them — most pairs safe for `vpmaddubsw`, a few broken, some at the extremes — are split,
 //! and every path gives the i64 reference's integers, with activations that saturate every
-//! broken pair (255) and zero points on both sides.
+//! broken pair (255) and zero points on both sides; requantized (the fused epilogue of the AVX2
+//! path, after the excess) as `requant_exact` of the reference.
 
 mod common;
 
 use common::{Rng, gemm_reference, kernels};
-use qdqc_kernels::{Isa, Layout, PackedB, gemm_u8};
+use qdqc_kernels::requant::{Certified, Code, Form, Output, Plan, Prepared, Ratio, requant_exact};
+use qdqc_kernels::{Isa, Kernels, Layout, PackedB, gemm_u8, gemm_u8_requant, gemm_u8_requant_prepared};
+
+/// `gemm_u8_requant` (per call and prepared) against `requant_exact` of the reference sums, per
+/// column scales and a bias.
+fn requantized(kern: Kernels, a: &[u8], m: usize, za: u8, packed: &PackedB, want: &[i64]) {
+    let n = packed.n();
+    let ratios: Vec<Ratio> = (0..n).map(|c| Ratio::new(0.0213, 0.0039 * (1.0 + (c % 7) as f32 / 6.0), 0.517).unwrap()).collect();
+    let bias: Vec<i32> = (0..n).map(|c| (c as i32 * 7919) % 4001 - 2000).collect();
+    let output = Output::new(128, Code::U8).unwrap();
+    let plan = Plan { output, form: Form::Certified(ratios.iter().map(|&r| Certified::new(r)).collect()) };
+    let expected: Vec<u8> = want.iter().enumerate().map(|(i, &v)| requant_exact(v as i32, bias[i % n], &ratios[i % n], output) as u8).collect();
+    let (mut c, mut got) = (vec![0i32; m * n], vec![0u8; m * n]);
+    gemm_u8_requant(kern, a, m, za, packed, &plan, Some(&bias), &mut c, &mut got).unwrap();
+    assert!(got == expected, "{}: requantized m={m} n={n}", kern.isa());
+    let prepared = Prepared::new(plan, bias).unwrap();
+    gemm_u8_requant_prepared(kern, a, m, za, packed, &prepared, &mut c, &mut got).unwrap();
+    assert!(got == expected, "{}: prepared m={m} n={n}", kern.isa());
+}
 
 /// Broken pairs (one weight beyond what `vpmaddubsw` sums exactly with its neighbour), each at
 /// the edge of a bound or at the extremes.
@@ -50,6 +69,7 @@ fn suite(isa: Isa) {
         for (i, (&got, &want)) in c.iter().zip(&want).enumerate() {
             assert_eq!(i64::from(got), want, "{isa}: m={m} k={k} n={n} ({entries} split entries): C[{}][{}]", i / n, i % n);
         }
+        requantized(kern, &a, m, za, &packed, &want);
     }
     // uint8 weights near their zero point 128 (stored as b − 128: the same split).
     let (m, k, n) = (40, 200, 40);
