@@ -182,7 +182,8 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
             let (colfix, zb) = column_corrections(za, b);
             let rowsums: Option<Vec<i32>> = zb.iter().any(|&z| z != 0).then(|| a.chunks_exact(k).map(row_sum).collect());
             let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: rowsums.as_deref() };
-            if let Some(split) = b.pair_split().filter(|_| micro::avx2_split::fits(m, b)) {
+            // The split is made (once per weight operand) only for a product that can use it.
+            if let Some(split) = micro::avx2_split::fits(m, b).then(|| b.pair_split()).flatten() {
                 let lda = b.k4() * KR;
                 let a = padded(a, m, k, lda);
                 // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2 on

@@ -208,7 +208,7 @@ impl PackedB {
         let runs = m >= crate::micro::avx2::WIDE_ROWS && crate::micro::avx2_split::fits(m, self);
         #[cfg(not(target_arch = "x86_64"))]
         let runs = false;
-        self.pair_split().filter(|_| runs).map(PairSplit::len)
+        runs.then(|| self.pair_split()).flatten().map(PairSplit::len)
     }
 }
 
