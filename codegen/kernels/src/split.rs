@@ -43,10 +43,15 @@ pub struct Excess {
     pub k: u32,
     /// Byte within the reordered panel (`[k4][16][4]`).
     pub at: u32,
-    /// Column within the panel (`< 16`).
-    pub col: u8,
     /// `b − s`, nonzero.
     pub e: i8,
+}
+
+impl Excess {
+    /// Column within the panel (`< 16`), from the byte's place.
+    pub fn col(&self) -> usize {
+        self.at as usize / KR % NR
+    }
 }
 
 /// The excess entries of a packed weight operand and the pairing of each group, panel by panel.
@@ -84,7 +89,7 @@ impl PairSplit {
                         if let Some(s1) = safe_second(w[o[2 * half]], w[o[2 * half + 1]]) {
                             let e = (i32::from(w[o[2 * half + 1]]) - i32::from(s1)) as i8;
                             let at = ((q * NR + col) * KR + 2 * half + 1) as u32;
-                            entries.push(Excess { k: (q * KR + o[2 * half + 1]) as u32, at, col: col as u8, e });
+                            entries.push(Excess { k: (q * KR + o[2 * half + 1]) as u32, at, e });
                             if entries.len() > budget {
                                 return None;
                             }
@@ -119,15 +124,10 @@ impl PairSplit {
 }
 
 /// The pair-safe second weight of the pair `(b0, b1)`, or `None` when the pair is safe as it is.
+/// A broken pair has one sign (mixed signs are safe), so `b0`'s sign tells which bound it breaks.
 fn safe_second(b0: i8, b1: i8) -> Option<i8> {
-    let (b0, b1) = (i32::from(b0), i32::from(b1));
-    if b0.max(0) + b1.max(0) > 128 {
-        Some((128 - b0) as i8)
-    } else if b0.min(0) + b1.min(0) < -128 {
-        Some((-128 - b0) as i8)
-    } else {
-        None
-    }
+    let b0w = i32::from(b0);
+    (!pair_safe(b0, b1)).then(|| if b0w > 0 { (128 - b0w) as i8 } else { (-128 - b0w) as i8 })
 }
 
 /// Whether `vpmaddubsw` sums the pair `(s0, s1)` exactly for every two u8 activations (the
@@ -203,7 +203,7 @@ mod tests {
                 let at = x.at as usize;
                 back[at] = (i32::from(back[at]) + i32::from(x.e)) as i8;
                 // The entry names the weight it changed.
-                assert_eq!(back[at], src[(x.k as usize / KR * NR + usize::from(x.col)) * KR + x.k as usize % KR], "panel {p}");
+                assert_eq!(back[at], src[(x.k as usize / KR * NR + x.col()) * KR + x.k as usize % KR], "panel {p}");
             }
             // Undo the reordering: every group is the packed one.
             for (q, (g, s)) in back.chunks_exact(NR * KR).zip(src.chunks_exact(NR * KR)).enumerate() {

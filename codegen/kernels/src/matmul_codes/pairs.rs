@@ -133,8 +133,7 @@ impl Pairs {
             for (r, c) in c.iter().enumerate().take(m - i0) {
                 for (p, &c) in c.iter().enumerate() {
                     let j = (p0 + p) * 8;
-                    let live = (n - j).min(8) as i32;
-                    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    let mask = crate::micro::avx2::lanes_below(n - j);
                     _mm256_maskstore_epi32(acc.as_mut_ptr().add((i0 + r) * n + j), mask, c);
                 }
             }

@@ -268,6 +268,13 @@ unsafe fn wide_tile<const MR: usize>(t: &Wide) {
     }
 }
 
+/// The first `n` (≤ 8) i32 lanes of a ymm set, for masked loads and stores of a partial row.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn lanes_below(n: usize) -> __m256i {
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+}
+
 /// A 16-column tile's accumulators (`acc[r]`: columns 0–7 and 8–15 of row `r`) with the
 /// corrections `fix` added (after the last K block) into rows of `c` (`cols ≤ 16` of them, added to
 /// what is there with `accumulate`).
@@ -303,8 +310,7 @@ pub(super) unsafe fn store_tile<const MR: usize>(acc: &[[__m256i; 2]; MR], fix: 
                 }
             } else {
                 for (j, &acc) in acc.iter().enumerate().take_while(|&(j, _)| 8 * j < cols) {
-                    let cols = cols.saturating_sub(8 * j).min(8) as i32;
-                    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                    let mask = lanes_below(cols.saturating_sub(8 * j));
                     let dst = row.add(8 * j);
                     let sums = if accumulate { _mm256_add_epi32(acc, _mm256_maskload_epi32(dst, mask)) } else { acc };
                     _mm256_maskstore_epi32(dst, mask, sums);
@@ -416,8 +422,7 @@ unsafe fn tile<const MR: usize, const CH: usize>(t: &Tile) {
         // sums them as columns 4j + [0, 1, 4, 5, 2, 3, 6, 7], `vpermq` puts them in order.
         let valid = |j: usize| -> __m256i {
             // Columns 8j.. of the tile that exist (the rest are neither read nor written).
-            let cols = t.cols.saturating_sub(8 * j).min(8) as i32;
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+            lanes_below(t.cols.saturating_sub(8 * j))
         };
         for (r, acc) in acc.iter().enumerate() {
             let row = t.c.add(r * t.ldc);

@@ -44,12 +44,7 @@ unsafe fn avx2_bytes(iterations: usize) -> i32 {
             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(_mm256_maddubs_epi16(*acc, b[i % 2]), ones));
         }
     }
-    let mut lanes = [0i32; 8];
-    acc.iter().fold(0, |s, v| {
-        // SAFETY: `lanes` holds 8 i32, one ymm.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *v) };
-        lanes.iter().fold(s, |s, &l| s.wrapping_add(l))
-    })
+    checksum(&acc)
 }
 
 /// # Safety
@@ -84,10 +79,17 @@ unsafe fn avx2(iterations: usize) -> i32 {
             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*acc, b[i % 2]));
         }
     }
+    checksum(&acc)
+}
+
+/// The wrapping sum of every lane of `acc`: keeps the loops' work observable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn checksum(acc: &[std::arch::x86_64::__m256i]) -> i32 {
     let mut lanes = [0i32; 8];
     acc.iter().fold(0, |s, v| {
         // SAFETY: `lanes` holds 8 i32, one ymm.
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *v) };
+        unsafe { std::arch::x86_64::_mm256_storeu_si256(lanes.as_mut_ptr().cast(), *v) };
         lanes.iter().fold(s, |s, &l| s.wrapping_add(l))
     })
 }
