@@ -1,6 +1,6 @@
 //! `Q(Softmax(DQ(x)))` on codes (`codes::softmax`) against the three kernels the unfused program
 //! calls, byte for byte, on every kernel path the host has: random slices, every code as the
-//! maximum, ties for the maximum, slices of one code, lengths around the four-slice groups,
+//! maximum, ties for the maximum, slices of one code, slice counts around the four-slice groups,
 //! scales that make zeros of both signs, infinities and NaN, and both code types on each side.
 
 mod common;
@@ -51,7 +51,7 @@ fn fused_softmax_on_codes_equals_the_three_kernels() {
     ];
     for k in paths() {
         for &(q, out) in &params {
-            for shape in [vec![1, 12, 64, 64], vec![3, 7], vec![5, 1], vec![2, 3, 130], vec![9, 64], vec![64]] {
+            for shape in [vec![1, 12, 64, 64], vec![3, 7], vec![5, 1], vec![2, 3, 130], vec![9, 64], vec![15, 3], vec![17, 64], vec![64]] {
                 let len = shape.iter().product();
                 check::<u8, u8>(k, &rng.u8s(len), &shape, q, out, "random u8");
                 // A narrow band of codes: many ties for the maximum and near-equal exponentials.
