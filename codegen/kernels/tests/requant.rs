@@ -307,3 +307,47 @@ fn extremes_on_every_path() {
         }
     }
 }
+
+/// The f32 form with offsets: biases off the accumulator's scale small enough for it (|ρ| < 2,
+/// within its 2^8 bound), in every column or beside bias codes on the accumulator's scale in
+/// every other column, both code types, accumulators across the unsaturated window and at the
+/// i32 ends: every path's codes equal the exact form (each path's vector block has a variant
+/// per presence of ρ and of bias codes; `extremes_on_every_path`'s offsets are beyond 2^8, in
+/// the f64 form).
+#[test]
+fn f32_form_with_offsets_on_every_path() {
+    let mut rng = Rng::new(23);
+    let n = 45;
+    let (sx, sw, sy) = (0.0213f32, 0.00391f32, 0.0517f32);
+    let base = Ratio::new(sx, sw, sy).unwrap();
+    for codes_beside in [false, true] {
+        let (bias, ratios): (Vec<i32>, Vec<Ratio>) = (0..n)
+            .map(|c| {
+                let code = c as i32 * 37 - 811;
+                if codes_beside && c % 2 == 1 { (code, base) } else { base.with_bias(code, 0.75 * sx * sw).unwrap() }
+            })
+            .unzip();
+        assert!((0..n).step_by(2).all(|c| bias[c] == 0 && ratios[c] != base), "an offset in every other column at least");
+        let plans: Vec<Certified> = ratios.iter().map(|&r| Certified::new(r)).collect();
+        let mut acc: Vec<i32> = (0..8 * n).map(|_| rng.below(24_001) as i32 - 12_000).collect();
+        acc.extend([i32::MIN, i32::MAX, -1, 0, 1].iter().cycle().take(n));
+        for (zy, code) in [(0, Code::U8), (131, Code::U8), (-3, Code::I8)] {
+            let out = output(zy, code);
+            let plan = Plan { output: out, form: Form::Certified(plans.clone()) };
+            let want: Vec<i32> = (0..acc.len()).map(|i| requant_exact(acc[i], bias[i % n], &ratios[i % n], out)).collect();
+            for isa in Isa::available() {
+                let kern = Kernels::new(isa).unwrap();
+                let got: Vec<i32> = if code == Code::U8 {
+                    let mut y = vec![0u8; acc.len()];
+                    requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
+                    y.iter().map(|&v| i32::from(v)).collect()
+                } else {
+                    let mut y = vec![0i8; acc.len()];
+                    requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
+                    y.iter().map(|&v| i32::from(v)).collect()
+                };
+                assert_eq!(got, want, "{isa}: bias codes beside the offsets {codes_beside}, zy {zy}");
+            }
+        }
+    }
+}

@@ -353,7 +353,7 @@ pub(crate) fn block<C: CodeOut>(
     }
 }
 
-/// [`block`] on AVX2: the f32 form's block ([`single::block_avx2`]), or the f64 form row by row.
+/// [`block`] on AVX2: the f32 form's block ([`single::block_avx2_either`]), or the f64 form row by row.
 ///
 /// # Safety
 /// AVX2 present.
@@ -363,7 +363,7 @@ unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<us
     let slice = cs.slice(c0, cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX2; rows and columns lie inside the n-column matrices.
-        return unsafe { single::block_avx2(acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { single::block_avx2_either((cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
     }
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX2; the slices below have `cols` elements each.
