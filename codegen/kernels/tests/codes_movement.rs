@@ -88,6 +88,27 @@ fn transpose_random() {
     assert!(transpose(&[0u8; 6], &[2, 3], &[0, 0], &mut [0; 6]).is_err(), "repeated axis");
 }
 
+/// Transposes that keep the last axis (one contiguous run per output row), short and long runs
+/// (attention's heads: [1, 12, 64, 32] → [1, 64, 12, 32]; `transpose_random`'s axes are ≤ 4).
+#[test]
+fn transpose_keeping_the_last_axis() {
+    let mut rng = Rng::new(23);
+    for (shape, perm) in [(vec![1, 12, 64, 32], vec![0, 2, 1, 3]), (vec![2, 3, 40], vec![1, 0, 2]), (vec![3, 2, 300], vec![1, 0, 2]), (vec![5, 2, 7], vec![1, 0, 2])] {
+        let x = rng.u8s(numel(&shape));
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let mut out = vec![0u8; x.len()];
+        transpose(&x, &shape, &perm, &mut out).unwrap();
+        for (o, &y) in out.iter().enumerate() {
+            let oc = unravel(o, &out_shape);
+            let mut ic = vec![0; shape.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                ic[p] = oc[i];
+            }
+            assert_eq!(y, x[ravel(&ic, &shape)], "{shape:?} perm {perm:?} at {o}");
+        }
+    }
+}
+
 #[test]
 fn pad_random() {
     let mut rng = Rng::new(23);
