@@ -93,7 +93,9 @@ fn transpose_random() {
 #[test]
 fn transpose_keeping_the_last_axis() {
     let mut rng = Rng::new(23);
-    for (shape, perm) in [(vec![1, 12, 64, 32], vec![0, 2, 1, 3]), (vec![2, 3, 40], vec![1, 0, 2]), (vec![3, 2, 300], vec![1, 0, 2]), (vec![5, 2, 7], vec![1, 0, 2])] {
+    for (shape, perm) in
+        [(vec![1, 12, 64, 32], vec![0, 2, 1, 3]), (vec![2, 3, 40], vec![1, 0, 2]), (vec![3, 2, 300], vec![1, 0, 2]), (vec![5, 2, 7], vec![1, 0, 2])]
+    {
         let x = rng.u8s(numel(&shape));
         let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let mut out = vec![0u8; x.len()];

@@ -98,3 +98,43 @@ fn avx2() {
 fn avx512vnni() {
     suite(Isa::Avx512Vnni)
 }
+
+/// Biases at the ends of i32, where `acc + bias` overflows i32 for some accumulators (the
+/// vector blocks must flag the sum and let the exact form decide), and small ones, on every
+/// path, fused (from 32 rows on AVX2) and not: every code equals the exact form of the true sum.
+#[test]
+fn biases_at_the_i32_ends() {
+    let mut rng = Rng::new(29);
+    for isa in Isa::ALL {
+        let Some(kern) = kernels(isa) else { continue };
+        for (m, k, n) in [(40, 300, 48), (7, 33, 20)] {
+            let a = rng.u8s(m * k);
+            let b = rng.i8s(k * n);
+            let packed = PackedB::from_i8(&b, k, n, Layout::KN, &[3]).unwrap();
+            let za = 117;
+            let mut acc = vec![0i32; m * n];
+            gemm_u8(kern, &a, m, za, &packed, &mut acc).unwrap();
+            assert!(acc.iter().any(|&v| v > 600) && acc.iter().any(|&v| v < -600), "sums on both sides of ±600");
+            for big in [true, false] {
+                let bias: Vec<i32> = (0..n as i32)
+                    .map(|c| {
+                        if !big {
+                            c - 20
+                        } else if c % 2 == 0 {
+                            i32::MAX - 500
+                        } else {
+                            i32::MIN + 500
+                        }
+                    })
+                    .collect();
+                let ratio = Ratio::new(0.0213, 0.00391, 0.0517).unwrap();
+                let output = Output::new(128, qdqc_kernels::requant::Code::U8).unwrap();
+                let plan = Plan { output, form: Form::Certified(vec![Certified::new(ratio)]) };
+                let want: Vec<u8> = acc.iter().enumerate().map(|(i, &v)| requant_exact(v, bias[i % n], &ratio, output) as u8).collect();
+                let (mut c, mut got) = (vec![0i32; m * n], vec![0u8; m * n]);
+                gemm_u8_requant(kern, &a, m, za, &packed, &plan, Some(&bias), &mut c, &mut got).unwrap();
+                assert_eq!(got, want, "{isa}: m={m} k={k} n={n}, biases at the ends {big}");
+            }
+        }
+    }
+}
