@@ -3,8 +3,8 @@
 //! paths give identical bits; they differ in speed only. On AVX-512 with VBMI (checked here by
 //! CPUID: the [`Isa::Avx512Vnni`] path does not imply it) two `vpermi2b` over the table's four
 //! 64-byte quarters and a blend on the index's top bit look up 64 codes at once; on AVX2,
-//! sixteen `vpshufb` over the table's 16-byte rows (by the low nibble), each blended in where the
-//! high nibble names its row, look up 32 codes; elsewhere a scalar loop.
+//! sixteen `vpshufb` over the table's 16-byte rows (by the low nibble), narrowed by a tree of
+//! blends on the high nibble's bits, look up 32 codes; elsewhere a scalar loop.
 //!
 //! | condition | why |
 //! |---|---|
@@ -51,9 +51,12 @@ fn scalar<X: QCode, Y: QCode>(table: &[Y; 256], x: &[X], y: &mut [Y]) {
 }
 
 /// 32 codes per step: row `h` of the table (entries `16h..16h + 16`, in both lanes) looked up by
-/// the low nibbles (`vpshufb`: the index's top bit is clear, so no byte is zeroed), kept where the
-/// high nibble equals `h`: each byte ends with the entry of its own row and column. The tail
-/// (fewer than 32) goes through a 32-byte copy, its spare bytes never stored.
+/// the low nibbles (`vpshufb`: the index's top bit is clear, so no byte is zeroed), then the 16
+/// lookups narrowed to the one of each byte's high nibble by a tree of `vpblendvb` on its bits
+/// 4, 5, 6, 7 in turn (each moved to the byte's top bit, which the blend reads, by a 16-bit
+/// shift: a byte's top bit receives nothing from its neighbour): 15 blends of depth 4, where a
+/// compare and a blend per row, each blend on the last, made a chain of 16. The tail (fewer than
+/// 32) goes through a 32-byte copy, its spare bytes never stored.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn map_avx2(table: *const u8, x: *const u8, y: *mut u8, n: usize) {
@@ -63,14 +66,15 @@ unsafe fn map_avx2(table: *const u8, x: *const u8, y: *mut u8, n: usize) {
     unsafe {
         let rows: [__m256i; 16] = std::array::from_fn(|h| _mm256_broadcastsi128_si256(_mm_loadu_si128(table.add(16 * h).cast())));
         let look = |v: __m256i| {
-            let nib = _mm256_set1_epi8(0x0f);
-            let (lo, hi) = (_mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16::<4>(v), nib));
-            let mut acc = _mm256_setzero_si256();
-            for (h, row) in rows.iter().enumerate() {
-                let hit = _mm256_cmpeq_epi8(hi, _mm256_set1_epi8(h as i8));
-                acc = _mm256_blendv_epi8(acc, _mm256_shuffle_epi8(*row, lo), hit);
-            }
-            acc
+            let lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+            // Bit 4 + j of each code in its byte's top bit.
+            let bit = [_mm256_slli_epi16::<3>(v), _mm256_slli_epi16::<2>(v), _mm256_slli_epi16::<1>(v), v];
+            let pick = |h: usize| _mm256_shuffle_epi8(rows[h], lo);
+            // Rows 2i and 2i + 1 by bit 4, then pairs of those by bit 5, and so on.
+            let b0 = |i: usize| _mm256_blendv_epi8(pick(2 * i), pick(2 * i + 1), bit[0]);
+            let b1 = |i: usize| _mm256_blendv_epi8(b0(2 * i), b0(2 * i + 1), bit[1]);
+            let b2 = |i: usize| _mm256_blendv_epi8(b1(2 * i), b1(2 * i + 1), bit[2]);
+            _mm256_blendv_epi8(b2(0), b2(1), bit[3])
         };
         let mut k = 0;
         while k + 32 <= n {
