@@ -281,11 +281,11 @@ unsafe fn sums_avx2<const SQUARE: bool>(xs: &[f32], size: usize) -> ([f32; GROUP
             ]
         });
         // Element j of rows 0–3 (low lane of u[0]) and 4–7 (low lane of u[1]); j + 4 in the high lanes.
-        for j in 0..4 {
-            acc = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x20>(u[0][j], u[1][j]));
+        for (lo, hi) in u[0].iter().zip(&u[1]) {
+            acc = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x20>(*lo, *hi));
         }
-        for j in 0..4 {
-            acc = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x31>(u[0][j], u[1][j]));
+        for (lo, hi) in u[0].iter().zip(&u[1]) {
+            acc = _mm256_add_ps(acc, _mm256_permute2f128_ps::<0x31>(*lo, *hi));
         }
     }
     let mut s = [0f32; GROUP];
