@@ -72,20 +72,25 @@ fn transpose_random() {
         for i in (1..perm.len()).rev() {
             perm.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        let x = rng.u8s(numel(&shape));
-        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let mut out = vec![0u8; x.len()];
-        assert_eq!(transpose(&x, &shape, &perm, &mut out).unwrap(), out_shape);
-        for (o, &y) in out.iter().enumerate() {
-            let oc = unravel(o, &out_shape);
-            let mut ic = vec![0; shape.len()];
-            for (i, &p) in perm.iter().enumerate() {
-                ic[p] = oc[i];
-            }
-            assert_eq!(y, x[ravel(&ic, &shape)], "{shape:?} perm {perm:?} at {o}");
-        }
+        transposes_by_definition(&rng.u8s(numel(&shape)), &shape, &perm);
     }
     assert!(transpose(&[0u8; 6], &[2, 3], &[0, 0], &mut [0; 6]).is_err(), "repeated axis");
+}
+
+/// `transpose(x)` has the permuted shape and every output element is the input element at the
+/// permuted coordinates.
+fn transposes_by_definition(x: &[u8], shape: &[usize], perm: &[usize]) {
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut out = vec![0u8; x.len()];
+    assert_eq!(transpose(x, shape, perm, &mut out).unwrap(), out_shape);
+    for (o, &y) in out.iter().enumerate() {
+        let oc = unravel(o, &out_shape);
+        let mut ic = vec![0; shape.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            ic[p] = oc[i];
+        }
+        assert_eq!(y, x[ravel(&ic, shape)], "{shape:?} perm {perm:?} at {o}");
+    }
 }
 
 /// Transposes that keep the last axis (one contiguous run per output row), short and long runs
@@ -96,18 +101,7 @@ fn transpose_keeping_the_last_axis() {
     for (shape, perm) in
         [(vec![1, 12, 64, 32], vec![0, 2, 1, 3]), (vec![2, 3, 40], vec![1, 0, 2]), (vec![3, 2, 300], vec![1, 0, 2]), (vec![5, 2, 7], vec![1, 0, 2])]
     {
-        let x = rng.u8s(numel(&shape));
-        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let mut out = vec![0u8; x.len()];
-        transpose(&x, &shape, &perm, &mut out).unwrap();
-        for (o, &y) in out.iter().enumerate() {
-            let oc = unravel(o, &out_shape);
-            let mut ic = vec![0; shape.len()];
-            for (i, &p) in perm.iter().enumerate() {
-                ic[p] = oc[i];
-            }
-            assert_eq!(y, x[ravel(&ic, &shape)], "{shape:?} perm {perm:?} at {o}");
-        }
+        transposes_by_definition(&rng.u8s(numel(&shape)), &shape, &perm);
     }
 }
 

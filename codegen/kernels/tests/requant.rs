@@ -7,7 +7,8 @@ mod common;
 
 use common::{Rng, as_fraction, log_uniform, short};
 use qdqc_kernels::requant::{
-    Certified, Code, Fixed, Form, Output, Plan, Ratio, Rounding, fallback_hits, first_disagreement, requant_certified, requant_exact, requantize,
+    Certified, Code, CodeOut, Fixed, Form, Output, Plan, Ratio, Rounding, Stats, fallback_hits, first_disagreement, requant_certified, requant_exact,
+    requantize,
 };
 use qdqc_kernels::{Isa, Kernels};
 
@@ -24,6 +25,19 @@ fn is_rne(t: i64, sx: f32, sw: f32, sy: f32, q: i128) -> bool {
 
 fn output(zp: i32, code: Code) -> Output {
     Output::new(zp, code).unwrap()
+}
+
+/// `requantize` into codes of the plan's type, the codes as i32, and its statistics.
+fn requantized(kern: Kernels, plan: &Plan, acc: &[i32], n: usize, bias: &[i32]) -> (Vec<i32>, Stats) {
+    fn run<C: CodeOut + Into<i32>>(kern: Kernels, plan: &Plan, acc: &[i32], n: usize, bias: &[i32]) -> (Vec<i32>, Stats) {
+        let mut y = vec![C::from_code(0); acc.len()];
+        let stats = requantize(kern, plan, acc, n, Some(bias), &mut y).unwrap();
+        (y.iter().map(|&v| v.into()).collect(), stats)
+    }
+    match plan.output.code() {
+        Code::U8 => run::<u8>(kern, plan, acc, n, bias),
+        Code::I8 => run::<i8>(kern, plan, acc, n, bias),
+    }
 }
 
 /// Accumulators whose exact value lies within one step of the unsaturated range, plus a margin.
@@ -289,15 +303,7 @@ fn extremes_on_every_path() {
                 let mut fallbacks = Vec::new();
                 for isa in Isa::available() {
                     let kern = Kernels::new(isa).unwrap();
-                    let (got, stats): (Vec<i32>, _) = if code == Code::U8 {
-                        let mut y = vec![0u8; acc.len()];
-                        let stats = requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
-                        (y.iter().map(|&v| i32::from(v)).collect(), stats)
-                    } else {
-                        let mut y = vec![0i8; acc.len()];
-                        let stats = requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
-                        (y.iter().map(|&v| i32::from(v)).collect(), stats)
-                    };
+                    let (got, stats) = requantized(kern, &plan, &acc, n, &bias);
                     assert_eq!(got, want, "{isa}: scales {sx} {sw} {sy}, bias {bias_kind}, zy {zy}");
                     fallbacks.push(stats.fallbacks);
                 }
@@ -337,15 +343,7 @@ fn f32_form_with_offsets_on_every_path() {
             let want: Vec<i32> = (0..acc.len()).map(|i| requant_exact(acc[i], bias[i % n], &ratios[i % n], out)).collect();
             for isa in Isa::available() {
                 let kern = Kernels::new(isa).unwrap();
-                let got: Vec<i32> = if code == Code::U8 {
-                    let mut y = vec![0u8; acc.len()];
-                    requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
-                    y.iter().map(|&v| i32::from(v)).collect()
-                } else {
-                    let mut y = vec![0i8; acc.len()];
-                    requantize(kern, &plan, &acc, n, Some(&bias), &mut y).unwrap();
-                    y.iter().map(|&v| i32::from(v)).collect()
-                };
+                let (got, _) = requantized(kern, &plan, &acc, n, &bias);
                 assert_eq!(got, want, "{isa}: bias codes beside the offsets {codes_beside}, zy {zy}");
             }
         }

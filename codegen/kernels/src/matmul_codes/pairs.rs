@@ -148,14 +148,13 @@ impl Pairs {
             }
             // The columns below n of each panel: whole panels by plain stores, the last one masked.
             let cols: [usize; P] = std::array::from_fn(|p| n.saturating_sub((p0 + p) * 8).min(8));
-            let masks: [__m256i; P] = std::array::from_fn(|p| crate::micro::avx2::lanes_below(cols[p]));
             for (r, c) in c.iter().enumerate().take(m - i0) {
                 let row = acc.as_mut_ptr().add((i0 + r) * n + p0 * 8);
-                for (p, &c) in c.iter().enumerate() {
-                    if cols[p] == 8 {
+                for ((p, &c), &cols) in c.iter().enumerate().zip(&cols) {
+                    if cols == 8 {
                         _mm256_storeu_si256(row.add(p * 8).cast(), c);
                     } else {
-                        _mm256_maskstore_epi32(row.add(p * 8), masks[p], c);
+                        _mm256_maskstore_epi32(row.add(p * 8), crate::micro::avx2::lanes_below(cols), c);
                     }
                 }
             }

@@ -175,35 +175,33 @@ unsafe fn safe_panel(src: &[i8], orders: &[u8], entries: &[Excess], shuffle: &[_
 /// AVX2 present; `a` holds `m` rows of `lda = k4·4` bytes.
 #[target_feature(enable = "avx2")]
 unsafe fn reordered(a: &[u8], lda: usize, m: usize, k4: usize, shuffle: &[__m256i; 3]) -> (Vec<u8>, usize) {
-    let (section, len) = (m * lda, ORDERS.len() * m * lda);
-    // Every byte is written below (a row's bytes past its k4 groups with zeros): no clearing
-    // pass first, which cost 1.4 % of the MiniLM encoder's time with the transpose's.
-    let mut out = Vec::<u8>::with_capacity(len);
-    let base = out.as_mut_ptr();
+    let section = m * lda;
     let whole = k4 * KR / 32 * 32;
-    for p in 0..ORDERS.len() {
-        for r in 0..m {
-            let src = &a[r * lda..][..k4 * KR];
-            // SAFETY: row r of copy p, `lda` bytes from `p·section + r·lda`, lies within the
-            // `len` bytes allocated; bytes j..j + 32 of `src` exist.
-            unsafe {
-                let dst = base.add(p * section + r * lda);
-                for j in (0..whole).step_by(32) {
-                    let v = _mm256_loadu_si256(src.as_ptr().add(j).cast());
-                    _mm256_storeu_si256(dst.add(j).cast(), _mm256_shuffle_epi8(v, shuffle[p]));
-                }
-                for g in whole / KR..k4 {
-                    for (i, &o) in ORDERS[p].iter().enumerate() {
-                        dst.add(g * KR + i).write(src[g * KR + o]);
+    let fill = |base: *mut u8| {
+        for p in 0..ORDERS.len() {
+            for r in 0..m {
+                let src = &a[r * lda..][..k4 * KR];
+                // SAFETY: row r of copy p lies within the buffer (above); bytes j..j + 32 of
+                // `src` exist.
+                unsafe {
+                    let dst = base.add(p * section + r * lda);
+                    for j in (0..whole).step_by(32) {
+                        let v = _mm256_loadu_si256(src.as_ptr().add(j).cast());
+                        _mm256_storeu_si256(dst.add(j).cast(), _mm256_shuffle_epi8(v, shuffle[p]));
                     }
+                    for g in whole / KR..k4 {
+                        for (i, &o) in ORDERS[p].iter().enumerate() {
+                            dst.add(g * KR + i).write(src[g * KR + o]);
+                        }
+                    }
+                    dst.add(k4 * KR).write_bytes(0, lda - k4 * KR);
                 }
-                dst.add(k4 * KR).write_bytes(0, lda - k4 * KR);
             }
         }
-    }
-    // SAFETY: the loops above wrote all `len` bytes (m rows of lda in each copy).
-    unsafe { out.set_len(len) };
-    (out, section)
+    };
+    // SAFETY: `fill` writes every byte (a row's bytes past its k4 groups with zeros): the rows r of
+    // the copies p, `lda` bytes from `p·section + r·lda`, tile the `ORDERS.len()·section` bytes.
+    (unsafe { written(ORDERS.len() * section, fill) }, section)
 }
 
 /// A transposed (`[K][mp]`, `mp` = m rounded up to [`ROWS`], zeros past m), when `needed`: 8 rows
@@ -217,48 +215,59 @@ unsafe fn transposed(a: &[u8], lda: usize, m: usize, k: usize, needed: bool) -> 
         return (Vec::new(), 0);
     }
     let mp = m.next_multiple_of(ROWS);
-    // Every byte is written below (the rows past m with zeros), as in `reordered`.
-    let mut at = Vec::<u8>::with_capacity(k * mp);
-    // SAFETY: the blocks below write all k·mp bytes before `at` is read (set_len at the end); the
-    // writes go through this pointer only.
-    let base = at.as_mut_ptr();
     let k8 = k / 8 * 8;
-    for r0 in (0..m).step_by(ROWS) {
-        let rows = ROWS.min(m - r0);
-        for k0 in (0..k8).step_by(8) {
-            let v: [__m128i; 8] = std::array::from_fn(|r| {
-                if r < rows {
-                    let src = &a[(r0 + r) * lda + k0..][..8];
-                    // SAFETY: `src` is 8 bytes.
-                    unsafe { _mm_loadl_epi64(src.as_ptr().cast()) }
-                } else {
-                    _mm_setzero_si128()
+    let fill = |base: *mut u8| {
+        for r0 in (0..m).step_by(ROWS) {
+            let rows = ROWS.min(m - r0);
+            for k0 in (0..k8).step_by(8) {
+                let v: [__m128i; 8] = std::array::from_fn(|r| {
+                    if r < rows {
+                        let src = &a[(r0 + r) * lda + k0..][..8];
+                        // SAFETY: `src` is 8 bytes.
+                        unsafe { _mm_loadl_epi64(src.as_ptr().cast()) }
+                    } else {
+                        _mm_setzero_si128()
+                    }
+                });
+                let t = [0, 1, 2, 3].map(|i| _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]));
+                let u = [_mm_unpacklo_epi16(t[0], t[1]), _mm_unpackhi_epi16(t[0], t[1]), _mm_unpacklo_epi16(t[2], t[3]), _mm_unpackhi_epi16(t[2], t[3])];
+                // k0 + 2j and k0 + 2j + 1, each the 8 rows' bytes.
+                let w = [_mm_unpacklo_epi32(u[0], u[2]), _mm_unpackhi_epi32(u[0], u[2]), _mm_unpacklo_epi32(u[1], u[3]), _mm_unpackhi_epi32(u[1], u[3])];
+                for (j, w) in w.iter().enumerate() {
+                    // SAFETY: rows k0 + 2j and k0 + 2j + 1 of `at` hold mp ≥ r0 + 8 bytes.
+                    unsafe {
+                        _mm_storel_epi64(base.add((k0 + 2 * j) * mp + r0).cast(), *w);
+                        _mm_storel_epi64(base.add((k0 + 2 * j + 1) * mp + r0).cast(), _mm_unpackhi_epi64(*w, *w));
+                    }
                 }
-            });
-            let t = [0, 1, 2, 3].map(|i| _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]));
-            let u = [_mm_unpacklo_epi16(t[0], t[1]), _mm_unpackhi_epi16(t[0], t[1]), _mm_unpacklo_epi16(t[2], t[3]), _mm_unpackhi_epi16(t[2], t[3])];
-            // k0 + 2j and k0 + 2j + 1, each the 8 rows' bytes.
-            let w = [_mm_unpacklo_epi32(u[0], u[2]), _mm_unpackhi_epi32(u[0], u[2]), _mm_unpacklo_epi32(u[1], u[3]), _mm_unpackhi_epi32(u[1], u[3])];
-            for (j, w) in w.iter().enumerate() {
-                // SAFETY: rows k0 + 2j and k0 + 2j + 1 of `at` hold mp ≥ r0 + 8 bytes.
-                unsafe {
-                    _mm_storel_epi64(base.add((k0 + 2 * j) * mp + r0).cast(), *w);
-                    _mm_storel_epi64(base.add((k0 + 2 * j + 1) * mp + r0).cast(), _mm_unpackhi_epi64(*w, *w));
+            }
+            for kk in k8..k {
+                for r in 0..ROWS {
+                    let v = if r < rows { a[(r0 + r) * lda + kk] } else { 0 };
+                    // SAFETY: row kk of `at` holds mp ≥ r0 + 8 bytes.
+                    unsafe { base.add(kk * mp + r0 + r).write(v) };
                 }
             }
         }
-        for kk in k8..k {
-            for r in 0..ROWS {
-                let v = if r < rows { a[(r0 + r) * lda + kk] } else { 0 };
-                // SAFETY: row kk of `at` holds mp ≥ r0 + 8 bytes.
-                unsafe { base.add(kk * mp + r0 + r).write(v) };
-            }
-        }
-    }
-    // SAFETY: the blocks of 8 rows from 0 to mp wrote every k of each (k8 by the unpacks, the
-    // rest one by one).
-    unsafe { at.set_len(k * mp) };
+    };
+    // SAFETY: `fill` writes every byte: the blocks of 8 rows from 0 to mp cover every k of each
+    // (k8 by the unpacks, the rest one by one, the rows past m with zeros).
+    let at = unsafe { written(k * mp, fill) };
     (at, mp)
+}
+
+/// A buffer of `len` bytes filled by `write` through the pointer it is given, with no clearing
+/// pass first (for A's copies and transpose that pass cost 1.4 % of the MiniLM encoder's time).
+///
+/// # Safety
+/// `write` writes each of the `len` bytes from the pointer and nothing beyond them.
+#[inline(always)]
+unsafe fn written(len: usize, write: impl FnOnce(*mut u8)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    write(out.as_mut_ptr());
+    // SAFETY: `write` initialized all `len` bytes (the caller's obligation).
+    unsafe { out.set_len(len) };
+    out
 }
 
 /// `c[m][n] += e·a[m][k]` for each excess entry of one panel (`c` from the panel's first

@@ -25,6 +25,20 @@
 //! steps lane by lane, steps that are identities for the block's columns left out), on AVX2 8
 //! (`certified/avx2.rs`), the lanes near a boundary then settled one by one by the exact form.
 
+/// `f::<C, A, B>(args…)` with the const flags `A`, `B` that the two booleans hold: the vector
+/// blocks and rows have an instance per combination of their two flags (the steps a flag turns
+/// off leave that instance's loop), chosen here once per call.
+macro_rules! with_flags {
+    ($($f:ident)::+, $c:ty, ($a:expr, $b:expr), $($arg:expr),* $(,)?) => {
+        match ($a, $b) {
+            (false, false) => $($f)::+::<$c, false, false>($($arg),*),
+            (false, true) => $($f)::+::<$c, false, true>($($arg),*),
+            (true, false) => $($f)::+::<$c, true, false>($($arg),*),
+            (true, true) => $($f)::+::<$c, true, true>($($arg),*),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod single;
@@ -128,11 +142,13 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
     let cs = Columns::new(&ops, bias, plans, out);
     if cs.single && n > 0 {
         // SAFETY: the caller guarantees AVX-512 F/BW; the block is the whole matrix (`requantize` checked its length).
-        return unsafe { single::block_avx512_either((cs.offset, !cs.unbiased), acc, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes) };
+        return unsafe {
+            with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes)
+        };
     }
     each_row(&cs, acc, codes, |cs, acc_row, code_row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the row and its columns have n elements.
-        unsafe { row_avx512_either((cs.narrow, cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
+        unsafe { with_flags!(row_avx512, C, (!cs.narrow, !cs.unbiased), acc_row, cs.slice(0, acc_row.len()), bias, plans, 0, out, code_row) }
     })
 }
 
@@ -353,7 +369,7 @@ pub(crate) fn block<C: CodeOut>(
     }
 }
 
-/// [`block`] on AVX2: the f32 form's block ([`single::block_avx2_either`]), or the f64 form row by row.
+/// [`block`] on AVX2: the f32 form's block ([`single::block_avx2`]), or the f64 form row by row.
 ///
 /// # Safety
 /// AVX2 present.
@@ -363,12 +379,23 @@ unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<us
     let slice = cs.slice(c0, cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX2; rows and columns lie inside the n-column matrices.
-        return unsafe { single::block_avx2_either((cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx2, C, (cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
     }
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX2; the slices below have `cols` elements each.
         unsafe {
-            avx2::row_either((cs.narrow, cs.unbiased), &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])
+            with_flags!(
+                avx2::row,
+                C,
+                (!cs.narrow, !cs.unbiased),
+                &acc[row * n + c0..][..cols],
+                slice,
+                cs.bias,
+                cs.plans,
+                c0,
+                cs.out,
+                &mut codes[row * n + c0..][..cols]
+            )
         }
     })
     .sum()
@@ -380,12 +407,23 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
     let slice = cs.slice(c0, cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX-512 F/BW; rows and columns lie inside the n-column matrices.
-        return unsafe { single::block_avx512_either((cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
     }
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
         unsafe {
-            row_avx512_either((cs.narrow, cs.unbiased), &acc[row * n + c0..][..cols], slice, cs.bias, cs.plans, c0, cs.out, &mut codes[row * n + c0..][..cols])
+            with_flags!(
+                row_avx512,
+                C,
+                (!cs.narrow, !cs.unbiased),
+                &acc[row * n + c0..][..cols],
+                slice,
+                cs.bias,
+                cs.plans,
+                c0,
+                cs.out,
+                &mut codes[row * n + c0..][..cols]
+            )
         }
     })
     .sum()
@@ -398,36 +436,8 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
 /// integer domain: `v + 1.5·2^52` has ulp 1 for |v| ≤ 2^40, so its bits minus those of
 /// `1.5·2^52` are rne(v) exactly, and `rne(v) + zy` narrowed with saturation (`vpmovusqb` after a
 /// max with 0 for u8, `vpmovsqb` for i8) is the clamped integer the scalar form computes in f64.
-///
-/// # Safety
-/// AVX-512 F and BW present.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
-#[inline]
-unsafe fn row_avx512_either<C: CodeOut>(
-    (narrow, unbiased): (bool, bool),
-    acc: &[i32],
-    cs: ColumnSlice<'_>,
-    bias: &[i32],
-    plans: &[Certified],
-    c0: usize,
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match (narrow, unbiased) {
-            (true, true) => row_avx512::<C, false, false>(acc, cs, bias, plans, c0, out, codes),
-            (true, false) => row_avx512::<C, false, true>(acc, cs, bias, plans, c0, out, codes),
-            (false, true) => row_avx512::<C, true, false>(acc, cs, bias, plans, c0, out, codes),
-            (false, false) => row_avx512::<C, true, true>(acc, cs, bias, plans, c0, out, codes),
-        }
-    }
-}
-
-/// One row; `WIDE` (the clamp and ρ) false only where [`Columns::narrow`] holds, `BIAS` false
-/// only where [`Columns::unbiased`] does.
+/// `WIDE` (the clamp and ρ) false only where [`Columns::narrow`] holds, `BIAS` false only where
+/// [`Columns::unbiased`] does.
 ///
 /// # Safety
 /// AVX-512 F and BW present.

@@ -11,41 +11,14 @@ use super::{BOUND, Certified, ColumnSlice, LIMIT, MAGIC, row_columns, settle_fla
 use crate::requant::{CodeOut, Output};
 use std::arch::x86_64::*;
 
-/// One row, as [`super::row_columns`]; `narrow` and `unbiased` as [`super::Columns`] says.
+/// One row, as [`super::row_columns`]; `WIDE` (the clamp and ρ) false only where
+/// [`super::Columns`]' `narrow` holds, `BIAS` false only where its `unbiased` does.
 ///
 /// # Safety
 /// AVX2 present.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
-pub(super) unsafe fn row_either<C: CodeOut>(
-    (narrow, unbiased): (bool, bool),
-    acc: &[i32],
-    cs: ColumnSlice<'_>,
-    bias: &[i32],
-    plans: &[Certified],
-    c0: usize,
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match (narrow, unbiased) {
-            (true, true) => row::<C, false, false>(acc, cs, bias, plans, c0, out, codes),
-            (true, false) => row::<C, false, true>(acc, cs, bias, plans, c0, out, codes),
-            (false, true) => row::<C, true, false>(acc, cs, bias, plans, c0, out, codes),
-            (false, false) => row::<C, true, true>(acc, cs, bias, plans, c0, out, codes),
-        }
-    }
-}
-
-/// `WIDE` (the clamp and ρ) false only where [`super::Columns`]' `narrow` holds, `BIAS` false
-/// only where its `unbiased` does.
-///
-/// # Safety
-/// AVX2 present.
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)] // [`row_columns`]' operands
-unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
+pub(super) unsafe fn row<C: CodeOut, const WIDE: bool, const BIAS: bool>(
     acc: &[i32],
     cs: ColumnSlice<'_>,
     bias: &[i32],

@@ -99,7 +99,7 @@ fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize,
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 #[allow(clippy::too_many_arguments)] // a block's operands
-unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
+pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     acc: &[i32],
     ld: usize,
     rows: std::ops::Range<usize>,
@@ -173,36 +173,6 @@ unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     fallbacks
 }
 
-/// [`block_avx512`] for the flags of the columns: ρ present, bias present.
-///
-/// # Safety
-/// AVX-512 F and BW present.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments)] // a block's operands
-pub(super) unsafe fn block_avx512_either<C: CodeOut>(
-    (offset, biased): (bool, bool),
-    acc: &[i32],
-    ld: usize,
-    rows: std::ops::Range<usize>,
-    cs: ColumnSlice<'_>,
-    bias: &[i32],
-    plans: &[Certified],
-    c0: usize,
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match (offset, biased) {
-            (false, false) => block_avx512::<C, false, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (false, true) => block_avx512::<C, false, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (true, false) => block_avx512::<C, true, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (true, true) => block_avx512::<C, true, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-        }
-    }
-}
-
 /// [`row`] on AVX2 for rows `rows` of a row-major matrix of `ld` columns (`acc` and `codes`),
 /// columns `c0..c0 + cs.len()`, 8 per register, the constants set up once per block, as
 /// [`block_avx512`] (the overflow and boundary masks from sign bits, `vmovmskps`; `OFFSET` and
@@ -219,7 +189,7 @@ pub(super) unsafe fn block_avx512_either<C: CodeOut>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)] // a block's operands
-unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
+pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     acc: &[i32],
     ld: usize,
     rows: std::ops::Range<usize>,
@@ -295,36 +265,6 @@ unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
         fallbacks += row(&acc[full..], cs.tail(full), bias, plans, c0 + full, out, &mut codes[full..]);
     }
     fallbacks
-}
-
-/// [`block_avx2`] for the flags of the columns: ρ present, bias present.
-///
-/// # Safety
-/// AVX2 present.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)] // a block's operands
-pub(super) unsafe fn block_avx2_either<C: CodeOut>(
-    (offset, biased): (bool, bool),
-    acc: &[i32],
-    ld: usize,
-    rows: std::ops::Range<usize>,
-    cs: ColumnSlice<'_>,
-    bias: &[i32],
-    plans: &[Certified],
-    c0: usize,
-    out: Output,
-    codes: &mut [C],
-) -> u64 {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match (offset, biased) {
-            (false, false) => block_avx2::<C, false, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (false, true) => block_avx2::<C, false, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (true, false) => block_avx2::<C, true, false>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-            (true, true) => block_avx2::<C, true, true>(acc, ld, rows, cs, bias, plans, c0, out, codes),
-        }
-    }
 }
 
 #[cfg(test)]
