@@ -3,12 +3,15 @@
 //! shapes, in GOPS (2 × the real multiply-accumulates per second) and as a share of the path's
 //! instruction peak (`instruction_peak`, measured just before each path's timings).
 //!
-//!     cargo run --release -p qdqc-kernels --example conv_bench -- [--isa NAME] [--reps N] [--only SUBSTRING]
+//!     cargo run --release -p qdqc-kernels --example conv_bench -- [--isa NAME] [--reps N] [--only SUBSTRING] [--weights uniform|bell]
 //!
 //! Shapes: 3×3 stride 1 (the shifted lowering), 3×3 stride 2 (the shifted lowering over two
 //! column phases; the 3-channel first layer keeps the direct gathers), 1×1 (the shifted lowering
 //! as one line), at the channel counts and resolutions
 //! of yolov8n's stages at 640×640 and at the 64×64 of `bench/rust_target.py`.
+//! Weights: uniform over the int8 range (the default; the AVX2 path keeps its i16 tile), or
+//! `bell`: bell-shaped with σ ≈ 36, as per-channel weights of real models are, which the AVX2
+//! path splits for `vpmaddubsw` (`split` after the shape: how many weights the split changes).
 //! Each shape prints a checksum of its codes: the same on every path.
 
 use qdqc_kernels::conv::{ConvParams, ConvRequant, PackedConv, Scratch};
@@ -73,6 +76,11 @@ fn main() {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let reps: usize = value("--reps").map_or(7, |v| v.parse().expect("--reps N"));
     let only = value("--only");
+    let bell = match value("--weights").as_deref() {
+        None | Some("uniform") => false,
+        Some("bell") => true,
+        Some(other) => panic!("--weights uniform|bell, not {other}"),
+    };
     let paths: Vec<Kernels> = match value("--isa") {
         Some(name) => vec![Kernels::new(Isa::parse(&name).expect("--isa NAME")).expect("ISA on this host")],
         None => Isa::available().into_iter().rev().filter_map(|isa| Kernels::new(isa).ok()).collect(),
@@ -99,7 +107,13 @@ fn main() {
             };
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (cin * 31 + cout * 7 + side) as u64);
             let x: Vec<u8> = (0..cin * side * side).map(|_| rng.next() as u8).collect();
-            let w: Vec<i8> = (0..cout * cin * k * k).map(|_| rng.next() as i8).collect();
+            let w: Vec<i8> = if bell {
+                // The sum of four uniform draws in [0, 1), centred: about normal, σ = 62/√3 ≈ 36.
+                let mut draw = || (rng.next() >> 40) as f64 / (1u64 << 24) as f64;
+                (0..cout * cin * k * k).map(|_| ((draw() + draw() + draw() + draw() - 2.0) * 62.0).round() as i8).collect()
+            } else {
+                (0..cout * cin * k * k).map(|_| rng.next() as i8).collect()
+            };
             let conv = PackedConv::from_i8(p.clone(), &w, &[0]).expect("pack");
             let out_sp: usize = p.output(&[side, side]).expect("output").iter().product();
             let rq = ConvRequant {
@@ -114,7 +128,8 @@ fn main() {
             });
             let gops = 2.0 * (cout * cin * k * k * out_sp) as f64 / t / 1e9;
             let share = peak.map_or(String::new(), |p| format!(" ({:.0} % of peak)", 100.0 * gops / p));
-            println!("  {name:<22} {:>9.1} us {gops:>7.1} GOPS{share}  checksum {}", t * 1e6, out.iter().map(|&v| u64::from(v)).sum::<u64>());
+            let split = conv.split_entries(kern).map_or(String::new(), |e| format!("  split {e}"));
+            println!("  {name:<22} {:>9.1} us {gops:>7.1} GOPS{share}  checksum {}{split}", t * 1e6, out.iter().map(|&v| u64::from(v)).sum::<u64>());
         }
     }
 }

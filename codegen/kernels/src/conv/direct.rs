@@ -79,6 +79,8 @@ pub struct Scratch {
     pub(super) padded: Vec<u8>,
     /// The group's weights widened to i16 (the AVX2 tiles broadcast them with one load).
     pub(super) wide: Vec<i16>,
+    /// A tile's rows made pair-safe (the AVX2 shifted tiles with `vpmaddubsw`).
+    pub(super) safe: Vec<i8>,
 }
 
 /// One group of one image: `x` its input planes, rows written to `sink` as channels

@@ -21,8 +21,10 @@ use crate::pack::{KR, PackError};
 use crate::requant::{Certified, CodeOut, Output, count_fallbacks, row_uniform};
 pub use direct::Scratch;
 use direct::{Sink, Weights};
+use crate::split::RowSplit;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::OnceLock;
 
 /// The attributes of one convolution (ONNX `Conv` with explicit pads).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +122,9 @@ pub struct PackedConv {
     sums: Vec<i32>,
     /// Weight zero point per output channel (int8 domain).
     zero_points: Vec<i32>,
+    /// The pair split of the shifted rows for `vpmaddubsw` ([`RowSplit`]), made from the bytes
+    /// on first use by the AVX2 path.
+    split: OnceLock<Option<RowSplit>>,
 }
 
 /// How the convolution runs.
@@ -206,7 +211,7 @@ impl PackedConv {
         let sums =
             if lowering == Lowering::Depthwise { Vec::new() } else { weights.chunks_exact(ldw).map(|r| r.iter().map(|&v| i32::from(v)).sum()).collect() };
         let zero_points = (0..cout).map(|co| zero_point(if zps == 1 { 0 } else { co })).collect();
-        Ok(PackedConv { params, lowering, weights: Cow::Owned(weights), sums, zero_points })
+        Ok(PackedConv { params, lowering, weights: Cow::Owned(weights), sums, zero_points, split: OnceLock::new() })
     }
 
     /// Weights packed ahead (a generated crate's blob holds [`Self::data`], [`Self::sums`] and
@@ -231,7 +236,7 @@ impl PackedConv {
                 zero_points.len()
             )));
         }
-        Ok(PackedConv { params, lowering, weights: Cow::Borrowed(data), sums, zero_points })
+        Ok(PackedConv { params, lowering, weights: Cow::Borrowed(data), sums, zero_points, split: OnceLock::new() })
     }
 
     /// The lowering, a packed row's reduction depth and its length in bytes, of valid `params`.
@@ -269,6 +274,22 @@ impl PackedConv {
 
     pub fn params(&self) -> &ConvParams {
         &self.params
+    }
+
+    /// The pair split the `kernels` path runs the shifted rows with (AVX2 only: `vpmaddubsw` on
+    /// pair-safe rows, [`RowSplit`]), made on first use; `None` on the other paths, for the other
+    /// lowerings, and where too many pairs break a bound (the i16 tile then).
+    fn pair_split(&self, kernels: Kernels) -> Option<&RowSplit> {
+        let (_, ldw) = self.lowering.row(&self.params);
+        (cfg!(target_arch = "x86_64") && kernels.isa() == Isa::Avx2 && self.lowering == Lowering::Shifted)
+            .then(|| self.split.get_or_init(|| RowSplit::of(&self.weights, ldw)).as_ref())
+            .flatten()
+    }
+
+    /// How many weights the `kernels` path's pair split changes (`None`: no split, see
+    /// [`Self::pair_split`]) — for tests and benchmarks.
+    pub fn split_entries(&self, kernels: Kernels) -> Option<usize> {
+        self.pair_split(kernels).map(RowSplit::len)
     }
 
     /// Accumulators `Σ (x − zx)(w − zw)` of input `x` (`[batch][Cin][input…]` codes), NCHW into `out`
@@ -354,8 +375,10 @@ impl PackedConv {
                 // A pointwise convolution (1×…×1, strides 1, no pads) reads its planes as one line.
                 let pointwise = p.kernel.iter().chain(&p.strides).all(|&v| v == 1) && p.pads_begin.iter().chain(&p.pads_end).all(|&v| v == 0);
                 let geometry = if pointwise { Geometry::line(in_sp) } else { geometry };
+                let split = self.pair_split(kernels);
                 for g in 0..p.groups {
-                    shifted::group(kernels, &geometry, &self.group(g), k, &x[g * cig * in_sp..][..cig * in_sp], zx, g * cog, s, sink);
+                    let x = &x[g * cig * in_sp..][..cig * in_sp];
+                    shifted::group(kernels, &geometry, &self.group(g), split.map(|s| (s, g * cog)), k, x, zx, g * cog, s, sink);
                 }
             }
             Lowering::Depthwise => {

@@ -27,6 +27,9 @@ use super::Geometry;
 use super::direct::{MR, NP, PANEL, Scratch, Sink, Weights};
 use crate::isa::{Isa, Kernels};
 use crate::pack::KR;
+use crate::split::RowSplit;
+#[cfg(target_arch = "x86_64")]
+use crate::split::safe_rows;
 
 /// Panels per block: every output-channel tile runs over the block's panels before the next.
 const BLOCK_PANELS: usize = 8 * NP;
@@ -94,16 +97,35 @@ impl<W> Tile<'_, W> {
 }
 
 /// One group of one image (see the module): rows to `sink` as channels `co_base..co_base + w.rows()`.
+/// `split`: the AVX2 path's pair split of the convolution's rows and the group's first row in it
+/// (then `vpmaddubsw` on pair-safe rows, [`crate::micro::conv_avx2::tile_split`]).
 #[allow(clippy::too_many_arguments)] // the group's operands, spelled out
-pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(super) fn group<S: Sink>(
+    kernels: Kernels,
+    g: &Geometry,
+    w: &Weights,
+    split: Option<(&RowSplit, usize)>,
+    depth: usize,
+    x: &[u8],
+    zx: u8,
+    co_base: usize,
+    s: &mut Scratch,
+    sink: &mut S,
+) {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
         Isa::Avx512Vnni => unsafe { group_vnni(g, w, depth, x, zx, co_base, s, sink) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
-        Isa::Avx2 => unsafe { group_avx2(g, w, depth, x, zx, co_base, s, sink) },
-        _ => group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, tile_portable),
+        Isa::Avx2 => unsafe {
+            match split {
+                Some((split, row0)) => group_split(g, w, split, row0, depth, x, zx, co_base, s, sink),
+                None => group_avx2(g, w, depth, x, zx, co_base, s, sink),
+            }
+        },
+        _ => group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, |t, _, out| tile_portable(t, out)),
     }
 }
 
@@ -111,7 +133,7 @@ pub(super) fn group<S: Sink>(kernels: Kernels, g: &Geometry, w: &Weights, depth:
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
-    group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, |t, out| {
+    group_generic(g, w, w.w, depth, x, zx, co_base, s, sink, |t, _, out| {
         // SAFETY: this instance only runs where AVX-512 F/BW/VNNI were checked; `tile` checks
         // the operands' bounds itself.
         unsafe { crate::micro::conv_vnni::tile_shifted(t, out) }
@@ -124,12 +146,29 @@ unsafe fn group_vnni<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
 unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
     let mut wide = std::mem::take(&mut s.wide);
     super::direct::widen(w.w, &mut wide);
-    group_generic(g, w, &wide, depth, x, zx, co_base, s, sink, |t, out| {
+    group_generic(g, w, &wide, depth, x, zx, co_base, s, sink, |t, _, out| {
         // SAFETY: this instance only runs where AVX2 was checked; `tile_shifted` checks the
         // operands' bounds itself.
         unsafe { crate::micro::conv_avx2::tile_shifted(t, out) }
     });
     s.wide = wide;
+}
+
+/// The AVX2 group with `vpmaddubsw`: the group's rows made pair-safe into `s.safe` once per call
+/// (one byte per weight, where the i16 tile widens to two), their excess added by the tile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn group_split<S: Sink>(g: &Geometry, w: &Weights, split: &RowSplit, row0: usize, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+    let mut safe = std::mem::take(&mut s.safe);
+    safe_rows(w.w, w.k4() * KR, split, row0, &mut safe);
+    group_generic(g, w, &safe, depth, x, zx, co_base, s, sink, |t, c0, out| {
+        // SAFETY: this instance only runs where AVX2 was checked; `tile_split` checks the
+        // operands' bounds itself; the rows are pair-safe (`safe_rows`), the split's rows
+        // from `row0 + c0` theirs.
+        unsafe { crate::micro::conv_avx2::tile_split(t, split, row0 + c0, out) }
+    });
+    s.safe = safe;
 }
 
 /// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
@@ -166,7 +205,7 @@ fn group_generic<S: Sink, W>(
     co_base: usize,
     s: &mut Scratch,
     sink: &mut S,
-    tile: impl Fn(&Tile<W>, &mut [[i32; NP * PANEL]; MR]),
+    mut tile: impl FnMut(&Tile<W>, usize, &mut [[i32; NP * PANEL]; MR]),
 ) {
     let [od, oh, ow] = g.output;
     if od * oh * ow == 0 {
@@ -239,7 +278,7 @@ fn group_generic<S: Sink, W>(
                 for ((b, l), span) in bases.iter_mut().zip(&mut lens).zip(&s.spans[t0..t0 + np]) {
                     (*b, *l) = (span[0], span[2]);
                 }
-                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, lens, offsets: &s.offsets, mr, np }, &mut acc);
+                tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, lens, offsets: &s.offsets, mr, np }, c0, &mut acc);
                 for (r, row) in acc.iter_mut().enumerate().take(mr) {
                     let co = c0 + r;
                     let zw = w.zero_points[co];

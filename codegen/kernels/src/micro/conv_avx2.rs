@@ -1,25 +1,31 @@
 //! AVX2 tiles of the convolution ([`crate::conv`]: packed panels, [`tile`], and the shifted
-//! layout read in place, [`tile_shifted`]), exact: `vpmaddwd` multiplies i16 activations by i16
-//! weights, summing products in pairs into i32: |x·w| ≤ 255·128, so a pair never leaves i32
-//! (`vpmaddubsw` saturates pairs to int16 and is not used). The sums wrap modulo 2^32 like the
+//! layout read in place, [`tile_shifted`] and [`tile_split`]), exact: `vpmaddwd` multiplies i16
+//! activations by i16 weights, summing products in pairs into i32: |x·w| ≤ 255·128, so a pair
+//! never leaves i32; `vpmaddubsw` (u8 × i8, which saturates pairs to int16) only on pair-safe rows
+//! (`crate::split::RowSplit`), whose pairs cannot saturate. The sums wrap modulo 2^32 like the
 //! portable path's, so every order gives the same integers.
 //!
-//! Register tile: up to 6 output channels × 8 positions. Per reduction step (4 channels), the 8
-//! positions' 32 activation bytes are widened once (two `vpmovzxbw`, each a ymm of 4 positions
-//! × 4 channels) and serve every row; each row's 4 weights come from the group's weights widened
-//! to i16 once per call (`conv::direct::widen`), so their broadcast is one load
-//! (`vpbroadcastq ymm, m64`) with no ALU work. The loop is then 2 widenings, 12 `vpmaddwd` and 12
-//! `vpaddd` per 6 rows — about 2.2 vector uops per `vpmaddwd` where the earlier row-pair tile
-//! (activations widened per row pair, weights widened and broadcast per row and step: 3.25) left
-//! the multiplier ports idle a third of the time. 12 accumulators, 2 activation vectors and the
-//! broadcast fit the 16 ymm registers. Each i32 lane holds half of one position's sum (channels
-//! 0–1, 2–3 of the step); `vphaddd` adds the halves once per tile. A shifted panel of a line of 8
-//! positions or fewer runs its first 8 only (yolov8n at 64×64 has lines of 8, 4 and 2: conv_bench
-//! `3x3 s1 64->64 @8` 97.0 → 55.1 µs with the sink's runs merged per line).
+//! Register tile: up to 6 output channels × 8 positions. i16 rows ([`Wide`]): per reduction step
+//! (4 channels), the 8 positions' 32 activation bytes are widened once (two `vpmovzxbw`, each a
+//! ymm of 4 positions × 4 channels) and serve every row; each row's 4 weights come from the
+//! group's weights widened to i16 once per call (`conv::direct::widen`), so their broadcast is one
+//! load (`vpbroadcastq ymm, m64`) with no ALU work. The loop is then 2 widenings, 12 `vpmaddwd`
+//! and 12 `vpaddd` per 6 rows — about 2.2 vector uops per `vpmaddwd` where the earlier row-pair
+//! tile (activations widened per row pair, weights widened and broadcast per row and step: 3.25)
+//! left the multiplier ports idle a third of the time. 12 accumulators, 2 activation vectors and
+//! the broadcast fit the 16 ymm registers. Each i32 lane holds half of one position's sum
+//! (channels 0–1, 2–3 of the step); `vphaddd` adds the halves once per tile. Pair-safe i8 rows
+//! ([`Split`], the shifted layout where the weights allow): the 32 bytes in one register, per row
+//! `vpbroadcastd`, `vpmaddubsw`, `vpmaddwd` by ones (a position's whole sum per lane), `vpaddd`,
+//! then the row's few excess steps the same way (conv_bench, bell-shaped weights, Zen 3: 3×3
+//! 32→32 at 80×80 1263 → 1147 µs, 64→64 at 40×40 1032 → 943 µs). A shifted panel of a line of 8
+//! positions or fewer runs its first 8 only (yolov8n at 64×64 has lines of 8, 4 and 2:
+//! conv_bench `3x3 s1 64->64 @8` 97.0 → 55.1 µs with the sink's runs merged per line).
 
 use crate::conv::direct::{MR, NP, PANEL, Tile};
 use crate::conv::shifted::Tile as Shifted;
 use crate::pack::KR;
+use crate::split::RowSplit;
 use std::arch::x86_64::*;
 
 /// Output channels per register tile.
@@ -36,9 +42,10 @@ const COLS: usize = 8;
 pub unsafe fn tile(t: &Tile<i16>, out: &mut [[i32; NP * PANEL]; MR]) {
     assert!(t.mr <= MR && t.np <= NP && t.w.len() >= t.mr * t.k4 * KR && t.x.len() >= t.np * t.k4 * PANEL * KR);
     let pstride = t.k4 * PANEL * KR;
+    let wide = Wide { w: t.w, ldw: t.k4 * KR, steps: t.k4, step: |q| q * PANEL * KR };
     // SAFETY: the assert bounds every read: rows of `k4·4` weights, panels of `k4·64`
     // activation bytes.
-    unsafe { rows(t.w, t.k4 * KR, t.mr, t.np, t.k4, |p| t.x.as_ptr().add(p * pstride), |_| PANEL, |q| q * PANEL * KR, out) }
+    unsafe { rows(&wide, t.mr, t.np, |p| t.x.as_ptr().add(p * pstride), |_| PANEL, out) }
 }
 
 /// The raw sums of tile `t` (the shifted layout: step `q` of panel `p` at `bases[p] + offsets[q]`;
@@ -50,31 +57,46 @@ pub unsafe fn tile(t: &Tile<i16>, out: &mut [[i32; NP * PANEL]; MR]) {
 pub unsafe fn tile_shifted(t: &Shifted<i16>, out: &mut [[i32; NP * PANEL]; MR]) {
     t.check();
     let offsets = t.offsets.list();
+    let wide = Wide { w: t.w, ldw: offsets.len() * KR, steps: offsets.len(), step: |q| offsets[q] };
     // SAFETY: `check` bounds every read: rows of `k4·4` weights, 64 bytes at
     // `bases[p] + offset` with every offset at most the span.
-    unsafe { rows(t.w, offsets.len() * KR, t.mr, t.np, offsets.len(), |p| t.x.as_ptr().add(t.bases[p]), |p| t.lens[p], |q| offsets[q], out) }
+    unsafe { rows(&wide, t.mr, t.np, |p| t.x.as_ptr().add(t.bases[p]), |p| t.lens[p], out) }
 }
 
-/// `mr` weight rows of `ldw` i16 × `np` panels of `steps` steps: panel `p`'s step `q` at
-/// `panel(p) + step(q)` (64 bytes: 16 positions × 4 channels), in register tiles of
-/// [`ROWS`] × [`COLS`]; a register tile of positions at or past `used(p)` is skipped (its sums
-/// are not read: a shifted panel of a line of 8 or fewer positions costs half).
+/// The raw sums of tile `t` (the shifted layout) with `vpmaddubsw`: `t.w` holds pair-safe rows
+/// (`crate::split::safe_rows`), `split`'s rows from `row0` their excess, added back after each
+/// row's sum ([`Split`]). The same integers as [`tile_shifted`].
 ///
 /// # Safety
-/// AVX2 present; every such address readable for 64 bytes, `w` for `mr·ldw` i16.
+/// The host has AVX2 (a [`crate::Kernels`] of that path proves it); every pair of `t.w`'s rows is
+/// pair-safe ([`crate::split::pair_safe`]; otherwise a sum saturates, still without any
+/// undefined behaviour).
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)] // the tile's operands, spelled out
-unsafe fn rows(
-    w: &[i16],
-    ldw: usize,
-    mr: usize,
-    np: usize,
-    steps: usize,
-    panel: impl Fn(usize) -> *const u8,
-    used: impl Fn(usize) -> usize,
-    step: impl Fn(usize) -> usize,
-    out: &mut [[i32; NP * PANEL]; MR],
-) {
+pub unsafe fn tile_split(t: &Shifted<i8>, split: &RowSplit, row0: usize, out: &mut [[i32; NP * PANEL]; MR]) {
+    t.check();
+    let offsets = t.offsets.list();
+    let split = Split { w: t.w, ldw: offsets.len() * KR, steps: offsets.len(), step: |q| offsets[q], split, row0 };
+    // SAFETY: `check` bounds every read: rows of `k4·4` weights, 64 bytes at `bases[p] +
+    // offset` with every offset at most the span; an excess step indexes `offsets` (checked).
+    unsafe { rows(&split, t.mr, t.np, |p| t.x.as_ptr().add(t.bases[p]), |p| t.lens[p], out) }
+}
+
+/// A register tile of `R` rows × 8 positions: `out[r][col..col + 8]` gets the sums of the 8
+/// positions whose step `q` is the 32 bytes at `x + step(q)` against rows `r0..r0 + R`.
+trait Block {
+    /// # Safety
+    /// AVX2 present; `x + step(q)` readable for 32 bytes for every step.
+    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize);
+}
+
+/// `mr` rows × `np` panels of `block` (panel `p`'s 16 positions from `panel(p)`), in register
+/// tiles of [`ROWS`] × [`COLS`]; a register tile of positions at or past `used(p)` is skipped
+/// (its sums are not read: a shifted panel of a line of 8 or fewer positions costs half).
+///
+/// # Safety
+/// AVX2 present; every step of every panel readable for 64 bytes.
+#[target_feature(enable = "avx2")]
+unsafe fn rows(block: &impl Block, mr: usize, np: usize, panel: impl Fn(usize) -> *const u8, used: impl Fn(usize) -> usize, out: &mut [[i32; NP * PANEL]; MR]) {
     for p in 0..np {
         for half in 0..used(p).div_ceil(COLS) {
             let col = p * PANEL + half * COLS;
@@ -83,17 +105,16 @@ unsafe fn rows(
             let mut r = 0;
             while r < mr {
                 let n = (mr - r).min(ROWS);
-                let w = &w[r * ldw..];
                 let out = &mut out[r..];
-                // SAFETY: forwarded from the caller (`n` rows of `w` remain).
+                // SAFETY: forwarded from the caller.
                 unsafe {
                     match n {
-                        1 => block::<1>(x, steps, &step, w, ldw, out, col),
-                        2 => block::<2>(x, steps, &step, w, ldw, out, col),
-                        3 => block::<3>(x, steps, &step, w, ldw, out, col),
-                        4 => block::<4>(x, steps, &step, w, ldw, out, col),
-                        5 => block::<5>(x, steps, &step, w, ldw, out, col),
-                        _ => block::<ROWS>(x, steps, &step, w, ldw, out, col),
+                        1 => block.block::<1>(x, r, out, col),
+                        2 => block.block::<2>(x, r, out, col),
+                        3 => block.block::<3>(x, r, out, col),
+                        4 => block.block::<4>(x, r, out, col),
+                        5 => block.block::<5>(x, r, out, col),
+                        _ => block.block::<ROWS>(x, r, out, col),
                     }
                 }
                 r += n;
@@ -102,15 +123,29 @@ unsafe fn rows(
     }
 }
 
-/// `R` rows × 8 positions: `out[r][col..col + 8]` gets the sums of the 8 positions whose step
-/// `q` is the 32 bytes at `x + step(q)` against row `r`'s weights `w[r·ldw + 4q..][..4]`.
-///
-/// # Safety
-/// AVX2 present; `x + step(q)` readable for 32 bytes, `w` for `R·ldw` i16 with `4·steps ≤ ldw`.
+/// Rows of i16 weights (`ldw` per row, `steps` steps of 4): per step, the 8 positions' 32
+/// activation bytes widened once (two `vpmovzxbw`), each row's 4 weights broadcast by one load,
+/// two `vpmaddwd` per row; each i32 lane holds half a position's sum until `vphaddd`.
+struct Wide<'a, F> {
+    w: &'a [i16],
+    ldw: usize,
+    steps: usize,
+    step: F,
+}
+
+impl<F: Fn(usize) -> usize> Block for Wide<'_, F> {
+    #[inline(always)]
+    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+        // SAFETY: forwarded (AVX2 present, the activations readable).
+        unsafe { block_wide::<R, F>(self, x, r0, out, col) }
+    }
+}
+
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)] // the tile's operands, spelled out
 #[inline]
-unsafe fn block<const R: usize>(x: *const u8, steps: usize, step: &impl Fn(usize) -> usize, w: &[i16], ldw: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+unsafe fn block_wide<const R: usize, F: Fn(usize) -> usize>(b: &Wide<F>, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+    let (ldw, steps) = (b.ldw, b.steps);
+    let w = &b.w[r0 * ldw..];
     assert!(w.len() >= (R - 1) * ldw + steps * KR && out.len() >= R && col + COLS <= NP * PANEL);
     let w = w.as_ptr();
     // SAFETY: the assert bounds the weights and the stores, the caller the activations;
@@ -118,7 +153,7 @@ unsafe fn block<const R: usize>(x: *const u8, steps: usize, step: &impl Fn(usize
     unsafe {
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
         for q in 0..steps {
-            let at = x.add(step(q));
+            let at = x.add((b.step)(q));
             let xv = [_mm256_cvtepu8_epi16(_mm_loadu_si128(at.cast())), _mm256_cvtepu8_epi16(_mm_loadu_si128(at.add(16).cast()))];
             for (r, acc) in acc.iter_mut().enumerate() {
                 // The step's 4 weights, repeated over the register: one load.
@@ -131,6 +166,60 @@ unsafe fn block<const R: usize>(x: *const u8, steps: usize, step: &impl Fn(usize
             // Halves added: [p0 p1 p4 p5 | p2 p3 p6 p7], then the 64-bit pairs in order.
             let sums = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(acc[0], acc[1]));
             _mm256_storeu_si256(out[col..].as_mut_ptr().cast(), sums);
+        }
+    }
+}
+
+/// Pair-safe i8 rows and their excess: per step, the 8 positions' 32 activation bytes in one
+/// register against each row's 4 weights (`vpbroadcastd`): `vpmaddubsw` (two pairs of products
+/// per position, exact: the pairs are safe), `vpmaddwd` by ones (the position's sum in its i32
+/// lane), `vpaddd` — 3 vector operations per row where the i16 rows take 4 and two widenings.
+/// Then each of the row's excess steps the same way with its excess word (one weight of a pair
+/// nonzero: |a·e| ≤ 255·128, exact).
+struct Split<'a, F> {
+    w: &'a [i8],
+    ldw: usize,
+    steps: usize,
+    step: F,
+    split: &'a RowSplit,
+    row0: usize,
+}
+
+impl<F: Fn(usize) -> usize> Block for Split<'_, F> {
+    #[inline(always)]
+    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+        // SAFETY: forwarded (AVX2 present, the activations readable).
+        unsafe { block_split::<R, F>(self, x, r0, out, col) }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn block_split<const R: usize, F: Fn(usize) -> usize>(b: &Split<F>, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+    let (ldw, steps) = (b.ldw, b.steps);
+    let w = &b.w[r0 * ldw..];
+    assert!(w.len() >= (R - 1) * ldw + steps * KR && out.len() >= R && col + COLS <= NP * PANEL);
+    let w = w.as_ptr();
+    // SAFETY: the assert bounds the weights and the stores, the caller the activations (an
+    // excess step is one of the steps); unaligned loads and stores only.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let product = |xv: __m256i, word: i32| _mm256_madd_epi16(_mm256_maddubs_epi16(xv, _mm256_set1_epi32(word)), ones);
+        let mut acc = [_mm256_setzero_si256(); R];
+        for q in 0..steps {
+            let xv = _mm256_loadu_si256(x.add((b.step)(q)).cast());
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_add_epi32(*acc, product(xv, w.add(r * ldw + q * KR).cast::<i32>().read_unaligned()));
+            }
+        }
+        for (r, acc) in acc.iter_mut().enumerate() {
+            for e in b.split.row(b.row0 + r0 + r) {
+                let xv = _mm256_loadu_si256(x.add((b.step)(e.q as usize)).cast());
+                *acc = _mm256_add_epi32(*acc, product(xv, i32::from_le_bytes(e.word.map(|v| v as u8))));
+            }
+        }
+        for (acc, out) in acc.iter().zip(out.iter_mut()) {
+            _mm256_storeu_si256(out[col..].as_mut_ptr().cast(), *acc);
         }
     }
 }

@@ -559,14 +559,19 @@ fn shifted<C: CodeOut>(acc: &[i32], bias: i32, k: u32, out: Output, codes: &mut 
 }
 
 /// One run of accumulators sharing one bias and one plan (a convolution channel's positions):
-/// the same IEEE operations as [`evaluate`] element by element, like [`rows`] (vectorized where
-/// the caller's instance allows); returns the fallback count, not yet added to [`fallback_hits`].
+/// the integer shift for a power-of-two ratio, the f32 form where the plan allows it
+/// ([`single::row_uniform`]: twice the lanes), else the same IEEE operations as [`evaluate`]
+/// element by element, like [`rows`] (vectorized where the caller's instance allows); returns
+/// the fallback count, not yet added to [`fallback_hits`].
 #[inline(always)]
 pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
     const CH: usize = 64;
     if let Some(k) = plan.shift {
         shifted(acc, bias, k, out, codes);
         return 0;
+    }
+    if let Some(single) = plan.single {
+        return single::row_uniform(acc, bias, single, plan, out, codes);
     }
     let (b, r, rho) = (f64::from(bias), plan.r, plan.rho);
     let mut fallbacks = 0;

@@ -3,6 +3,7 @@
 
 pub mod adversarial;
 
+use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::{Isa, Kernels};
 
 /// Acknowledges, per path name (comma-separated), that this host lacks a path the suite instantiates.
@@ -106,4 +107,45 @@ pub fn short(rng: &mut Rng, bits: u32, around: f32) -> f32 {
     let m = (1 << (bits - 1)) + rng.below(1 << (bits - 1)) as i32;
     let e = around.log2().floor() as i32 - bits as i32 + 1;
     m as f32 * 2f32.powi(e)
+}
+
+/// Direct-definition convolution, i64, NCHW, any rank ≤ 3 (leading axes of extent 1).
+pub fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], zx: i64, w: &[i64], zw: &[i64]) -> Vec<i64> {
+    let lift = |v: &[usize], fill: usize| -> [usize; 3] {
+        let mut a = [fill; 3];
+        a[3 - v.len()..].copy_from_slice(v);
+        a
+    };
+    let output = p.output(input).unwrap();
+    let (inp, out, ker) = (lift(input, 1), lift(&output, 1), lift(&p.kernel, 1));
+    let (st, dil, pad) = (lift(&p.strides, 1), lift(&p.dilations, 1), lift(&p.pads_begin, 0));
+    let (cig, cog) = (p.in_channels / p.groups, p.out_channels / p.groups);
+    let (isz, osz, ksz) = (inp.iter().product::<usize>(), out.iter().product::<usize>(), ker.iter().product::<usize>());
+    let mut y = vec![0i64; batch * p.out_channels * osz];
+    for b in 0..batch {
+        for co in 0..p.out_channels {
+            let g = co / cog;
+            let z = zw[if zw.len() == 1 { 0 } else { co }];
+            for o in 0..osz {
+                let oc = [o / (out[1] * out[2]), (o / out[2]) % out[1], o % out[2]];
+                let mut s = 0i64;
+                for ci in 0..cig {
+                    for t in 0..ksz {
+                        let tc = [t / (ker[1] * ker[2]), (t / ker[2]) % ker[1], t % ker[2]];
+                        let pos: Vec<i64> = (0..3).map(|a| (oc[a] * st[a] + tc[a] * dil[a]) as i64 - pad[a] as i64).collect();
+                        let inside = (0..3).all(|a| pos[a] >= 0 && (pos[a] as usize) < inp[a]);
+                        let xv = if inside {
+                            let i = (pos[0] as usize * inp[1] + pos[1] as usize) * inp[2] + pos[2] as usize;
+                            i64::from(x[(b * p.in_channels + g * cig + ci) * isz + i])
+                        } else {
+                            zx
+                        };
+                        s += (xv - zx) * (w[(co * cig + ci) * ksz + t] - z);
+                    }
+                }
+                y[(b * p.out_channels + co) * osz + o] = s;
+            }
+        }
+    }
+    y
 }

@@ -74,6 +74,43 @@ pub(super) fn row<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[i32], pl
     fallbacks
 }
 
+/// A run of accumulators sharing one bias and one plan (`(r, ρ)` its f32 pair: the plan is
+/// [`eligible`]) in the f32 form: [`approximate`]'s operations, written without branches (the
+/// overflow of `acc + bias` from the signs, the flags combined bitwise) so that they vectorize
+/// where the caller's instance allows. Returns the fallback count.
+#[inline(always)]
+#[allow(clippy::manual_clamp)] // max/min: no panic path, and they vectorize
+pub(super) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, (r, rho): (f32, f32), plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
+    const CH: usize = 64;
+    let (zy, lo, hi) = (out.zero_point().wrapping_sub(MAGIC.to_bits() as i32), out.code().min(), out.code().max());
+    let tol = rho.abs();
+    let mut fallbacks = 0;
+    for (acc, codes) in acc.chunks(CH).zip(codes.chunks_mut(CH)) {
+        let mut near = [false; CH];
+        let mut any = false;
+        for ((&a, y), near) in acc.iter().zip(codes.iter_mut()).zip(&mut near) {
+            let t = a.wrapping_add(bias);
+            let overflow = (a ^ t) & (bias ^ t) < 0;
+            let p = t as f32 * r;
+            let v = p + rho;
+            let clamped = v.max(-LIMIT).min(LIMIT);
+            let shifted = clamped + MAGIC;
+            let d = (clamped - (shifted - MAGIC)).abs();
+            let n = overflow | ((v.abs() <= LIMIT) & (0.5 - d <= (p.abs() + tol) * BOUND));
+            *y = C::from_code((shifted.to_bits() as i32).wrapping_add(zy).max(lo).min(hi));
+            *near = n;
+            any |= n;
+        }
+        if any {
+            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
+                codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
+                fallbacks += 1;
+            }
+        }
+    }
+    fallbacks
+}
+
 /// The exact form on the flagged columns of a chunk starting at column `c0` (`bias` the chunk's).
 fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: Output, near: &[bool], codes: &mut [C]) -> u64 {
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
