@@ -21,7 +21,8 @@ use super::{CodesError, numel, shape_err};
 ///
 /// Row by row of the last axis: a row reading the same input row as the previous output row
 /// (nearest upsampling repeats rows) is a copy of it, a row whose last-axis map is a run of
-/// consecutive offsets (Slice, Pad's interior, Gather of a range) one `copy_from_slice`; the
+/// consecutive offsets (Slice, Pad's interior, Gather of a range) one `copy_from_slice`, one
+/// reading each offset of a run twice in turn (nearest upsampling by 2) pairs of copies; the
 /// others gather element by element. Every branch writes the same elements as the definition.
 fn map_axes<T: Copy>(x: &[T], shape: &[usize], maps: &[Vec<Option<usize>>], fill: Option<T>, out: &mut [T]) {
     let out_shape: Vec<usize> = maps.iter().map(Vec::len).collect();
@@ -41,6 +42,8 @@ fn map_axes<T: Copy>(x: &[T], shape: &[usize], maps: &[Vec<Option<usize>>], fill
     // The last axis' offsets when none is the pad, and whether they are one consecutive run.
     let dense: Option<Vec<usize>> = last.iter().copied().collect();
     let run = dense.as_ref().is_some_and(|d| d.windows(2).all(|w| w[1] == w[0] + 1));
+    // Each offset twice in turn (nearest upsampling by 2 along the last axis): pairs of copies.
+    let doubled = dense.as_ref().is_some_and(|d| d.iter().enumerate().all(|(i, &o)| o == d[0] + i / 2));
     let mut idx = vec![0usize; rank - 1];
     let mut previous: Option<(usize, usize)> = None;
     for start in (0..out.len()).step_by(width) {
@@ -52,6 +55,16 @@ fn map_axes<T: Copy>(x: &[T], shape: &[usize], maps: &[Vec<Option<usize>>], fill
                 out.copy_within(from..from + width, start);
             }
             (Some(b), Some(d)) if run => out[start..start + width].copy_from_slice(&x[b + d[0]..][..width]),
+            (Some(b), Some(d)) if doubled => {
+                let row = &mut out[start..start + width];
+                let src = &x[b + d[0]..][..width.div_ceil(2)];
+                for (pair, &v) in row.chunks_exact_mut(2).zip(src) {
+                    pair.copy_from_slice(&[v, v]);
+                }
+                if width % 2 == 1 {
+                    row[width - 1] = src[width / 2];
+                }
+            }
             (Some(b), Some(d)) => {
                 for (y, &o) in out[start..start + width].iter_mut().zip(d) {
                     *y = x[b + o];
