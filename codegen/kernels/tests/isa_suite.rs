@@ -189,6 +189,8 @@ fn convolutions(isa: Isa) {
     conv_case(kern, &mut rng, params(2, 4, 2, &[5, 5], &[1, 1], &[1, 1], &[2, 2], &[2, 2]), 1, &[24, 48], false);
     conv_case(kern, &mut rng, params(3, 3, 3, &[5, 5], &[2, 2], &[1, 1], &[2, 2], &[2, 2]), 1, &[24, 47], true);
     conv_case(kern, &mut rng, params(2, 2, 2, &[3, 3, 3], &[1, 1, 1], &[1, 1, 1], &[1, 0, 1], &[1, 2, 0]), 1, &[3, 9, 20], true);
+    // 3-D depthwise with strides and a dilation along depth (the per-line offsets of the taps).
+    conv_case(kern, &mut rng, params(3, 3, 3, &[2, 3, 3], &[2, 2, 1], &[2, 1, 2], &[1, 1, 0], &[0, 1, 1]), 1, &[6, 7, 9], true);
     // 1-D: audio-style stride and dilation; 3-D: small volume with groups.
     conv_case(kern, &mut rng, params(3, 4, 1, &[5], &[3], &[2], &[4], &[1]), 2, &[40], true);
     conv_case(kern, &mut rng, params(6, 4, 2, &[3], &[1], &[1], &[1], &[1]), 1, &[17], false);

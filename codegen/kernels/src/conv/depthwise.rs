@@ -119,12 +119,22 @@ fn plane_generic(
         (&mut at_heap[..], &mut w_heap[..], &mut o_heap[..])
     };
     let mut n = 0;
-    // The taps `w − zw` (|·| ≤ 255), the zero ones left out.
-    for (t, tap) in w[..all].iter().map(|&v| i32::from(v) - zw).enumerate().filter(|&(_, tap)| tap != 0) {
-        (coords[n], weights[n]) = ([t / (kh * kw), t / kw % kh, t % kw], tap);
-        n += 1;
+    // The taps `w − zw` (|·| ≤ 255), the zero ones left out; their coordinates counted, not
+    // divided out (this runs once per channel, and OCR's planes are a few lines).
+    let mut t = 0;
+    for tz in 0..kd {
+        for ty in 0..kh {
+            for tx in 0..kw {
+                let tap = i32::from(w[t]) - zw;
+                if tap != 0 {
+                    (coords[n], weights[n]) = ([tz, ty, tx], tap);
+                    n += 1;
+                }
+                t += 1;
+            }
+        }
     }
-    let (live, weights, offsets) = (&coords[..n], &weights[..n], &mut offsets[..n]);
+    let (live, weights, offsets) = (&mut coords[..n], &weights[..n], &mut offsets[..n]);
     if sh == 1 && sw == 1 {
         // Every tap's run over a depth slice is flat: `oh·pitch` framed bytes from its offset.
         // The last slice's runs may end past the spare line: framed with more `zx` (adding
@@ -135,18 +145,25 @@ fn plane_generic(
             padded.resize(need, zx as u8);
         }
         for (z, dst) in out.chunks_exact_mut(oh * pitch).enumerate() {
-            for (o, &t) in offsets.iter_mut().zip(live) {
+            for (o, &t) in offsets.iter_mut().zip(&*live) {
                 *o = at(z, t);
             }
             sum_taps(dst, padded, offsets, weights, zx);
         }
     } else {
         // Column x·sw + tx·dw of a framed line: phase (tx·dw) mod sw, index x + (tx·dw) div sw.
+        // Per tap once (no division per line): its framed line within the window and its column
+        // offset, in place of its coordinates.
+        for t in live.iter_mut() {
+            let [tz, ty, tx] = *t;
+            let col = if sw == 1 { tx * dw } else { tx * dw % sw * phase + tx * dw / sw };
+            *t = [tz * dd * ey + ty * dh, col, 0];
+        }
         for (l, dst) in out.chunks_exact_mut(pitch).enumerate() {
             let (z, y) = (l / oh, l % oh);
-            for (o, &[tz, ty, tx]) in offsets.iter_mut().zip(live) {
-                let line = (z * sd + tz * dd) * ey + ty * dh + y * sh;
-                *o = if sw == 1 { line * pitch + tx * dw } else { framed + (line * sw + tx * dw % sw) * phase + tx * dw / sw };
+            let first = z * sd * ey + y * sh;
+            for (o, &[line, col, _]) in offsets.iter_mut().zip(&*live) {
+                *o = if sw == 1 { (first + line) * pitch + col } else { framed + (first + line) * sw * phase + col };
             }
             sum_taps(&mut dst[..ow], padded, offsets, weights, zx);
         }
