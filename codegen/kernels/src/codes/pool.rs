@@ -128,37 +128,6 @@ fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
     v
 }
 
-/// Runs `f(plane, out_index, taps)` for each output of each `[n, c]` plane; taps are flat input
-/// offsets within the plane, and the include-pad count is passed along.
-fn windows(p: &PoolParams, shape: &[usize], out_len: usize, mut f: impl FnMut(usize, usize, &mut dyn Iterator<Item = usize>, usize)) -> Result<(), CodesError> {
-    let out_shape = pool_output_shape(p, shape)?;
-    check_len("pool output", out_len, &out_shape)?;
-    let ax = axes(p, shape, &out_shape);
-    let mut dims: Vec<usize> = shape[2..].to_vec();
-    dims.resize(3, 1);
-    let (s1, s2) = (dims[1] * dims[2], dims[2]);
-    let planes = shape[0] * shape[1];
-    let mut o = 0;
-    for plane in 0..planes {
-        for (o0, c0) in ax[0].padded.iter().enumerate() {
-            for (o1, c1) in ax[1].padded.iter().enumerate() {
-                for (o2, c2) in ax[2].padded.iter().enumerate() {
-                    let (t1, t2) = (ax[1].taps(o1), ax[2].taps(o2));
-                    let mut it = ax[0].taps(o0).flat_map(|i| {
-                        t1.clone().flat_map({
-                            let t2 = t2.clone();
-                            move |j| t2.clone().map(move |k| i * s1 + j * s2 + k)
-                        })
-                    });
-                    f(plane, o, &mut it, c0 * c1 * c2);
-                    o += 1;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// MaxPool on codes (input and output share their quantization parameters). Separable, as max
 /// is: per output line of the two outer axes, the elementwise max of the window's input lines
 /// (vectorized), then per output along the innermost axis the max of that line's taps. Windows
@@ -178,24 +147,44 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     let plane = numel(&shape[2..]);
     let lowest = T::saturate(i64::from(T::MIN));
     let mut line = vec![lowest; w];
+    // Windows of two adjacent inputs at even columns along the last axis (2 wide, stride 2, no
+    // pad: the common 2×2 pooling): each output the max of one pair of the line.
+    let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
+    let pairs = dil == 1 && count.iter().all(|&n| n == 2) && first.iter().enumerate().all(|(i, &f)| f == 2 * i);
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {
         let base = &x[c * plane..][..plane];
         for o0 in 0..ax[0].count.len() {
             for o1 in 0..ax[1].count.len() {
-                line.fill(lowest);
+                // The window's first input line, then the max with each other one.
+                let mut started = false;
                 for i in ax[0].taps(o0) {
                     for j in ax[1].taps(o1) {
-                        for (l, &v) in line.iter_mut().zip(&base[i * s1 + j * w..][..w]) {
-                            if v > *l {
-                                *l = v;
+                        let row = &base[i * s1 + j * w..][..w];
+                        if started {
+                            for (l, &v) in line.iter_mut().zip(row) {
+                                if v > *l {
+                                    *l = v;
+                                }
                             }
+                        } else {
+                            line.copy_from_slice(row);
+                            started = true;
                         }
                     }
                 }
-                let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
-                for (y, (&f, &n)) in out[o..][..count.len()].iter_mut().zip(first.iter().zip(count)) {
-                    *y = line[f..].iter().step_by(dil).take(n).fold(lowest, |m, &v| if v > m { v } else { m });
+                if !started {
+                    line.fill(lowest);
+                }
+                let y = &mut out[o..][..count.len()];
+                if pairs {
+                    for (y, p) in y.iter_mut().zip(line.chunks_exact(2)) {
+                        *y = if p[1] > p[0] { p[1] } else { p[0] };
+                    }
+                } else {
+                    for (y, (&f, &n)) in y.iter_mut().zip(first.iter().zip(count)) {
+                        *y = line[f..].iter().step_by(dil).take(n).fold(lowest, |m, &v| if v > m { v } else { m });
+                    }
                 }
                 o += count.len();
             }
@@ -303,29 +292,56 @@ pub fn average_pool<X: QCode, Y: QCode>(
         return shape_err(format!("pool: kernel {:?} beyond 2^40 taps", p.kernel));
     }
     let mean = Mean::new::<X, Y>(qx, qy)?;
+    let out_shape = pool_output_shape(p, shape)?;
+    check_len("pool output", out.len(), &out_shape)?;
     let (plane, zx) = (numel(&shape[2..]), i64::from(qx.zero_point));
     // One rate per count a window can have (at most the kernel's taps), made for this run.
     let rates: Vec<Option<Rate>> = (0..=numel(&p.kernel).min(RATE_COUNTS)).map(|c| mean.rate(c)).collect();
-    windows(p, shape, out.len(), |c, o, taps, padded| {
-        let base = &x[c * plane..];
-        let (mut sum, mut n) = (0i64, 0usize);
-        for t in taps {
-            sum += i64::from(base[t].value()) - zx;
-            n += 1;
+    // Separable, as max_pool: per output line of the two outer axes the sum of the window's
+    // input lines (exact in i64: at most 255·2^40), then per output along the innermost axis the
+    // sum of that line's taps. Trivial axes first, so that the innermost axis is the input's last.
+    let d = p.kernel.len();
+    let mut ax = axes(p, shape, &out_shape);
+    ax.rotate_right(3 - d);
+    let mut dims = vec![1; 3 - d];
+    dims.extend_from_slice(&shape[2..]);
+    let (s1, w) = (dims[1] * dims[2], dims[2]);
+    let mut line = vec![0i64; w];
+    let mut o = 0;
+    for c in 0..shape[0] * shape[1] {
+        let base = &x[c * plane..][..plane];
+        for o0 in 0..ax[0].count.len() {
+            for o1 in 0..ax[1].count.len() {
+                line.fill(0);
+                for i in ax[0].taps(o0) {
+                    for j in ax[1].taps(o1) {
+                        for (l, &v) in line.iter_mut().zip(&base[i * s1 + j * w..][..w]) {
+                            *l += i64::from(v.value());
+                        }
+                    }
+                }
+                let (outer, outer_padded) = (ax[0].count[o0] * ax[1].count[o1], ax[0].padded[o0] * ax[1].padded[o1]);
+                for (o2, y) in out[o..][..ax[2].count.len()].iter_mut().enumerate() {
+                    let n = outer * ax[2].count[o2];
+                    let sum = ax[2].taps(o2).map(|k| line[k]).sum::<i64>() - zx * n as i64;
+                    // No input tap: the mean is 0 under both counts.
+                    let count = if n == 0 {
+                        0
+                    } else if count_include_pad {
+                        outer_padded * ax[2].padded[o2]
+                    } else {
+                        n
+                    };
+                    *y = match rates.get(count) {
+                        Some(Some(rate)) => mean.code_at(rate, sum, count),
+                        _ => mean.code(sum, count),
+                    };
+                }
+                o += ax[2].count.len();
+            }
         }
-        // No input tap: the mean is 0 under both counts.
-        let count = if n == 0 {
-            0
-        } else if count_include_pad {
-            padded
-        } else {
-            n
-        };
-        out[o] = match rates.get(count) {
-            Some(Some(rate)) => mean.code_at(rate, sum, count),
-            _ => mean.code(sum, count),
-        };
-    })
+    }
+    Ok(())
 }
 
 /// GlobalAveragePool on codes: one mean per `[n, c]` plane, output shape `[N, C, 1, ...]`.
