@@ -286,8 +286,9 @@ impl PackedConv {
             .flatten()
     }
 
-    /// How many weights the `kernels` path's pair split changes (`None`: no split, see
-    /// [`Self::pair_split`]) — for tests and benchmarks.
+    /// How many weights the `kernels` path's pair split changes: `None` where it runs no split
+    /// (paths other than AVX2, lowerings other than the shifted one, weights with more than one
+    /// broken pair in 16) — for tests and benchmarks.
     pub fn split_entries(&self, kernels: Kernels) -> Option<usize> {
         self.pair_split(kernels).map(RowSplit::len)
     }

@@ -22,6 +22,12 @@
 //!
 //! Output lines are covered by panels of 16 positions; the last panel of a line may run past it
 //! (into the frame or the next line: read, never stored), the buffer carries 64 bytes of slack.
+//!
+//! On AVX2 a 32-byte load holds 8 positions' cells, which is what `vpmaddubsw` multiplies
+//! against a broadcast step of 4 weights: where the rows split into a pair-safe part and a short
+//! excess (`crate::split::RowSplit`, most real weights), the group's rows are made safe once per
+//! call and run that way ([`crate::micro::conv_avx2::tile_split`]); elsewhere the weights are
+//! widened to i16 once per call and the activations per step (`vpmaddwd`).
 
 use super::Geometry;
 use super::direct::{MR, NP, PANEL, Scratch, Sink, Weights};
@@ -193,6 +199,8 @@ fn tile_portable(t: &Tile, out: &mut [[i32; NP * PANEL]; MR]) {
     }
 }
 
+/// The group over the path's `tile(t, c0, acc)`: the raw sums of tile `t`, whose rows are
+/// `rows`' from row `c0`, into `acc`; then the zero-point corrections and the sink, per run.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn group_generic<S: Sink, W>(

@@ -65,12 +65,12 @@ pub unsafe fn tile_shifted(t: &Shifted<i16>, out: &mut [[i32; NP * PANEL]; MR]) 
 
 /// The raw sums of tile `t` (the shifted layout) with `vpmaddubsw`: `t.w` holds pair-safe rows
 /// (`crate::split::safe_rows`), `split`'s rows from `row0` their excess, added back after each
-/// row's sum ([`Split`]). The same integers as [`tile_shifted`].
+/// row's sum ([`Split`]). The same integers as [`tile_shifted`] when every pair of `t.w` is
+/// pair-safe ([`crate::split::pair_safe`]; otherwise a pair saturates: wrong sums, never an
+/// out-of-bounds read).
 ///
 /// # Safety
-/// The host has AVX2 (a [`crate::Kernels`] of that path proves it); every pair of `t.w`'s rows is
-/// pair-safe ([`crate::split::pair_safe`]; otherwise a sum saturates, still without any
-/// undefined behaviour).
+/// The host has AVX2 (a [`crate::Kernels`] of that path proves it).
 #[target_feature(enable = "avx2")]
 pub unsafe fn tile_split(t: &Shifted<i8>, split: &RowSplit, row0: usize, out: &mut [[i32; NP * PANEL]; MR]) {
     t.check();
