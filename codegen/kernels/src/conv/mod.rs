@@ -388,7 +388,7 @@ impl PackedConv {
                 for co in 0..p.out_channels {
                     let taps = &self.weights[co * k..][..k];
                     let pitch = depthwise::plane(kernels, &geometry, &x[co / cog * in_sp..][..in_sp], zx, taps, self.zero_points[co], &mut plane, &mut padded);
-                    emit(kernels, sink, co, &plane, pitch, ow);
+                    emit(kernels, sink, co, &mut plane, pitch, ow);
                 }
                 (s.plane, s.padded) = (plane, padded);
             }
@@ -435,8 +435,10 @@ impl<C: CodeOut> Sink for Codes<'_, C> {
 }
 
 /// A plane of lines `ow` wide at `pitch` into `sink`, in an instance of the kernel path
-/// (vectorized requantization).
-fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+/// (vectorized requantization): the lines moved together first (in place), so that the sink
+/// takes the plane as one run rather than one call per line (OCR's and the small CNNs' lines
+/// are 16–64 wide).
+fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &mut [i32], pitch: usize, ow: usize) {
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
@@ -451,25 +453,25 @@ fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &[i32], pitch: us
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn emit_avx512<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+unsafe fn emit_avx512<S: Sink>(sink: &mut S, co: usize, v: &mut [i32], pitch: usize, ow: usize) {
     emit_generic(sink, co, v, pitch, ow)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn emit_avx2<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
+unsafe fn emit_avx2<S: Sink>(sink: &mut S, co: usize, v: &mut [i32], pitch: usize, ow: usize) {
     emit_generic(sink, co, v, pitch, ow)
 }
 
 #[inline(always)]
-fn emit_generic<S: Sink>(sink: &mut S, co: usize, v: &[i32], pitch: usize, ow: usize) {
-    if pitch == ow {
-        sink.row(co, 0, v);
-    } else {
-        for (l, line) in v.chunks_exact(pitch).enumerate() {
-            sink.row(co, l * ow, &line[..ow]);
+fn emit_generic<S: Sink>(sink: &mut S, co: usize, v: &mut [i32], pitch: usize, ow: usize) {
+    let lines = v.len() / pitch;
+    if pitch != ow {
+        for l in 1..lines {
+            v.copy_within(l * pitch..l * pitch + ow, l * ow);
         }
     }
+    sink.row(co, 0, &v[..lines * ow]);
 }
 
 /// Spatial axes normalised to three (leading axes of extent 1), so one loop nest serves 1-D to 3-D.
