@@ -662,4 +662,41 @@ mod tests {
         let (_, with_offset) = Ratio::new(0.5, 0.5, 1.0).unwrap().with_bias(3, 0.3).unwrap();
         assert_eq!(Certified::new(with_offset).shift, None, "a bias off the accumulator's scale");
     }
+
+    /// A run of one plan in the f32 form equals the exact form on accumulators around every
+    /// rounding boundary of a tie-rich ratio (3·2^−4: a half-integer every 16 accumulators), of
+    /// a plain one, of a tiny one (3·2^−23: accumulators beyond 2^24, which f32 rounds, so that
+    /// values near a boundary misround unless the exact form settles them), at the i32 extremes
+    /// with biases whose sum overflows i32, and with a bias off the accumulator's scale (ρ ≠ 0);
+    /// both code types.
+    #[test]
+    fn uniform_runs_in_f32_equal_the_exact_form() {
+        let plain = Ratio::new(0.0213, 0.0039, 0.517).unwrap();
+        let tiny = Ratio::new(3.0 / 4096.0, 1.0 / 2048.0, 1.0).unwrap();
+        let (_, offset) = Ratio::new(0.02, 0.004, 0.05).unwrap().with_bias(3, 0.3).unwrap();
+        for ratio in [Ratio::new(0.375, 0.5, 1.0).unwrap(), plain, tiny, offset] {
+            let plan = Certified::new(ratio);
+            assert!(plan.single.is_some() && plan.shift.is_none(), "{ratio:?}: the f32 form");
+            let r = plan.r;
+            for (code, zy) in [(Code::U8, 0), (Code::U8, 131), (Code::I8, -5)] {
+                let out = Output::new(zy, code).unwrap();
+                for bias in [0, 1000, -77, i32::MAX, i32::MIN + 5] {
+                    // Every accumulator within 3 of each half-integer value from −130.5 to 130.5.
+                    let mut acc: Vec<i32> = (-131..=130)
+                        .flat_map(|k: i64| {
+                            let centre = ((k as f64 + 0.5) / r).round() as i64 - i64::from(bias);
+                            (-3..=3).map(move |d| (centre + d).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+                        })
+                        .collect();
+                    acc.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, -1, 0, 1]);
+                    let mut got = vec![0u8; acc.len()];
+                    row_uniform(&acc, bias, &plan, out, &mut got);
+                    for (&a, &g) in acc.iter().zip(&got) {
+                        let want = requant_exact(a, bias, &plan.ratio, out);
+                        assert_eq!(g, want as u8, "{ratio:?}: acc {a} bias {bias} zy {zy} {code:?}");
+                    }
+                }
+            }
+        }
+    }
 }
