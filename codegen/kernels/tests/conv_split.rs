@@ -68,7 +68,14 @@ fn case(isa: Isa, rng: &mut Rng, p: ConvParams, input: &[usize]) {
     let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
     let want = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi);
     for (i, (&got, &want)) in acc.iter().zip(&want).enumerate() {
-        assert_eq!(i64::from(got), want, "{isa}: {p:?} input {input:?} ({entries:?} split entries): image {} channel {} position {}", i / plane / p.out_channels, i / plane % p.out_channels, i % plane);
+        assert_eq!(
+            i64::from(got),
+            want,
+            "{isa}: {p:?} input {input:?} ({entries:?} split entries): image {} channel {} position {}",
+            i / plane / p.out_channels,
+            i / plane % p.out_channels,
+            i % plane
+        );
     }
     let ratios: Vec<Ratio> = (0..p.out_channels).map(|c| Ratio::new(0.0213, 0.0039 * (1.0 + (c % 7) as f32 / 6.0), 0.517).unwrap()).collect();
     let bias: Vec<i32> = (0..p.out_channels).map(|c| (c as i32 * 7919) % 4001 - 2000).collect();

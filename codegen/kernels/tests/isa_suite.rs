@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{conv_reference, Rng, gemm_reference, kernels};
+use common::{Rng, conv_reference, gemm_reference, kernels};
 use qdqc_kernels::conv::{ConvParams, PackedConv};
 use qdqc_kernels::{Isa, Kernels, Layout, PackedB, accumulator_bound, gemm_u8};
 

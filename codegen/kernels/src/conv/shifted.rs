@@ -165,7 +165,18 @@ unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn group_split<S: Sink>(g: &Geometry, w: &Weights, split: &RowSplit, row0: usize, depth: usize, x: &[u8], zx: u8, co_base: usize, s: &mut Scratch, sink: &mut S) {
+unsafe fn group_split<S: Sink>(
+    g: &Geometry,
+    w: &Weights,
+    split: &RowSplit,
+    row0: usize,
+    depth: usize,
+    x: &[u8],
+    zx: u8,
+    co_base: usize,
+    s: &mut Scratch,
+    sink: &mut S,
+) {
     let mut safe = std::mem::take(&mut s.safe);
     safe_rows(w.w, w.k4() * KR, split, row0, &mut safe);
     group_generic(g, w, &safe, depth, x, zx, co_base, s, sink, |t, c0, out| {
