@@ -6,23 +6,10 @@
 
 mod common;
 
-use common::{Rng, kernels};
+use common::{Rng, conv_params as params, kernels};
 use qdqc_kernels::Isa;
 use qdqc_kernels::conv::{ConvParams, ConvRequant, PackedConv, Scratch};
 use qdqc_kernels::requant::{Certified, Code, CodeOut, Output, Ratio, requant_exact};
-
-fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], pads: &[usize]) -> ConvParams {
-    ConvParams {
-        in_channels: cin,
-        out_channels: cout,
-        groups,
-        kernel: kernel.to_vec(),
-        strides: strides.to_vec(),
-        dilations: vec![1; kernel.len()],
-        pads_begin: pads.to_vec(),
-        pads_end: pads.to_vec(),
-    }
-}
 
 #[allow(clippy::too_many_arguments)] // the case's operands, spelled out
 fn case<C: CodeOut + PartialEq + std::fmt::Debug>(

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Rng, conv_reference, kernels};
+use common::{Rng, conv_params as params, conv_reference, kernels};
 use qdqc_kernels::Isa;
 use qdqc_kernels::conv::{ConvParams, ConvRequant, PackedConv, Scratch};
 use qdqc_kernels::requant::{Certified, Code, Output, Ratio, requant_exact};
@@ -16,19 +16,6 @@ use qdqc_kernels::requant::{Certified, Code, Output, Ratio, requant_exact};
 /// Broken pairs (the second weight beyond what `vpmaddubsw` sums exactly with the first), each at
 /// the edge of a bound or at the extremes.
 const BROKEN: [(i8, i8); 6] = [(127, 127), (-128, -128), (127, 2), (-128, -1), (100, 29), (-100, -29)];
-
-fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], pads: &[usize]) -> ConvParams {
-    ConvParams {
-        in_channels: cin,
-        out_channels: cout,
-        groups,
-        kernel: kernel.to_vec(),
-        strides: strides.to_vec(),
-        dilations: vec![1; kernel.len()],
-        pads_begin: pads.to_vec(),
-        pads_end: pads.to_vec(),
-    }
-}
 
 /// ONNX weights `[Cout][Cin/groups][taps]`, mostly |w| ≤ 40, and a broken pair of channels
 /// (2c, 2c + 1: a pair of the shifted rows) at one tap in about `every`.

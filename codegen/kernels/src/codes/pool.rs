@@ -98,7 +98,10 @@ impl Axis {
     }
 }
 
-fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
+/// The windows of each spatial axis, led by trivial axes (a single tap, count 1) up to three, so
+/// that one loop nest serves 1-D to 3-D and the innermost axis is the input's last (contiguous)
+/// one; with the input's stride of the middle axis and its line width.
+fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> (Vec<Axis>, usize, usize) {
     let d = p.kernel.len();
     let mut v: Vec<Axis> = (0..d)
         .map(|a| {
@@ -121,11 +124,12 @@ fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> Vec<Axis> {
             ax
         })
         .collect();
-    // Pad to three axes with a trivial one (a single tap, count 1) so one loop nest serves all.
     while v.len() < 3 {
-        v.push(Axis { first: vec![0], count: vec![1], dil: 1, padded: vec![1] });
+        v.insert(0, Axis { first: vec![0], count: vec![1], dil: 1, padded: vec![1] });
     }
-    v
+    let mut dims = vec![1; 3 - d];
+    dims.extend_from_slice(&shape[2..]);
+    (v, dims[1] * dims[2], dims[2])
 }
 
 /// MaxPool on codes (input and output share their quantization parameters). Separable, as max
@@ -137,13 +141,7 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     check_len("pool input", x.len(), shape)?;
     let out_shape = pool_output_shape(p, shape)?;
     check_len("pool output", out.len(), &out_shape)?;
-    let d = p.kernel.len();
-    // Trivial axes first, so that the innermost axis is the input's last (contiguous) one.
-    let mut ax = axes(p, shape, &out_shape);
-    ax.rotate_right(3 - d);
-    let mut dims = vec![1; 3 - d];
-    dims.extend_from_slice(&shape[2..]);
-    let (s1, w) = (dims[1] * dims[2], dims[2]);
+    let (ax, s1, w) = axes(p, shape, &out_shape);
     let plane = numel(&shape[2..]);
     let lowest = T::saturate(i64::from(T::MIN));
     let mut line = vec![lowest; w];
@@ -299,13 +297,8 @@ pub fn average_pool<X: QCode, Y: QCode>(
     let rates: Vec<Option<Rate>> = (0..=numel(&p.kernel).min(RATE_COUNTS)).map(|c| mean.rate(c)).collect();
     // Separable, as max_pool: per output line of the two outer axes the sum of the window's
     // input lines (exact in i64: at most 255·2^40), then per output along the innermost axis the
-    // sum of that line's taps. Trivial axes first, so that the innermost axis is the input's last.
-    let d = p.kernel.len();
-    let mut ax = axes(p, shape, &out_shape);
-    ax.rotate_right(3 - d);
-    let mut dims = vec![1; 3 - d];
-    dims.extend_from_slice(&shape[2..]);
-    let (s1, w) = (dims[1] * dims[2], dims[2]);
+    // sum of that line's taps.
+    let (ax, s1, w) = axes(p, shape, &out_shape);
     let mut line = vec![0i64; w];
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {

@@ -585,11 +585,19 @@ pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, 
             any |= n;
         }
         if any {
-            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
-                codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
-                fallbacks += 1;
-            }
+            fallbacks += settle_run(acc, bias, plan, out, &near, codes);
         }
+    }
+    fallbacks
+}
+
+/// The exact form on the flagged elements of a chunk of a run of one plan (the f64 and f32
+/// forms of [`row_uniform`]); returns how many it settled.
+pub(super) fn settle_run<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, near: &[bool], codes: &mut [C]) -> u64 {
+    let mut fallbacks = 0;
+    for (i, _) in near.iter().enumerate().take(acc.len()).filter(|(_, n)| **n) {
+        codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
+        fallbacks += 1;
     }
     fallbacks
 }

@@ -19,7 +19,7 @@
 //! has v's sign and `|x| ≥ |v|(1 − 5u) − 10u·2^8 > 2^11`: both saturate, so no test is needed;
 //! v is clamped to ±2^12 first, which keeps the rounding trick exact and the code saturated.
 
-use super::{Certified, ColumnSlice, requant_exact, settle_flags};
+use super::{Certified, ColumnSlice, requant_exact, settle_flags, settle_run};
 use crate::requant::{CodeOut, Output};
 
 /// ±2^12: beyond it the code saturates (every zero point lies in −128..=255).
@@ -102,10 +102,7 @@ pub(super) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, (r, rho): (f32, f3
             any |= n;
         }
         if any {
-            for (i, _) in near.iter().enumerate().filter(|(_, n)| **n) {
-                codes[i] = C::from_code(requant_exact(acc[i], bias, &plan.ratio, out));
-                fallbacks += 1;
-            }
+            fallbacks += settle_run(acc, bias, plan, out, &near, codes);
         }
     }
     fallbacks
