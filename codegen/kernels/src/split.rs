@@ -179,6 +179,39 @@ impl RowSplit {
         Some(RowSplit { starts, entries, changed })
     }
 
+    /// The split as i32 words, for a compiler to store it with the weights: the rows' starts
+    /// (`rows + 1` of them), then per entry its step and its excess bytes (little-endian).
+    pub fn to_words(&self) -> (Vec<i32>, Vec<i32>) {
+        let starts = self.starts.iter().map(|&s| s as i32).collect();
+        let entries = self.entries.iter().flat_map(|e| [e.q as i32, i32::from_le_bytes(e.word.map(|v| v as u8))]).collect();
+        (starts, entries)
+    }
+
+    /// The split [`RowSplit::to_words`] wrote, for `rows` rows of `steps` steps, its shape
+    /// checked: starts from 0, increasing, ending at the entry count; each row's steps
+    /// increasing and below `steps`; each excess at the second weight of a pair only (the tile
+    /// multiplies it in pairs with a zero, which cannot saturate).
+    pub fn from_words(starts: &[i32], entries: &[i32], rows: usize, steps: usize) -> Result<RowSplit, String> {
+        let n = entries.len() / 2;
+        let ok_starts = starts.len() == rows + 1
+            && starts.first() == Some(&0)
+            && starts.windows(2).all(|w| w[0] <= w[1])
+            && starts.last().is_some_and(|&l| usize::try_from(l).is_ok_and(|l| l == n) && entries.len() == 2 * n);
+        if !ok_starts {
+            return Err(format!("pair split: {} row starts and {} entry words for {rows} rows", starts.len(), entries.len()));
+        }
+        let entries: Vec<StepExcess> = entries.chunks_exact(2).map(|e| StepExcess { q: e[0] as u32, word: e[1].to_le_bytes().map(|v| v as i8) }).collect();
+        let starts: Vec<usize> = starts.iter().map(|&s| s as usize).collect();
+        for (r, row) in starts.windows(2).map(|w| &entries[w[0]..w[1]]).enumerate() {
+            let steps_ok = row.iter().all(|e| (e.q as usize) < steps) && row.windows(2).all(|w| w[0].q < w[1].q);
+            if !steps_ok || row.iter().any(|e| e.word[0] != 0 || e.word[2] != 0 || e.word == [0; KR]) {
+                return Err(format!("pair split: row {r}'s excess is not one of increasing steps below {steps} at second weights"));
+            }
+        }
+        let changed = entries.iter().map(|e| e.word.iter().filter(|&&v| v != 0).count()).sum();
+        Ok(RowSplit { starts, entries, changed })
+    }
+
     /// Row `r`'s steps with an excess.
     pub fn row(&self, r: usize) -> &[StepExcess] {
         &self.entries[self.starts[r]..self.starts[r + 1]]

@@ -156,6 +156,31 @@ fn random_geometries() {
     assert!(checked > 1000, "most random geometries fit ({checked})");
 }
 
+/// 2×2 windows at stride 2 on 2-D planes (the pools' in-place path): even and odd line counts
+/// and widths (an odd last line or column read by no window), several planes and images, both
+/// code types and zero points on both sides; then the same windows with a pad, a dilation or
+/// ceil_mode (the general path), each against the definition.
+#[test]
+fn two_by_two_windows_at_stride_two() {
+    let mut rng = Rng::new(11);
+    let quads = |p: &PoolParams| p.kernel == [2, 2] && p.strides == [2, 2] && p.pads == [0; 4] && p.dilations == [1, 1] && !p.ceil_mode;
+    let mut cases = Vec::new();
+    for (n, c, h, w) in [(1, 1, 2, 2), (1, 16, 16, 16), (2, 3, 8, 6), (1, 2, 5, 7), (1, 4, 7, 4), (2, 1, 9, 9), (1, 3, 2, 32)] {
+        let p = PoolParams { strides: vec![2, 2], ..PoolParams::new(&[2, 2]) };
+        cases.push(Case { shape: vec![n, c, h, w], p: p.clone() });
+        cases.push(Case { shape: vec![n, c, h, w], p: PoolParams { pads: vec![0, 0, 0, 1], ..p.clone() } });
+        cases.push(Case { shape: vec![n, c, h, w], p: PoolParams { ceil_mode: true, ..p.clone() } });
+        cases.push(Case { shape: vec![n, c, h + 2, w + 2], p: PoolParams { dilations: vec![1, 2], ..p } });
+    }
+    assert!(cases.iter().filter(|c| quads(&c.p)).count() == 7);
+    for (i, c) in cases.iter().enumerate() {
+        let (sx, sy) = SCALES[i % SCALES.len()];
+        assert!(check_case::<u8, u8>(&mut rng, c, Quant::new(sx, 128), Quant::new(sy, 100)), "{:?} on {:?}", c.p, c.shape);
+        assert!(check_case::<i8, i8>(&mut rng, c, Quant::new(sx, -3), Quant::new(sy, 0)), "{:?} on {:?}", c.p, c.shape);
+        assert!(check_case::<u8, i8>(&mut rng, c, Quant::new(sx, 0), Quant::new(sy, -128)), "{:?} on {:?}", c.p, c.shape);
+    }
+}
+
 #[test]
 fn global_average() {
     let mut rng = Rng::new(8);

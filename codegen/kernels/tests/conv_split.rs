@@ -4,7 +4,9 @@
 //! gives the i64 definition's accumulators, with activations that saturate every broken pair
 //! (255), zero points on both sides, grouped rows (the split's rows are the convolution's), channel
 //! counts that pad a group of 4, lines of 8 positions or fewer (half tiles), strides of 2 (column
-//! phases), 1-D and 3-D; requantized as `requant_exact` of the definition.
+//! phases), 1-D and 3-D; requantized as `requant_exact` of the definition. The same with the split
+//! stored ahead as a generated crate stores it (`PackedConv::split_ahead`, `with_split`), whose
+//! shape is checked when it is read back.
 
 mod common;
 
@@ -79,6 +81,27 @@ fn case(isa: Isa, rng: &mut Rng, p: ConvParams, input: &[usize]) {
         })
         .collect();
     assert!(got == expected, "{isa}: {p:?} input {input:?}: requantized");
+    // The split stored ahead, the weights borrowed as a generated crate's blob holds them: the
+    // same accumulators and codes, the same split on AVX2.
+    let (safe, starts, words) = conv.split_ahead().expect("weights with few broken pairs split ahead on every host");
+    let stored = PackedConv::from_packed(p.clone(), aligned(conv.data()), conv.sums().to_vec(), conv.zero_points().to_vec())
+        .and_then(|c| c.with_split(aligned(&safe), &starts, &words))
+        .unwrap();
+    assert_eq!(stored.split_entries(kern), entries, "{isa}: {p:?}: the stored split");
+    let mut acc_stored = vec![0i32; acc.len()];
+    stored.run(kern, &x, batch, input, zx, &mut acc_stored).unwrap();
+    assert!(acc_stored == acc, "{isa}: {p:?} input {input:?}: accumulators with the split stored ahead");
+    let mut got = vec![0u8; acc.len()];
+    stored.run_requant(kern, &x, batch, input, zx, &rq, &mut got, &mut Scratch::default()).unwrap();
+    assert!(got == expected, "{isa}: {p:?} input {input:?}: requantized with the split stored ahead");
+}
+
+/// `bytes` leaked at a 64-byte boundary, as a generated crate's static blob holds them.
+fn aligned(bytes: &[i8]) -> &'static [i8] {
+    let data = Vec::leak(vec![0i8; bytes.len() + 64]);
+    let start = data.as_ptr().align_offset(64);
+    data[start..][..bytes.len()].copy_from_slice(bytes);
+    &data[start..][..bytes.len()]
 }
 
 fn suite(isa: Isa) {
@@ -96,6 +119,11 @@ fn suite(isa: Isa) {
     // 1-D and 3-D.
     case(isa, &mut rng, params(12, 9, 1, &[5], &[1], &[2]), &[40]);
     case(isa, &mut rng, params(8, 5, 1, &[2, 3, 3], &[1, 1, 1], &[0, 1, 1]), &[4, 6, 7]);
+    // Short lines run as one flat line over the framed plane (the frame's positions dropped): a
+    // tile of 48 positions starting in the frame (48 mod 7 = 6 ≥ 5), and a vertical stride of 2,
+    // which keeps a panel per line.
+    case(isa, &mut rng, params(8, 6, 1, &[3, 3], &[1, 1], &[1, 1]), &[9, 5]);
+    case(isa, &mut rng, params(8, 6, 1, &[3, 3], &[2, 1], &[1, 1]), &[13, 5]);
     // A deep row (K = 576), lines of 20.
     case(isa, &mut rng, params(64, 10, 1, &[3, 3], &[1, 1], &[1, 1]), &[5, 20]);
 }
@@ -124,4 +152,53 @@ fn uniform_weights_are_not_split() {
     let p = params(16, 8, 1, &[3, 3], &[1, 1], &[1, 1]);
     let conv = PackedConv::from_i8(p, &rng.i8s(8 * 16 * 9), &[0]).unwrap();
     assert_eq!(conv.split_entries(kern), None);
+}
+
+/// A split read back from a blob is checked before any kernel trusts it: the safe rows' length,
+/// the rows' starts, and each entry (a step of the row, in increasing order, its excess at the
+/// second weight of a pair only); only the shifted lowering has one.
+#[test]
+fn stored_splits_are_checked() {
+    let mut rng = Rng::new(9);
+    let p = params(16, 4, 1, &[3, 3], &[1, 1], &[1, 1]);
+    let conv = PackedConv::from_i8(p.clone(), &weights(&mut rng, &p, 24), &[0]).unwrap();
+    let (safe, starts, words) = conv.split_ahead().unwrap();
+    let stored = |safe: &[i8], starts: &[i32], words: &[i32]| {
+        PackedConv::from_packed(p.clone(), aligned(conv.data()), conv.sums().to_vec(), conv.zero_points().to_vec()).unwrap().with_split(
+            aligned(safe),
+            starts,
+            words,
+        )
+    };
+    assert!(stored(&safe, &starts, &words).is_ok());
+    let first = starts.windows(2).position(|w| w[1] > w[0]).expect("a row with an excess");
+    // The row's last entry: a later step keeps the row's steps increasing.
+    let at = 2 * (starts[first + 1] as usize - 1);
+    // (what is wrong, safe rows, starts, entry words)
+    type Stored = (&'static str, Vec<i8>, Vec<i32>, Vec<i32>);
+    let mut cases: Vec<Stored> = vec![
+        ("short rows", safe[1..].to_vec(), starts.clone(), words.clone()),
+        ("a start missing", safe.clone(), starts[1..].to_vec(), words.clone()),
+        ("an odd word", safe.clone(), starts.clone(), words[1..].to_vec()),
+    ];
+    let mut edit = |what, f: &dyn Fn(&mut Vec<i32>, &mut Vec<i32>)| {
+        let (mut s, mut w) = (starts.clone(), words.clone());
+        f(&mut s, &mut w);
+        cases.push((what, safe.clone(), s, w));
+    };
+    edit("starts past the entries", &|s, _| *s.last_mut().unwrap() += 1);
+    edit("starts not from 0", &|s, _| s[0] = 1);
+    edit("decreasing starts", &|s, _| s[first + 1] = s[first] - 1);
+    edit("a step past the row", &|_, w| w[at] = 3 * 16 * 9 / 4 * 2);
+    edit("an excess at a first weight", &|_, w| w[at + 1] |= 1);
+    edit("an empty excess", &|_, w| w[at + 1] = 0);
+    for (what, safe, starts, words) in &cases {
+        assert!(stored(safe, starts, words).is_err(), "{what}: accepted");
+    }
+    let depthwise = params(8, 8, 8, &[3, 3], &[1, 1], &[1, 1]);
+    let dw = PackedConv::from_i8(depthwise.clone(), &rng.i8s(8 * 9), &[0]).unwrap();
+    assert_eq!(dw.split_ahead(), None, "depthwise rows are not split");
+    let dw = PackedConv::from_packed(depthwise, aligned(dw.data()), dw.sums().to_vec(), dw.zero_points().to_vec()).unwrap();
+    // A split of the right shape for 8 rows of 9 bytes, without an entry: refused for the lowering alone.
+    assert!(dw.with_split(aligned(&safe[..72]), &[0; 9], &[]).is_err(), "a split for the depthwise lowering");
 }

@@ -7,7 +7,7 @@
 //! after layer is one loop instead (`repeat.rs`): every op is first emitted flat, then the
 //! repeated runs are found on that text and written as a loop over per-layer tables.
 
-use super::blob::Blob;
+use super::blob::{Blob, Section};
 use super::ops::{A8W8, Dynamic, Integer, Kind, Op, Q, Window};
 use super::repeat::{Arrangement, Home, Segment, block_body, layer_struct, split};
 use super::slots::Plan;
@@ -359,7 +359,8 @@ impl Emitter<'_, '_> {
     /// `from_u8` (the layout of the lowering its attributes select): the blob holds the packed
     /// rows, their sums and the zero points, and `Model::new` borrows them
     /// (`PackedConv::from_packed`), so nothing is packed or copied at load and the weights in
-    /// ONNX layout are not in the blob at all.
+    /// ONNX layout are not in the blob at all; where the AVX2 path splits the rows for
+    /// `vpmaddubsw`, the pair-safe rows and their excess too (`PackedConv::with_split`).
     fn packed_conv(&mut self, int: &Integer, params: &ConvParams, err: &str) -> Result<String, String> {
         let w = self.p.values.constant(&int.weights)?;
         let packed = match int.weight_elem {
@@ -375,15 +376,35 @@ impl Emitter<'_, '_> {
         }
         .map_err(|e| format!("weights '{}': {e}", int.weights))?;
         let data: Vec<u8> = packed.data().iter().map(|&v| v as u8).collect();
-        let at = self.blob.add(&data);
         let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // The AVX2 path's pair-safe rows in one section, the weights they replace in another (the
+        // excess, read at load, with the sums): that path reads the rows in place of a copy per
+        // call, and a host maps the pages of one form only.
+        let (at, split) = match packed.split_ahead() {
+            Some((safe, starts, entries)) => {
+                let (rows, weights) = (Section::SplitRows, Section::SplitWeights);
+                let safe: Vec<u8> = safe.iter().map(|&v| v as u8).collect();
+                let split = format!(
+                    ".and_then(|c| c.with_split(blob.i8s({} + {}, {}), &blob.i32s({}, {}), &blob.i32s({}, {})))",
+                    rows.name(),
+                    self.blob.add_to(rows, &safe),
+                    safe.len(),
+                    self.blob.add(&i32s(&starts)),
+                    starts.len(),
+                    self.blob.add(&i32s(&entries)),
+                    entries.len(),
+                );
+                (format!("{} + {}", weights.name(), self.blob.add_to(weights, &data)), split)
+            }
+            None => (self.blob.add(&data).to_string(), String::new()),
+        };
         let sums = match packed.sums() {
             [] => "Vec::new()".to_string(),
             v => format!("blob.i32s({}, {})", self.blob.add(&i32s(v)), v.len()),
         };
         let zps = packed.zero_points();
         Ok(format!(
-            "PackedConv::from_packed({}, blob.i8s({at}, {}), {sums}, blob.i32s({}, {})).map_err({err})?",
+            "PackedConv::from_packed({}, blob.i8s({at}, {}), {sums}, blob.i32s({}, {})){split}.map_err({err})?",
             conv_params(params),
             data.len(),
             self.blob.add(&i32s(zps)),
@@ -1082,6 +1103,8 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
     writeln!(w, "#[allow(unused_imports)]\nuse runtime::*;\n").unwrap();
     writeln!(w, "/// 64-byte alignment for the embedded weights.\n#[repr(C, align(64))]\nstruct Aligned<T: ?Sized>(T);\n").unwrap();
     writeln!(w, "static BLOB: &Aligned<[u8]> = &Aligned(*include_bytes!(\"weights.bin\"));\n").unwrap();
+    // Known once every op has added its constants: the start of the blob's second section.
+    w.push_str(SECTIONS_AT);
     writeln!(w, "/// The graph inputs: name, element type, shape.\npub const INPUTS: &[(&str, DType, &[Dim])] = &[\n{}\n];\n", decl.join("\n")).unwrap();
     let out_names: Vec<String> = p.outputs.iter().map(|o| format!("{o:?}")).collect();
     writeln!(w, "/// The graph outputs, in the order `run` returns them.\npub const OUTPUTS: &[&str] = &[{}];\n", out_names.join(", ")).unwrap();
@@ -1258,8 +1281,18 @@ pub fn lib_rs(p: &Program) -> Result<(String, Vec<u8>), String> {
         writeln!(w, "        Ok(())\n    }}").unwrap();
     }
     writeln!(w, "}}").unwrap();
-    Ok((src, e.blob.bytes))
+    let (blob, sections) = std::mem::take(&mut e.blob).finish();
+    let consts: String = sections
+        .iter()
+        .map(|(name, at)| {
+            format!("/// Where the blob's section of the convolutions' `{name}` starts (one form per kernel path, apart).\nconst {name}: usize = {at};\n\n")
+        })
+        .collect();
+    Ok((src.replacen(SECTIONS_AT, &consts, 1), blob))
 }
+
+/// The place of the blob sections' constants in `lib.rs` until the blob is complete.
+const SECTIONS_AT: &str = "\u{0}SECTIONS\u{0}";
 
 /// The kernel crate's `BinaryOp` of a QLinearMul (`mul`) or QLinearAdd.
 fn binary_op(mul: bool) -> &'static str {

@@ -362,7 +362,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                 0
             }
             Repr::Product { za, zb, plan, out } => {
-                let run = Run { a, la, b, lb, zeros: (*za, *zb), plan, out: *out };
+                let run = Run { kernels, a, la, b, lb, zeros: (*za, *zb), plan, out: *out };
                 match kernels.isa() {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
@@ -500,6 +500,7 @@ fn sums<A: QCode, B: QCode, Y: QCode>(run: &SumRun<'_, A, B>, y: &mut [Y]) -> u6
 
 /// One run of a Mul's outputs: `y[k]` from `a[k·la]`, `b[k·lb]`.
 struct Run<'a, A, B> {
+    kernels: Kernels,
     a: &'a [A],
     la: usize,
     b: &'a [B],
@@ -559,7 +560,8 @@ fn products<A: QCode, B: QCode, Y: QCode>(run: &Run<'_, A, B>, y: &mut [Y]) -> u
                 }
             }
         }
-        fallbacks += row_uniform(acc, 0, run.plan, run.out, y);
+        // A product of two differences of codes: at most 255².
+        fallbacks += row_uniform(run.kernels, acc, 255 * 255, 0, run.plan, run.out, y);
     }
     fallbacks
 }

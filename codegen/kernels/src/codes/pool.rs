@@ -132,6 +132,19 @@ fn axes(p: &PoolParams, shape: &[usize], out: &[usize]) -> (Vec<Axis>, usize, us
     (v, dims[1] * dims[2], dims[2])
 }
 
+/// Whether an axis' windows are pairs of adjacent inputs at even positions (2 wide, stride 2, no
+/// pad inside: the common 2×2 pooling), every one counting 2 with or without its pads.
+fn paired(a: &Axis) -> bool {
+    a.dil == 1 && a.count.iter().zip(&a.padded).all(|(&n, &p)| n == 2 && p == 2) && a.first.iter().enumerate().all(|(i, &f)| f == 2 * i)
+}
+
+/// Whether the windows are 2×2 at stride 2 over 2-D planes (`ax` from [`axes`], the last axis
+/// [`paired`]): a trivial outer axis and paired lines; output line `i` reads input lines `2i`
+/// and `2i + 1` (an odd last input line is read by none).
+fn quads(ax: &[Axis]) -> bool {
+    ax[0].count == [1] && ax[0].first == [0] && paired(&ax[1])
+}
+
 /// MaxPool on codes (input and output share their quantization parameters). Separable, as max
 /// is: per output line of the two outer axes, the elementwise max of the window's input lines
 /// (vectorized), then per output along the innermost axis the max of that line's taps. Windows
@@ -148,7 +161,23 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     // Windows of two adjacent inputs at even columns along the last axis (2 wide, stride 2, no
     // pad: the common 2×2 pooling): each output the max of one pair of the line.
     let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
-    let pairs = dil == 1 && count.iter().all(|&n| n == 2) && first.iter().enumerate().all(|(i, &f)| f == 2 * i);
+    let pairs = paired(&ax[2]);
+    if pairs && quads(&ax) {
+        // 2×2 windows at stride 2 over planes: each output the max of two pairs of adjacent input
+        // lines, over the whole plane with no line buffer (the pooling of small CNNs: no copy and
+        // no loop over taps per output line of 8 or 16 codes).
+        let max = |a: T, b: T| if b > a { b } else { a };
+        let ow = count.len();
+        for (y, base) in out.chunks_exact_mut(ax[1].count.len() * ow).zip(x.chunks_exact(plane.max(1))) {
+            for (y, lines) in y.chunks_exact_mut(ow).zip(base.chunks_exact(2 * w)) {
+                let (a, b) = lines.split_at(w);
+                for (y, (a, b)) in y.iter_mut().zip(a.chunks_exact(2).zip(b.chunks_exact(2))) {
+                    *y = max(max(a[0], a[1]), max(b[0], b[1]));
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {
         let base = &x[c * plane..][..plane];
@@ -299,6 +328,20 @@ pub fn average_pool<X: QCode, Y: QCode>(
     // input lines (exact in i64: at most 255·2^40), then per output along the innermost axis the
     // sum of that line's taps.
     let (ax, s1, w) = axes(p, shape, &out_shape);
+    if let (true, Some(Some(rate))) = (paired(&ax[2]) && quads(&ax), rates.get(4)) {
+        // As max_pool's 2×2 windows: four codes per output, read in place. Every window counts 4.
+        let ow = ax[2].count.len();
+        for (y, base) in out.chunks_exact_mut(ax[1].count.len() * ow).zip(x.chunks_exact(plane.max(1))) {
+            for (y, lines) in y.chunks_exact_mut(ow).zip(base.chunks_exact(2 * w)) {
+                let (a, b) = lines.split_at(w);
+                for (y, (a, b)) in y.iter_mut().zip(a.chunks_exact(2).zip(b.chunks_exact(2))) {
+                    let sum = i64::from(a[0].value() + a[1].value() + b[0].value() + b[1].value()) - 4 * zx;
+                    *y = mean.code_at(rate, sum, 4);
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut line = vec![0i64; w];
     let mut o = 0;
     for c in 0..shape[0] * shape[1] {

@@ -19,7 +19,7 @@ use crate::gemm::GemmError;
 use crate::isa::{Isa, Kernels};
 use crate::pack::{KR, PackError};
 use crate::requant::{Certified, CodeOut, Output, count_fallbacks, row_uniform};
-use crate::split::RowSplit;
+use crate::split::{RowSplit, safe_rows};
 pub use direct::Scratch;
 use direct::{Sink, Weights};
 use std::borrow::Cow;
@@ -123,8 +123,11 @@ pub struct PackedConv {
     /// Weight zero point per output channel (int8 domain).
     zero_points: Vec<i32>,
     /// The pair split of the shifted rows for `vpmaddubsw` ([`RowSplit`]), made from the bytes
-    /// on first use by the AVX2 path.
+    /// on first use by the AVX2 path, or stored ahead ([`PackedConv::with_split`]).
     split: OnceLock<Option<RowSplit>>,
+    /// The split's pair-safe rows stored ahead (a generated crate's blob): the AVX2 path reads
+    /// them in place of a copy of the group's rows per call, and never reads `weights`.
+    safe: Option<&'static [i8]>,
 }
 
 /// How the convolution runs.
@@ -211,7 +214,7 @@ impl PackedConv {
         let sums =
             if lowering == Lowering::Depthwise { Vec::new() } else { weights.chunks_exact(ldw).map(|r| r.iter().map(|&v| i32::from(v)).sum()).collect() };
         let zero_points = (0..cout).map(|co| zero_point(if zps == 1 { 0 } else { co })).collect();
-        Ok(PackedConv { params, lowering, weights: Cow::Owned(weights), sums, zero_points, split: OnceLock::new() })
+        Ok(PackedConv { params, lowering, weights: Cow::Owned(weights), sums, zero_points, split: OnceLock::new(), safe: None })
     }
 
     /// Weights packed ahead (a generated crate's blob holds [`Self::data`], [`Self::sums`] and
@@ -236,7 +239,7 @@ impl PackedConv {
                 zero_points.len()
             )));
         }
-        Ok(PackedConv { params, lowering, weights: Cow::Borrowed(data), sums, zero_points, split: OnceLock::new() })
+        Ok(PackedConv { params, lowering, weights: Cow::Borrowed(data), sums, zero_points, split: OnceLock::new(), safe: None })
     }
 
     /// The lowering, a packed row's reduction depth and its length in bytes, of valid `params`.
@@ -284,6 +287,43 @@ impl PackedConv {
         (cfg!(target_arch = "x86_64") && kernels.isa() == Isa::Avx2 && self.lowering == Lowering::Shifted)
             .then(|| self.split.get_or_init(|| RowSplit::of(&self.weights, ldw)).as_ref())
             .flatten()
+    }
+
+    /// The AVX2 path's pair split made now, for a compiler to store with the weights: the
+    /// pair-safe rows (as [`Self::data`]) and the split as words (`split::RowSplit::to_words`);
+    /// `None` where that path runs no split (lowerings other than the shifted one, weights with
+    /// more than one broken pair in 16). The same split the path makes on first use.
+    pub fn split_ahead(&self) -> Option<(Vec<i8>, Vec<i32>, Vec<i32>)> {
+        if self.lowering != Lowering::Shifted {
+            return None;
+        }
+        let (_, ldw) = self.lowering.row(&self.params);
+        let split = RowSplit::of(&self.weights, ldw)?;
+        let mut safe = Vec::new();
+        safe_rows(&self.weights, ldw, &split, 0, &mut safe);
+        let (starts, entries) = split.to_words();
+        Some((safe, starts, entries))
+    }
+
+    /// `self` with the pair split stored ahead ([`Self::split_ahead`] of the same weights),
+    /// borrowed from a blob as [`Self::from_packed`] borrows the weights and trusted as it trusts
+    /// their sums: the split's shape is checked (`split::RowSplit::from_words`) and the rows' length,
+    /// but the rows are not compared with the weights, which would make both resident. The AVX2
+    /// path then reads the safe rows only.
+    pub fn with_split(mut self, safe: &'static [i8], starts: &[i32], entries: &[i32]) -> Result<PackedConv, ConvError> {
+        let (_, ldw) = self.lowering.row(&self.params);
+        if self.lowering != Lowering::Shifted || safe.len() != self.weights.len() {
+            return Err(ConvError::Params(format!(
+                "conv pair split stored ahead: {} safe bytes for {} weights of the {:?} lowering (the shifted one only)",
+                safe.len(),
+                self.weights.len(),
+                self.lowering
+            )));
+        }
+        let split = RowSplit::from_words(starts, entries, self.weights.len() / ldw, ldw / KR).map_err(ConvError::Params)?;
+        self.split = OnceLock::from(Some(split));
+        self.safe = Some(safe);
+        Ok(self)
     }
 
     /// How many weights the `kernels` path's pair split changes: `None` where it runs no split
@@ -335,7 +375,7 @@ impl PackedConv {
         let plane = self.check_run(x, batch, input, out.len())?;
         let mut fallbacks = 0;
         for (b, out) in out.chunks_exact_mut((cout * plane).max(1)).enumerate().take(batch) {
-            let mut sink = Codes { out, plane, rq, fallbacks: 0 };
+            let mut sink = Codes { kernels, bound: self.params.depth() as u64 * 255 * 255, out, plane, rq, fallbacks: 0 };
             self.image(kernels, x, b, input, zx, s, &mut sink);
             fallbacks += sink.fallbacks;
         }
@@ -377,9 +417,11 @@ impl PackedConv {
                 let pointwise = p.kernel.iter().chain(&p.strides).all(|&v| v == 1) && p.pads_begin.iter().chain(&p.pads_end).all(|&v| v == 0);
                 let geometry = if pointwise { Geometry::line(in_sp) } else { geometry };
                 let split = self.pair_split(kernels);
+                let (_, ldw) = self.lowering.row(p);
                 for g in 0..p.groups {
                     let x = &x[g * cig * in_sp..][..cig * in_sp];
-                    shifted::group(kernels, &geometry, &self.group(g), split.map(|s| (s, g * cog)), k, x, zx, g * cog, s, sink);
+                    let split = split.map(|split| GroupSplit { split, row0: g * cog, safe: self.safe.map(|safe| &safe[g * cog * ldw..][..cog * ldw]) });
+                    shifted::group(kernels, &geometry, &self.group(g), split, k, x, zx, g * cog, s, sink);
                 }
             }
             Lowering::Depthwise => {
@@ -394,6 +436,15 @@ impl PackedConv {
             }
         }
     }
+}
+
+/// A group's share of the AVX2 path's pair split: the convolution's split, the group's first
+/// row in it, and the group's pair-safe rows where they were stored ahead.
+#[derive(Clone, Copy)]
+struct GroupSplit<'a> {
+    split: &'a RowSplit,
+    row0: usize,
+    safe: Option<&'a [i8]>,
 }
 
 /// The requantization [`PackedConv::run_requant`] applies: one certified form per output channel
@@ -420,6 +471,9 @@ impl Sink for Accs<'_> {
 
 /// Codes, NCHW, requantized per channel.
 struct Codes<'a, C> {
+    kernels: Kernels,
+    /// The accumulators' bound: K products of two differences of codes, each at most 255.
+    bound: u64,
     out: &'a mut [C],
     plane: usize,
     rq: &'a ConvRequant,
@@ -430,7 +484,7 @@ impl<C: CodeOut> Sink for Codes<'_, C> {
     #[inline(always)]
     fn row(&mut self, co: usize, p0: usize, v: &[i32]) {
         let form = &self.rq.forms[if self.rq.forms.len() == 1 { 0 } else { co }];
-        self.fallbacks += row_uniform(v, self.rq.bias[co], form, self.rq.output, &mut self.out[co * self.plane + p0..][..v.len()]);
+        self.fallbacks += row_uniform(self.kernels, v, self.bound, self.rq.bias[co], form, self.rq.output, &mut self.out[co * self.plane + p0..][..v.len()]);
     }
 }
 

@@ -25,15 +25,15 @@
 //!
 //! On AVX2 a 32-byte load holds 8 positions' cells, which is what `vpmaddubsw` multiplies
 //! against a broadcast step of 4 weights: where the rows split into a pair-safe part and a short
-//! excess (`crate::split::RowSplit`, most real weights), the group's rows are made safe once per
-//! call and run that way ([`crate::micro::conv_avx2::tile_split`]); elsewhere the weights are
-//! widened to i16 once per call and the activations per step (`vpmaddwd`).
+//! excess (`crate::split::RowSplit`, most real weights), the group's rows are read as a
+//! generated crate stored them ahead, or made safe once per call, and run that way
+//! ([`crate::micro::conv_avx2::tile_split`]); elsewhere the weights are widened to i16 once per
+//! call and the activations per step (`vpmaddwd`).
 
-use super::Geometry;
 use super::direct::{MR, NP, PANEL, Scratch, Sink, Weights};
+use super::{Geometry, GroupSplit};
 use crate::isa::{Isa, Kernels};
 use crate::pack::KR;
-use crate::split::RowSplit;
 #[cfg(target_arch = "x86_64")]
 use crate::split::safe_rows;
 
@@ -103,15 +103,15 @@ impl<W> Tile<'_, W> {
 }
 
 /// One group of one image (see the module): rows to `sink` as channels `co_base..co_base + w.rows()`.
-/// `split`: the AVX2 path's pair split of the convolution's rows and the group's first row in it
-/// (then `vpmaddubsw` on pair-safe rows, [`crate::micro::conv_avx2::tile_split`]).
+/// `split`: the AVX2 path's pair split of the group's rows (then `vpmaddubsw` on pair-safe rows,
+/// [`crate::micro::conv_avx2::tile_split`]).
 #[allow(clippy::too_many_arguments)] // the group's operands, spelled out
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(super) fn group<S: Sink>(
     kernels: Kernels,
     g: &Geometry,
     w: &Weights,
-    split: Option<(&RowSplit, usize)>,
+    split: Option<GroupSplit<'_>>,
     depth: usize,
     x: &[u8],
     zx: u8,
@@ -127,7 +127,7 @@ pub(super) fn group<S: Sink>(
         // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
         Isa::Avx2 => unsafe {
             match split {
-                Some((split, row0)) => group_split(g, w, split, row0, depth, x, zx, co_base, s, sink),
+                Some(split) => group_split(g, w, split, depth, x, zx, co_base, s, sink),
                 None => group_avx2(g, w, depth, x, zx, co_base, s, sink),
             }
         },
@@ -160,16 +160,16 @@ unsafe fn group_avx2<S: Sink>(g: &Geometry, w: &Weights, depth: usize, x: &[u8],
     s.wide = wide;
 }
 
-/// The AVX2 group with `vpmaddubsw`: the group's rows made pair-safe into `s.safe` once per call
-/// (one byte per weight, where the i16 tile widens to two), their excess added by the tile.
+/// The AVX2 group with `vpmaddubsw`: the group's pair-safe rows as stored ahead, or made into
+/// `s.safe` once per call (one byte per weight, where the i16 tile widens to two), their excess
+/// added by the tile.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn group_split<S: Sink>(
     g: &Geometry,
     w: &Weights,
-    split: &RowSplit,
-    row0: usize,
+    split: GroupSplit<'_>,
     depth: usize,
     x: &[u8],
     zx: u8,
@@ -177,15 +177,21 @@ unsafe fn group_split<S: Sink>(
     s: &mut Scratch,
     sink: &mut S,
 ) {
-    let mut safe = std::mem::take(&mut s.safe);
-    safe_rows(w.w, w.k4() * KR, split, row0, &mut safe);
-    group_generic(g, w, &safe, depth, x, zx, co_base, s, sink, |t, c0, out| {
+    let mut made = std::mem::take(&mut s.safe);
+    let safe = match split.safe {
+        Some(safe) => safe,
+        None => {
+            safe_rows(w.w, w.k4() * KR, split.split, split.row0, &mut made);
+            &made
+        }
+    };
+    group_generic(g, w, safe, depth, x, zx, co_base, s, sink, |t, c0, out| {
         // SAFETY: this instance only runs where AVX2 was checked; `tile_split` checks the
-        // operands' bounds itself; the rows are pair-safe (`safe_rows`), the split's rows
-        // from `row0 + c0` theirs.
-        unsafe { crate::micro::conv_avx2::tile_split(t, split, row0 + c0, out) }
+        // operands' bounds itself; the rows are pair-safe (`safe_rows`, now or ahead), the
+        // split's rows from `row0 + c0` theirs.
+        unsafe { crate::micro::conv_avx2::tile_split(t, split.split, split.row0 + c0, out) }
     });
-    s.safe = safe;
+    s.safe = made;
 }
 
 /// The raw sums `Σ_q x·w` of a tile into `out[r][p·16 + lane]` (wrapping).
@@ -248,12 +254,26 @@ fn group_generic<S: Sink, W>(
             (((c4 * dp + t / (kh * kw) * dd) * hp + t / kw % kh * dh) * lw + tx % sw * wq + tx / sw) * KR
         })
     }));
-    // The panels: (byte base in the interleaved input, first output position, length).
+    // The panels: (byte base in the interleaved input, first output position, length). Short
+    // lines (stride 1 along both inner axes, one depth slice) in panels over the framed plane
+    // read as one flat line where that computes fewer positions: output (y, x) is flat position
+    // `y·lw + x`, whose taps are at the same offsets; the positions of the frame (`x ≥ ow`) are
+    // computed and dropped (yolov8n's 3×3 convolutions on planes of 2×2 and 4×4 compute 8 and 24
+    // positions for their 4 and 16 where a panel per line computes 16 and 32).
+    let flat_lanes = (oh - 1) * lw + ow;
+    let halves = |n: usize| (0..n).step_by(PANEL).map(|x0| (n - x0).min(PANEL).div_ceil(PANEL / 2)).sum::<usize>();
+    let flat = sw == 1 && sh == 1 && od == 1 && halves(flat_lanes) < oh * halves(ow);
     s.spans.clear();
-    for line in 0..od * oh {
-        let (z, y) = (line / oh, line % oh);
-        for x0 in (0..ow).step_by(PANEL) {
-            s.spans.push([((z * sd * hp + y * sh) * lw + x0) * KR, line * ow + x0, PANEL.min(ow - x0)]);
+    if flat {
+        for f0 in (0..flat_lanes).step_by(PANEL) {
+            s.spans.push([f0 * KR, f0 / lw * ow + (f0 % lw).min(ow), PANEL.min(flat_lanes - f0)]);
+        }
+    } else {
+        for line in 0..od * oh {
+            let (z, y) = (line / oh, line % oh);
+            for x0 in (0..ow).step_by(PANEL) {
+                s.spans.push([((z * sd * hp + y * sh) * lw + x0) * KR, line * ow + x0, PANEL.min(ow - x0)]);
+            }
         }
     }
     // Σ_k x per output position, only when some weight zero point needs it.
@@ -302,6 +322,23 @@ fn group_generic<S: Sink, W>(
                     let co = c0 + r;
                     let zw = w.zero_points[co];
                     let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
+                    if flat {
+                        // The tile's panels continue one another along the flat line: their
+                        // output positions, the frame's dropped, are one run of the output.
+                        let mut n = 0;
+                        for (p, span) in s.spans[t0..t0 + np].iter().enumerate() {
+                            let f0 = span[0] / KR;
+                            for l in 0..span[2] {
+                                if (f0 + l) % lw < ow {
+                                    let xs = if need_sums { s.sums[(t0 + p) * PANEL + l] } else { 0 };
+                                    row[n] = row[p * PANEL + l].wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                                    n += 1;
+                                }
+                            }
+                        }
+                        sink.row(co_base + co, s.spans[t0][1], &row[..n]);
+                        continue;
+                    }
                     // Panels that continue one another (full panels along one line, or a
                     // pointwise convolution's one line) go to the sink as one run: one
                     // requantization call per run rather than per 16 positions.

@@ -81,45 +81,73 @@ pub unsafe fn tile_split(t: &Shifted<i8>, split: &RowSplit, row0: usize, out: &m
     unsafe { rows(&split, t.mr, t.np, |p| t.x.as_ptr().add(t.bases[p]), |p| t.lens[p], out) }
 }
 
-/// A register tile of `R` rows × 8 positions: `out[r][col..col + 8]` gets the sums of the 8
-/// positions whose step `q` is the 32 bytes at `x + step(q)` against rows `r0..r0 + R`.
+/// A register tile of `R` rows × `8·H` positions: `out[r][col..col + 8·H]` gets the sums of the
+/// positions whose step `q` is the `32·H` bytes at `x + step(q)` against rows `r0..r0 + R`.
 trait Block {
+    /// Rows per register tile of a whole panel (`H` = 2: both halves share each row's weight
+    /// broadcast), 0 where the block runs halves only.
+    const PANEL_ROWS: usize;
+
     /// # Safety
-    /// AVX2 present; `x + step(q)` readable for 32 bytes for every step.
-    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize);
+    /// AVX2 present; `x + step(q)` readable for `32·H` bytes for every step.
+    unsafe fn block<const R: usize, const H: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize);
 }
 
-/// `mr` rows × `np` panels of `block` (panel `p`'s 16 positions from `panel(p)`), in register
-/// tiles of [`ROWS`] × [`COLS`]; a register tile of positions at or past `used(p)` is skipped
-/// (its sums are not read: a shifted panel of a line of 8 or fewer positions costs half).
+/// `mr` rows × `np` panels of `block` (panel `p`'s 16 positions from `panel(p)`): a panel whose
+/// positions past its first 8 are used in register tiles of [`Block::PANEL_ROWS`] rows × 16
+/// positions where the block has them, otherwise in tiles of [`ROWS`] × [`COLS`], a half at or
+/// past `used(p)` skipped (its sums are not read: a shifted panel of a line of 8 or fewer
+/// positions costs half).
 ///
 /// # Safety
 /// AVX2 present; every step of every panel readable for 64 bytes.
 #[target_feature(enable = "avx2")]
-unsafe fn rows(block: &impl Block, mr: usize, np: usize, panel: impl Fn(usize) -> *const u8, used: impl Fn(usize) -> usize, out: &mut [[i32; NP * PANEL]; MR]) {
+unsafe fn rows<B: Block>(
+    block: &B,
+    mr: usize,
+    np: usize,
+    panel: impl Fn(usize) -> *const u8,
+    used: impl Fn(usize) -> usize,
+    out: &mut [[i32; NP * PANEL]; MR],
+) {
     for p in 0..np {
+        if B::PANEL_ROWS > 0 && used(p) > COLS {
+            // SAFETY: forwarded from the caller: the 64 bytes of each step.
+            unsafe { row_tiles::<B, 2>(block, mr, B::PANEL_ROWS, panel(p), out, p * PANEL) };
+            continue;
+        }
         for half in 0..used(p).div_ceil(COLS) {
-            let col = p * PANEL + half * COLS;
             // SAFETY: forwarded from the caller: the 32 bytes of this half of each 64-byte step.
-            let x = unsafe { panel(p).add(half * COLS * KR) };
-            let mut r = 0;
-            while r < mr {
-                let n = (mr - r).min(ROWS);
-                let out = &mut out[r..];
-                // SAFETY: forwarded from the caller.
-                unsafe {
-                    match n {
-                        1 => block.block::<1>(x, r, out, col),
-                        2 => block.block::<2>(x, r, out, col),
-                        3 => block.block::<3>(x, r, out, col),
-                        4 => block.block::<4>(x, r, out, col),
-                        5 => block.block::<5>(x, r, out, col),
-                        _ => block.block::<ROWS>(x, r, out, col),
-                    }
-                }
-                r += n;
+            unsafe { row_tiles::<B, 1>(block, mr, ROWS, panel(p).add(half * COLS * KR), out, p * PANEL + half * COLS) };
+        }
+    }
+}
+
+/// Rows `0..mr` in register tiles of up to `rows` rows × `8·H` positions from `x`, as even as
+/// the count allows (16 rows by 5: 4, 4, 4, 4, not 5, 5, 5, 1, whose last tile loads the
+/// activations for one row).
+///
+/// # Safety
+/// AVX2 present; `x + step(q)` readable for `32·H` bytes for every step.
+#[target_feature(enable = "avx2")]
+unsafe fn row_tiles<B: Block, const H: usize>(block: &B, mr: usize, rows: usize, x: *const u8, out: &mut [[i32; NP * PANEL]; MR], col: usize) {
+    let tiles = mr.div_ceil(rows);
+    let mut r = 0;
+    for t in 0..tiles {
+        let n = mr / tiles + usize::from(t < mr % tiles);
+        let out = &mut out[r..];
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match n {
+                1 => block.block::<1, H>(x, r, out, col),
+                2 => block.block::<2, H>(x, r, out, col),
+                3 => block.block::<3, H>(x, r, out, col),
+                4 => block.block::<4, H>(x, r, out, col),
+                5 => block.block::<5, H>(x, r, out, col),
+                _ => block.block::<ROWS, H>(x, r, out, col),
             }
         }
+        r += n;
     }
 }
 
@@ -134,8 +162,12 @@ struct Wide<'a, F> {
 }
 
 impl<F: Fn(usize) -> usize> Block for Wide<'_, F> {
+    /// Halves only: two activation vectors per half already share each broadcast.
+    const PANEL_ROWS: usize = 0;
+
     #[inline(always)]
-    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+    unsafe fn block<const R: usize, const H: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+        debug_assert_eq!(H, 1);
         // SAFETY: forwarded (AVX2 present, the activations readable).
         unsafe { block_wide::<R, F>(self, x, r0, out, col) }
     }
@@ -186,40 +218,53 @@ struct Split<'a, F> {
 }
 
 impl<F: Fn(usize) -> usize> Block for Split<'_, F> {
+    /// 10 accumulators, 2 activation vectors, the broadcast, the ones and a product (15 of 16
+    /// ymm, as the GEMM's split tile).
+    const PANEL_ROWS: usize = 5;
+
     #[inline(always)]
-    unsafe fn block<const R: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+    unsafe fn block<const R: usize, const H: usize>(&self, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
         // SAFETY: forwarded (AVX2 present, the activations readable).
-        unsafe { block_split::<R, F>(self, x, r0, out, col) }
+        unsafe { block_split::<R, H, F>(self, x, r0, out, col) }
     }
 }
 
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn block_split<const R: usize, F: Fn(usize) -> usize>(b: &Split<F>, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
+unsafe fn block_split<const R: usize, const H: usize, F: Fn(usize) -> usize>(b: &Split<F>, x: *const u8, r0: usize, out: &mut [[i32; NP * PANEL]], col: usize) {
     let (ldw, steps) = (b.ldw, b.steps);
     let w = &b.w[r0 * ldw..];
-    assert!(w.len() >= (R - 1) * ldw + steps * KR && out.len() >= R && col + COLS <= NP * PANEL);
+    assert!(w.len() >= (R - 1) * ldw + steps * KR && out.len() >= R && col + H * COLS <= NP * PANEL);
     let w = w.as_ptr();
     // SAFETY: the assert bounds the weights and the stores, the caller the activations (an
     // excess step is one of the steps); unaligned loads and stores only.
     unsafe {
         let ones = _mm256_set1_epi16(1);
-        let product = |xv: __m256i, word: i32| _mm256_madd_epi16(_mm256_maddubs_epi16(xv, _mm256_set1_epi32(word)), ones);
-        let mut acc = [_mm256_setzero_si256(); R];
+        let product = |xv: __m256i, wv: __m256i| _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv), ones);
+        let mut acc = [[_mm256_setzero_si256(); H]; R];
         for q in 0..steps {
-            let xv = _mm256_loadu_si256(x.add((b.step)(q)).cast());
+            let at = x.add((b.step)(q));
+            let xv: [__m256i; H] = std::array::from_fn(|h| _mm256_loadu_si256(at.add(h * COLS * KR).cast()));
             for (r, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_add_epi32(*acc, product(xv, w.add(r * ldw + q * KR).cast::<i32>().read_unaligned()));
+                let wv = _mm256_set1_epi32(w.add(r * ldw + q * KR).cast::<i32>().read_unaligned());
+                for (acc, &xv) in acc.iter_mut().zip(&xv) {
+                    *acc = _mm256_add_epi32(*acc, product(xv, wv));
+                }
             }
         }
         for (r, acc) in acc.iter_mut().enumerate() {
             for e in b.split.row(b.row0 + r0 + r) {
-                let xv = _mm256_loadu_si256(x.add((b.step)(e.q as usize)).cast());
-                *acc = _mm256_add_epi32(*acc, product(xv, i32::from_le_bytes(e.word.map(|v| v as u8))));
+                let at = x.add((b.step)(e.q as usize));
+                let wv = _mm256_set1_epi32(i32::from_le_bytes(e.word.map(|v| v as u8)));
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_add_epi32(*acc, product(_mm256_loadu_si256(at.add(h * COLS * KR).cast()), wv));
+                }
             }
         }
         for (acc, out) in acc.iter().zip(out.iter_mut()) {
-            _mm256_storeu_si256(out[col..].as_mut_ptr().cast(), *acc);
+            for (h, acc) in acc.iter().enumerate() {
+                _mm256_storeu_si256(out[col + h * COLS..].as_mut_ptr().cast(), *acc);
+            }
         }
     }
 }

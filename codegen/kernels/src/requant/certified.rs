@@ -562,15 +562,23 @@ fn shifted<C: CodeOut>(acc: &[i32], bias: i32, k: u32, out: Output, codes: &mut 
 /// the integer shift for a power-of-two ratio, the f32 form where the plan allows it
 /// ([`single::row_uniform`]: twice the lanes), else the same IEEE operations as [`evaluate`]
 /// element by element, like [`rows`] (vectorized where the caller's instance allows); returns
-/// the fallback count, not yet added to [`fallback_hits`].
+/// the fallback count, not yet added to [`fallback_hits`]. `bound`: every `|acc| ≤ bound` (a
+/// convolution's K·255², a product's 255²), which spares the AVX2 form the overflow test of
+/// `acc + bias` where it cannot overflow.
 #[inline(always)]
-pub(crate) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+pub(crate) fn row_uniform<C: CodeOut>(kernels: Kernels, acc: &[i32], bound: u64, bias: i32, plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
     const CH: usize = 64;
     if let Some(k) = plan.shift {
         shifted(acc, bias, k, out, codes);
         return 0;
     }
     if let Some(single) = plan.single {
+        #[cfg(target_arch = "x86_64")]
+        if kernels.isa() == Isa::Avx2 {
+            // SAFETY: a `Kernels` of the AVX2 path was made by `Kernels::new`/`detect`, which checked AVX2.
+            return unsafe { single::row_uniform_avx2(acc, bound, bias, single, plan, out, codes) };
+        }
         return single::row_uniform(acc, bias, single, plan, out, codes);
     }
     let (b, r, rho) = (f64::from(bias), plan.r, plan.rho);
@@ -655,7 +663,7 @@ mod tests {
                         );
                         acc.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, -1, 0, 1]);
                         let mut got = vec![0u8; acc.len()];
-                        assert_eq!(row_uniform(&acc, bias, &plan, out, &mut got), 0, "no fallback");
+                        assert_eq!(row_uniform(Kernels::detect(), &acc, u64::MAX, bias, &plan, out, &mut got), 0, "no fallback");
                         for (&a, &g) in acc.iter().zip(&got) {
                             let want = requant_exact(a, bias, &plan.ratio, out);
                             assert_eq!(g, want as u8, "k {k} acc {a} bias {bias} zy {zy} {code:?}");
@@ -676,7 +684,8 @@ mod tests {
     /// a plain one, of a tiny one (3·2^−23: accumulators beyond 2^24, which f32 rounds, so that
     /// values near a boundary misround unless the exact form settles them), at the i32 extremes
     /// with biases whose sum overflows i32, and with a bias off the accumulator's scale (ρ ≠ 0);
-    /// both code types.
+    /// both code types, on every kernel path the host has (the AVX2 path's own vector form),
+    /// runs of every length mod 8 (the vector form's scalar tail).
     #[test]
     fn uniform_runs_in_f32_equal_the_exact_form() {
         let plain = Ratio::new(0.0213, 0.0039, 0.517).unwrap();
@@ -690,18 +699,30 @@ mod tests {
                 let out = Output::new(zy, code).unwrap();
                 for bias in [0, 1000, -77, i32::MAX, i32::MIN + 5] {
                     // Every accumulator within 3 of each half-integer value from −130.5 to 130.5.
-                    let mut acc: Vec<i32> = (-131..=130)
+                    let acc: Vec<i32> = (-131..=130)
                         .flat_map(|k: i64| {
                             let centre = ((k as f64 + 0.5) / r).round() as i64 - i64::from(bias);
                             (-3..=3).map(move |d| (centre + d).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
                         })
                         .collect();
-                    acc.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, -1, 0, 1]);
-                    let mut got = vec![0u8; acc.len()];
-                    row_uniform(&acc, bias, &plan, out, &mut got);
-                    for (&a, &g) in acc.iter().zip(&got) {
-                        let want = requant_exact(a, bias, &plan.ratio, out);
-                        assert_eq!(g, want as u8, "{ratio:?}: acc {a} bias {bias} zy {zy} {code:?}");
+                    // The accumulators as they are, with their true bound (the AVX2 form's
+                    // overflow test is then skipped where the bias cannot overflow them), then
+                    // with the i32 extremes and no bound.
+                    let inner = acc.iter().map(|a| u64::from(a.unsigned_abs())).max().unwrap();
+                    let mut extremes = acc.clone();
+                    extremes.extend([i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1, -1, 0, 1]);
+                    for ((acc, bound), kernels) in
+                        [(acc, inner), (extremes, u64::MAX)].iter().flat_map(|c| Isa::available().into_iter().map(move |isa| (c, Kernels::new(isa).unwrap())))
+                    {
+                        for skip in 0..8 {
+                            let (acc, bound) = (&acc[skip..], *bound);
+                            let mut got = vec![0u8; acc.len()];
+                            row_uniform(kernels, acc, bound, bias, &plan, out, &mut got);
+                            for (&a, &g) in acc.iter().zip(&got) {
+                                let want = requant_exact(a, bias, &plan.ratio, out);
+                                assert_eq!(g, want as u8, "{ratio:?} on {kernels:?}: acc {a} bias {bias} zy {zy} {code:?}");
+                            }
+                        }
                     }
                 }
             }

@@ -108,6 +108,120 @@ pub(super) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, (r, rho): (f32, f3
     fallbacks
 }
 
+/// [`row_uniform`] on AVX2, 8 lanes per vector with the constants in registers, for accumulators
+/// of magnitude at most `bound`: the same IEEE operations lane by lane (`vmaxps`/`vminps` equal
+/// `f32::max`/`min` here: no operand is NaN); the code narrowed with saturation (`vpackssdw`,
+/// then `vpackuswb` for u8, `vpacksswb` for i8), which is the clamp to the type's range (every
+/// code before it lies within ±2^12 + 255). Three operations fewer than the scalar form's where
+/// they cannot matter: ρ = 0 adds nothing (`OFFSET`); `acc + bias` cannot overflow i32 when
+/// `bound + |bias| < 2^31` (`CHECK` false: a convolution's accumulators are at most K·255², a
+/// product's 255²); and the boundary test runs on every lane, not only within ±2^12 — a lane
+/// beyond it is flagged only when `|p|·2^-20 ≥ 1/2 − d`, which sends it to the exact form (a
+/// superset of the scalar form's flags: the same codes). The flagged lanes of a chunk of
+/// [`CHUNK`] go to the exact form after the chunk's vector loop, which so has no call that
+/// would spill its constants; the last `n mod 8` go through [`row_uniform`]. Where the
+/// compiler vectorized [`row_uniform`] inside a convolution it kept the constants and the flags
+/// on the stack (the requantization took as long as the tile on a 1×1 64→64 convolution).
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)] // the run's operands
+pub(super) unsafe fn row_uniform_avx2<C: CodeOut>(acc: &[i32], bound: u64, bias: i32, rr: (f32, f32), plan: &Certified, out: Output, codes: &mut [C]) -> u64 {
+    let check = bound.saturating_add(u64::from(bias.unsigned_abs())) > i32::MAX as u64;
+    let offset = rr.1 != 0.0;
+    let u8_out = out.code() == crate::requant::Code::U8;
+    // SAFETY: forwarded (AVX2 present).
+    unsafe {
+        match (u8_out, offset, check) {
+            (true, false, false) => uniform_avx2::<C, true, false, false>(acc, bias, rr, plan, out, codes),
+            (true, false, true) => uniform_avx2::<C, true, false, true>(acc, bias, rr, plan, out, codes),
+            (true, true, false) => uniform_avx2::<C, true, true, false>(acc, bias, rr, plan, out, codes),
+            (true, true, true) => uniform_avx2::<C, true, true, true>(acc, bias, rr, plan, out, codes),
+            (false, false, false) => uniform_avx2::<C, false, false, false>(acc, bias, rr, plan, out, codes),
+            (false, false, true) => uniform_avx2::<C, false, false, true>(acc, bias, rr, plan, out, codes),
+            (false, true, false) => uniform_avx2::<C, false, true, false>(acc, bias, rr, plan, out, codes),
+            (false, true, true) => uniform_avx2::<C, false, true, true>(acc, bias, rr, plan, out, codes),
+        }
+    }
+}
+
+/// Elements per chunk of [`row_uniform_avx2`]: one flag byte per vector on the stack.
+#[cfg(target_arch = "x86_64")]
+const CHUNK: usize = 512;
+
+/// [`row_uniform_avx2`] for one code type (`UNSIGNED`: u8), with or without ρ (`OFFSET`) and the
+/// overflow test (`CHECK`).
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn uniform_avx2<C: CodeOut, const UNSIGNED: bool, const OFFSET: bool, const CHECK: bool>(
+    acc: &[i32],
+    bias: i32,
+    (r, rho): (f32, f32),
+    plan: &Certified,
+    out: Output,
+    codes: &mut [C],
+) -> u64 {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    assert_eq!(codes.len(), n);
+    let full = n / 8 * 8;
+    let (b, rv, rhov, tol) = (_mm256_set1_epi32(bias), _mm256_set1_ps(r), _mm256_set1_ps(rho), _mm256_set1_ps(rho.abs()));
+    let (limit, neg_limit, magic, half, bound) =
+        (_mm256_set1_ps(LIMIT), _mm256_set1_ps(-LIMIT), _mm256_set1_ps(MAGIC), _mm256_set1_ps(0.5), _mm256_set1_ps(BOUND));
+    let zy = _mm256_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
+    let abs = |x: __m256| _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+    let bytes = C::bytes_mut(codes);
+    let mut fallbacks = 0;
+    for c0 in (0..full).step_by(CHUNK) {
+        let end = (c0 + CHUNK).min(full);
+        let mut flags = [0u8; CHUNK / 8];
+        let mut any = 0;
+        for (j, flag) in (c0..end).step_by(8).zip(&mut flags) {
+            // SAFETY: j + 8 ≤ full ≤ n, the length of `acc` and of `bytes`.
+            unsafe {
+                let a = _mm256_loadu_si256(acc.as_ptr().add(j).cast());
+                let t = _mm256_add_epi32(a, b);
+                let p = _mm256_mul_ps(_mm256_cvtepi32_ps(t), rv);
+                let (v, tolerance) = if OFFSET { (_mm256_add_ps(p, rhov), _mm256_add_ps(abs(p), tol)) } else { (p, abs(p)) };
+                let clamped = _mm256_min_ps(_mm256_max_ps(v, neg_limit), limit);
+                let shifted = _mm256_add_ps(clamped, magic);
+                let d = abs(_mm256_sub_ps(clamped, _mm256_sub_ps(shifted, magic)));
+                let close = _mm256_cmp_ps::<_CMP_LE_OQ>(_mm256_sub_ps(half, d), _mm256_mul_ps(tolerance, bound));
+                let near = if CHECK {
+                    // Signed overflow: the sum's sign differs from both operands' (sign of (a ^ t) & (b ^ t)).
+                    let overflow = _mm256_castsi256_ps(_mm256_and_si256(_mm256_xor_si256(a, t), _mm256_xor_si256(b, t)));
+                    _mm256_movemask_ps(_mm256_or_ps(overflow, close))
+                } else {
+                    _mm256_movemask_ps(close)
+                };
+                let code = _mm256_add_epi32(_mm256_castps_si256(shifted), zy);
+                let words = _mm_packs_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256::<1>(code));
+                let narrowed = if UNSIGNED { _mm_packus_epi16(words, words) } else { _mm_packs_epi16(words, words) };
+                _mm_storel_epi64(bytes.as_mut_ptr().add(j).cast(), narrowed);
+                *flag = near as u8;
+                any |= near;
+            }
+        }
+        if any != 0 {
+            for (v, &flag) in flags.iter().enumerate().filter(|(_, f)| **f != 0) {
+                let mut lanes = flag;
+                while lanes != 0 {
+                    let i = c0 + 8 * v + lanes.trailing_zeros() as usize;
+                    lanes &= lanes - 1;
+                    bytes[i] = requant_exact(acc[i], bias, &plan.ratio, out) as u8;
+                    fallbacks += 1;
+                }
+            }
+        }
+    }
+    fallbacks + row_uniform(&acc[full..], bias, (r, rho), plan, out, &mut codes[full..])
+}
+
 /// The exact form on the flagged columns of a chunk starting at column `c0` (`bias` the chunk's).
 fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: Output, near: &[bool], codes: &mut [C]) -> u64 {
     let plan = |col: usize| &plans[if plans.len() == 1 { 0 } else { col }];
