@@ -5,7 +5,8 @@
 //! (`crate::split::RowSplit`), whose pairs cannot saturate. The sums wrap modulo 2^32 like the
 //! portable path's, so every order gives the same integers.
 //!
-//! Register tile: up to 6 output channels × 8 positions. i16 rows ([`Wide`]): per reduction step
+//! Register tile: up to 6 output channels × 8 positions (pair-safe rows on a panel's 16: 5 × 16).
+//! i16 rows ([`Wide`]): per reduction step
 //! (4 channels), the 8 positions' 32 activation bytes are widened once (two `vpmovzxbw`, each a
 //! ymm of 4 positions × 4 channels) and serve every row; each row's 4 weights come from the
 //! group's weights widened to i16 once per call (`conv::direct::widen`), so their broadcast is one
@@ -162,7 +163,8 @@ struct Wide<'a, F> {
 }
 
 impl<F: Fn(usize) -> usize> Block for Wide<'_, F> {
-    /// Halves only: two activation vectors per half already share each broadcast.
+    /// Halves only: two activation vectors per half already share each broadcast (a panel's
+    /// 16 positions would need 4, and 12 accumulators for 3 rows: no register left).
     const PANEL_ROWS: usize = 0;
 
     #[inline(always)]

@@ -112,7 +112,7 @@ pub(super) fn row_uniform<C: CodeOut>(acc: &[i32], bias: i32, (r, rho): (f32, f3
 /// of magnitude at most `bound`: the same IEEE operations lane by lane (`vmaxps`/`vminps` equal
 /// `f32::max`/`min` here: no operand is NaN); the code narrowed with saturation (`vpackssdw`,
 /// then `vpackuswb` for u8, `vpacksswb` for i8), which is the clamp to the type's range (every
-/// code before it lies within ±2^12 + 255). Three operations fewer than the scalar form's where
+/// code before it lies within ±2^12 + 255). Without three of the scalar form's tests where
 /// they cannot matter: ρ = 0 adds nothing (`OFFSET`); `acc + bias` cannot overflow i32 when
 /// `bound + |bias| < 2^31` (`CHECK` false: a convolution's accumulators are at most K·255², a
 /// product's 255²); and the boundary test runs on every lane, not only within ±2^12 — a lane
