@@ -81,6 +81,8 @@ pub struct Scratch {
     pub(super) wide: Vec<i16>,
     /// A tile's rows made pair-safe (the AVX2 shifted tiles with `vpmaddubsw`).
     pub(super) safe: Vec<i8>,
+    /// A block's corrected accumulators per row (the shifted lowering's runs to the sink).
+    pub(super) runs: Vec<i32>,
 }
 
 /// One group of one image: `x` its input planes, rows written to `sink` as channels

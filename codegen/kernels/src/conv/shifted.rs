@@ -64,9 +64,20 @@ pub struct Offsets {
 }
 
 impl Offsets {
-    fn set(&mut self, it: impl Iterator<Item = usize>) {
+    /// The offsets of `groups` channel groups `stride` bytes apart, each with the taps' offsets
+    /// `taps` (computed once, not per group: the list has one entry per group and tap, 576 for
+    /// yolov8n's 256-channel 3×3 convolutions, remade per call).
+    fn set(&mut self, taps: impl Iterator<Item = usize>, groups: usize, stride: usize) {
         self.list.clear();
-        self.list.extend(it);
+        self.list.extend(taps);
+        let n = self.list.len();
+        self.list.reserve(n * groups.saturating_sub(1));
+        for g in 1..groups {
+            for i in 0..n {
+                let o = self.list[i] + g * stride;
+                self.list.push(o);
+            }
+        }
         self.span = self.list.iter().copied().max().unwrap_or(0);
     }
 
@@ -248,12 +259,11 @@ fn group_generic<S: Sink, W>(
     interleave(g, x, zx, c4n, [dp, hp, wq], s);
     // Tap (tz, ty, tx) of output column x reads framed column `x·sw + tx·dw`: cell
     // `x + tx·dw / sw` of phase `tx·dw mod sw`.
-    s.offsets.set((0..c4n).flat_map(|c4| {
-        (0..kd * kh * kw).map(move |t| {
-            let tx = t % kw * dw;
-            (((c4 * dp + t / (kh * kw) * dd) * hp + t / kw % kh * dh) * lw + tx % sw * wq + tx / sw) * KR
-        })
-    }));
+    let taps = (0..kd * kh * kw).map(|t| {
+        let tx = t % kw * dw;
+        ((t / (kh * kw) * dd * hp + t / kw % kh * dh) * lw + tx % sw * wq + tx / sw) * KR
+    });
+    s.offsets.set(taps, c4n, dp * hp * lw * KR);
     // The panels: (byte base in the interleaved input, first output position, length). Short
     // lines (stride 1 along both inner axes, one depth slice) in panels over the framed plane
     // read as one flat line where that computes fewer positions: output (y, x) is flat position
@@ -306,11 +316,19 @@ fn group_generic<S: Sink, W>(
     let kzx = (depth as i32).wrapping_mul(zxi);
     let ldw = w.k4() * KR;
     let mut acc = [[0i32; NP * PANEL]; MR];
+    // Per row, the block's outputs corrected and in order (the frame's positions dropped): the
+    // spans of a block are consecutive output positions (a line's panels, then the next line's;
+    // or the flat line's valid positions), so each row goes to the sink as one run of up to
+    // 384 — one requantization call per row and block, not per tile of 48.
+    const RUN: usize = BLOCK_PANELS * PANEL;
+    let mut runs = std::mem::take(&mut s.runs);
+    runs.resize(MR * RUN, 0);
     for b0 in (0..s.spans.len()).step_by(BLOCK_PANELS) {
         let b1 = (b0 + BLOCK_PANELS).min(s.spans.len());
         let mut c0 = 0;
         while c0 < w.rows() {
             let mr = MR.min(w.rows() - c0);
+            let mut len = 0;
             for t0 in (b0..b1).step_by(NP) {
                 let np = NP.min(b1 - t0);
                 let (mut bases, mut lens) = ([0; NP], [0; NP]);
@@ -318,55 +336,44 @@ fn group_generic<S: Sink, W>(
                     (*b, *l) = (span[0], span[2]);
                 }
                 tile(&Tile { w: &rows[c0 * ldw..][..mr * ldw], x: &s.padded, bases, lens, offsets: &s.offsets, mr, np }, c0, &mut acc);
-                for (r, row) in acc.iter_mut().enumerate().take(mr) {
+                let mut n = 0;
+                for (r, row) in acc.iter().enumerate().take(mr) {
                     let co = c0 + r;
                     let zw = w.zero_points[co];
                     let corr = kzx.wrapping_mul(zw).wrapping_sub(zxi.wrapping_mul(w.sums[co]));
-                    if flat {
-                        // The tile's panels continue one another along the flat line: their
-                        // output positions, the frame's dropped, are one run of the output.
-                        let mut n = 0;
-                        for (p, span) in s.spans[t0..t0 + np].iter().enumerate() {
+                    let run = &mut runs[r * RUN + len..][..np * PANEL];
+                    n = 0;
+                    for (p, span) in s.spans[t0..t0 + np].iter().enumerate() {
+                        let (v, sums) = (&row[p * PANEL..][..span[2]], &s.sums[if need_sums { (t0 + p) * PANEL } else { 0 }..]);
+                        if flat {
                             let f0 = span[0] / KR;
-                            for l in 0..span[2] {
-                                if (f0 + l) % lw < ow {
-                                    let xs = if need_sums { s.sums[(t0 + p) * PANEL + l] } else { 0 };
-                                    row[n] = row[p * PANEL + l].wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
-                                    n += 1;
-                                }
+                            for (l, &v) in v.iter().enumerate().filter(|&(l, _)| (f0 + l) % lw < ow) {
+                                let xs = if need_sums { sums[l] } else { 0 };
+                                run[n] = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                                n += 1;
                             }
-                        }
-                        sink.row(co_base + co, s.spans[t0][1], &row[..n]);
-                        continue;
-                    }
-                    // Panels that continue one another (full panels along one line, or a
-                    // pointwise convolution's one line) go to the sink as one run: one
-                    // requantization call per run rather than per 16 positions.
-                    let spans = &s.spans[t0..t0 + np];
-                    let mut p = 0;
-                    while p < np {
-                        let (first, pos) = (p, spans[p][1]);
-                        let mut len = spans[p][2];
-                        while p + 1 < np && len == (p + 1 - first) * PANEL && spans[p + 1][1] == pos + len {
-                            p += 1;
-                            len += spans[p][2];
-                        }
-                        let v = &mut row[first * PANEL..][..len];
-                        if need_sums {
-                            for (v, &xs) in v.iter_mut().zip(&s.sums[(t0 + first) * PANEL..]) {
-                                *v = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
+                        } else if need_sums {
+                            for ((d, &v), &xs) in run[n..][..v.len()].iter_mut().zip(v).zip(sums) {
+                                *d = v.wrapping_add(corr).wrapping_sub(zw.wrapping_mul(xs));
                             }
+                            n += v.len();
                         } else {
-                            v.iter_mut().for_each(|v| *v = v.wrapping_add(corr));
+                            for (d, &v) in run[n..][..v.len()].iter_mut().zip(v) {
+                                *d = v.wrapping_add(corr);
+                            }
+                            n += v.len();
                         }
-                        sink.row(co_base + co, pos, v);
-                        p += 1;
                     }
                 }
+                len += n;
+            }
+            for r in 0..mr {
+                sink.row(co_base + c0 + r, s.spans[b0][1], &runs[r * RUN..][..len]);
             }
             c0 += mr;
         }
     }
+    s.runs = runs;
 }
 
 /// The group's input planes `x` (`[c][z][y][x]`) into `s.padded`, `[c4][z][y][phase][x / sw][4]`
