@@ -10,7 +10,7 @@ fn paths() -> Vec<Kernels> {
 
 mod common;
 
-use common::Rng;
+use common::{Rng, conv_attrs as params};
 use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::gemm::{GemmParams, gemm, matmul, matmul_shape, sgemm};
@@ -218,20 +218,6 @@ fn conv_reference(p: &ConvParams, x: &[f32], batch: usize, input: &[usize], w: &
         }
     }
     y
-}
-
-#[allow(clippy::too_many_arguments)] // one per Conv attribute
-fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dilations: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
-    ConvParams {
-        in_channels: cin,
-        out_channels: cout,
-        groups,
-        kernel: kernel.to_vec(),
-        strides: strides.to_vec(),
-        dilations: dilations.to_vec(),
-        pads_begin: pb.to_vec(),
-        pads_end: pe.to_vec(),
-    }
 }
 
 #[test]

@@ -11,9 +11,8 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, conv_attrs as conv_params};
 use qdqc_kernels::Kernels;
-use qdqc_kernels::conv::ConvParams;
 use qdqc_kernels::float::conv::conv;
 use qdqc_kernels::float::conv_transpose::{ConvTransposeParams, conv_transpose};
 use qdqc_kernels::float::elementwise::{Binary, Map, binary, map};
@@ -202,20 +201,6 @@ fn elementwise_ops_are_bit_identical_to_onnx_runtime() {
     map(Map::Clip { min: -1.5, max: 2.25 }, &x, &mut out).unwrap();
     cases.push(case("Clip", "Clip", 13, vec![], vec![(vec![100], x), (vec![], vec![-1.5]), (vec![], vec![2.25])], out));
     assert_bits(&cases);
-}
-
-#[allow(clippy::too_many_arguments)] // one per Conv attribute
-fn conv_params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dilations: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
-    ConvParams {
-        in_channels: cin,
-        out_channels: cout,
-        groups,
-        kernel: kernel.to_vec(),
-        strides: strides.to_vec(),
-        dilations: dilations.to_vec(),
-        pads_begin: pb.to_vec(),
-        pads_end: pe.to_vec(),
-    }
 }
 
 fn ints(v: &[usize]) -> Attr {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Rng, conv_reference, gemm_reference, kernels};
+use common::{Rng, conv_attrs as params, conv_reference, gemm_reference, kernels};
 use qdqc_kernels::conv::{ConvParams, PackedConv};
 use qdqc_kernels::{Isa, Kernels, Layout, PackedB, accumulator_bound, gemm_u8};
 
@@ -138,20 +138,6 @@ fn conv_case_zw(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input
     let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
     let want: Vec<i32> = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi).into_iter().map(|v| v as i32).collect();
     assert_eq!(y, want, "{}: {p:?} input {input:?}", kern.isa());
-}
-
-#[allow(clippy::too_many_arguments)] // ONNX Conv's attributes, spelled out
-fn params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dil: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
-    ConvParams {
-        in_channels: cin,
-        out_channels: cout,
-        groups,
-        kernel: kernel.to_vec(),
-        strides: strides.to_vec(),
-        dilations: dil.to_vec(),
-        pads_begin: pb.to_vec(),
-        pads_end: pe.to_vec(),
-    }
 }
 
 fn convolutions(isa: Isa) {

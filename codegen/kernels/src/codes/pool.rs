@@ -138,11 +138,26 @@ fn paired(a: &Axis) -> bool {
     a.dil == 1 && a.count.iter().zip(&a.padded).all(|(&n, &p)| n == 2 && p == 2) && a.first.iter().enumerate().all(|(i, &f)| f == 2 * i)
 }
 
-/// Whether the windows are 2×2 at stride 2 over 2-D planes (`ax` from [`axes`], the last axis
-/// [`paired`]): a trivial outer axis and paired lines; output line `i` reads input lines `2i`
+/// Whether the windows are 2×2 at stride 2 over 2-D planes (`ax` from [`axes`]): a trivial outer
+/// axis, paired lines and paired columns ([`paired`]); output line `i` reads input lines `2i`
 /// and `2i + 1` (an odd last input line is read by none).
 fn quads(ax: &[Axis]) -> bool {
-    ax[0].count == [1] && ax[0].first == [0] && paired(&ax[1])
+    ax[0].count == [1] && ax[0].first == [0] && paired(&ax[1]) && paired(&ax[2])
+}
+
+/// Each output of [`quads`] windows (over planes of `plane` codes in lines of `w`, `out` in
+/// lines of `ow`) as `f` of its four codes, read in place: no line buffer and no loop over taps
+/// per output line (the pooling of small CNNs, lines of 8 or 16 codes).
+fn each_quad<X: Copy, Y>(x: &[X], plane: usize, w: usize, ax: &[Axis], out: &mut [Y], f: impl Fn([X; 4]) -> Y) {
+    let (oh, ow) = (ax[1].count.len(), ax[2].count.len());
+    for (y, base) in out.chunks_exact_mut(oh * ow).zip(x.chunks_exact(plane.max(1))) {
+        for (y, lines) in y.chunks_exact_mut(ow).zip(base.chunks_exact(2 * w)) {
+            let (a, b) = lines.split_at(w);
+            for (y, (a, b)) in y.iter_mut().zip(a.chunks_exact(2).zip(b.chunks_exact(2))) {
+                *y = f([a[0], a[1], b[0], b[1]]);
+            }
+        }
+    }
 }
 
 /// MaxPool on codes (input and output share their quantization parameters). Separable, as max
@@ -162,20 +177,9 @@ pub fn max_pool<T: QCode>(x: &[T], shape: &[usize], p: &PoolParams, out: &mut [T
     // pad: the common 2×2 pooling): each output the max of one pair of the line.
     let (first, count, dil) = (&ax[2].first, &ax[2].count, ax[2].dil);
     let pairs = paired(&ax[2]);
-    if pairs && quads(&ax) {
-        // 2×2 windows at stride 2 over planes: each output the max of two pairs of adjacent input
-        // lines, over the whole plane with no line buffer (the pooling of small CNNs: no copy and
-        // no loop over taps per output line of 8 or 16 codes).
+    if quads(&ax) {
         let max = |a: T, b: T| if b > a { b } else { a };
-        let ow = count.len();
-        for (y, base) in out.chunks_exact_mut(ax[1].count.len() * ow).zip(x.chunks_exact(plane.max(1))) {
-            for (y, lines) in y.chunks_exact_mut(ow).zip(base.chunks_exact(2 * w)) {
-                let (a, b) = lines.split_at(w);
-                for (y, (a, b)) in y.iter_mut().zip(a.chunks_exact(2).zip(b.chunks_exact(2))) {
-                    *y = max(max(a[0], a[1]), max(b[0], b[1]));
-                }
-            }
-        }
+        each_quad(x, plane, w, &ax, out, |[a0, a1, b0, b1]| max(max(a0, a1), max(b0, b1)));
         return Ok(());
     }
     let mut o = 0;
@@ -328,18 +332,9 @@ pub fn average_pool<X: QCode, Y: QCode>(
     // input lines (exact in i64: at most 255·2^40), then per output along the innermost axis the
     // sum of that line's taps.
     let (ax, s1, w) = axes(p, shape, &out_shape);
-    if let (true, Some(Some(rate))) = (paired(&ax[2]) && quads(&ax), rates.get(4)) {
-        // As max_pool's 2×2 windows: four codes per output, read in place. Every window counts 4.
-        let ow = ax[2].count.len();
-        for (y, base) in out.chunks_exact_mut(ax[1].count.len() * ow).zip(x.chunks_exact(plane.max(1))) {
-            for (y, lines) in y.chunks_exact_mut(ow).zip(base.chunks_exact(2 * w)) {
-                let (a, b) = lines.split_at(w);
-                for (y, (a, b)) in y.iter_mut().zip(a.chunks_exact(2).zip(b.chunks_exact(2))) {
-                    let sum = i64::from(a[0].value() + a[1].value() + b[0].value() + b[1].value()) - 4 * zx;
-                    *y = mean.code_at(rate, sum, 4);
-                }
-            }
-        }
+    if let (true, Some(Some(rate))) = (quads(&ax), rates.get(4)) {
+        // Every window counts 4.
+        each_quad(x, plane, w, &ax, out, |q| mean.code_at(rate, q.iter().map(|v| i64::from(v.value())).sum::<i64>() - 4 * zx, 4));
         return Ok(());
     }
     let mut line = vec![0i64; w];

@@ -150,16 +150,22 @@ pub fn conv_reference(p: &ConvParams, x: &[u8], batch: usize, input: &[usize], z
     y
 }
 
-/// ONNX Conv attributes without dilations, the same pads at both ends of each axis.
-pub fn conv_params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], pads: &[usize]) -> ConvParams {
+/// ONNX Conv attributes, spelled out.
+#[allow(clippy::too_many_arguments)] // one per Conv attribute
+pub fn conv_attrs(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], dilations: &[usize], pb: &[usize], pe: &[usize]) -> ConvParams {
     ConvParams {
         in_channels: cin,
         out_channels: cout,
         groups,
         kernel: kernel.to_vec(),
         strides: strides.to_vec(),
-        dilations: vec![1; kernel.len()],
-        pads_begin: pads.to_vec(),
-        pads_end: pads.to_vec(),
+        dilations: dilations.to_vec(),
+        pads_begin: pb.to_vec(),
+        pads_end: pe.to_vec(),
     }
+}
+
+/// ONNX Conv attributes without dilations, the same pads at both ends of each axis.
+pub fn conv_params(cin: usize, cout: usize, groups: usize, kernel: &[usize], strides: &[usize], pads: &[usize]) -> ConvParams {
+    conv_attrs(cin, cout, groups, kernel, strides, &vec![1; kernel.len()], pads, pads)
 }
