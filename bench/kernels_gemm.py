@@ -12,7 +12,7 @@ everywhere. Per round and shape, the Rust binary (codegen/kernels/examples/gemm_
 kernel path the host has, B packed once outside the timing) runs first, then ORT's two sessions
 (ORT_ENABLE_ALL, B a constant initializer); before each path's timing the Rust binary measures
 the path's instruction peak (its tile's exact multiply-accumulate instructions on registers only:
-`vpdpbusd` for avx512vnni, `vpmaddwd`+`vpaddd` for avx2), and per round the GEMM on an
+`tdpbusd` on 4 tiles for avx512amx, `vpdpbusd` for avx512vnni, `vpmaddwd`+`vpaddd` for avx2), and per round the GEMM on an
 L1-resident 96×256×64 problem.
 Reported: medians of the round medians, GOPS (2·M·K·N / time), speed ratios t_ORT / t_Rust of
 the fastest Rust path (above 1: Rust faster) — `gemm` (i32 out) against MatMulInteger,

@@ -220,7 +220,7 @@ def main():
     ap.add_argument("--out", default=None, help="also write the JSON report here (rewritten after every model)")
     ap.add_argument("--reuse", action="store_true",
                     help="keep a crate and harness an earlier run built (no compile, no build: build figures left out)")
-    ap.add_argument("--isa", default=None, choices=["portable", "avx2", "avx512vnni"],
+    ap.add_argument("--isa", default=None, choices=["portable", "avx2", "avx512vnni", "avx512amx"],
                     help="the generated code's kernel path (QDQC_KERNELS_ISA; default: the host's best). ORT still picks "
                          "its own by CPUID: `--isa avx2` on a VNNI host sets qdqc's AVX2 path against ORT's VNNI kernels")
     args = ap.parse_args()

@@ -24,7 +24,8 @@ cargo build --locked --bins
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { [[ " $flags " == *" $1 "* ]]; }
 lacking=()
-if ! (has avx512f && has avx512bw && has avx512_vnni); then lacking+=(avx512vnni); fi
+if ! (has avx512f && has avx512bw && has avx512_vnni); then lacking+=(avx512vnni avx512amx);
+elif ! (has amx_tile && has amx_int8); then lacking+=(avx512amx); fi
 if ! has avx2; then lacking+=(avx2); fi
 export QDQC_KERNELS_SKIP_ISA=$(IFS=,; echo "${lacking[*]}")
 echo "Rust kernel paths not on this host (their suites are not run): ${QDQC_KERNELS_SKIP_ISA:-none}"

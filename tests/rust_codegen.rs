@@ -118,7 +118,7 @@ fn pow2_models_are_byte_identical_to_onnx_runtime() {
         }
         println!("{name}: {tensors} tensors, {elements} elements byte-identical over 8 seeds; crate built in {:.1} s", took.as_secs_f64());
         // Every kernel path the host has gives the same bytes as the default one.
-        for isa in ["portable", "avx2", "avx512vnni"] {
+        for isa in ["portable", "avx2", "avx512vnni", "avx512amx"] {
             let forced = dir.join(format!("rust0_{isa}.npz"));
             let o = Command::new(&harness).arg(dir.join("in0.npz")).arg(&forced).arg("--intermediates").env("QDQC_KERNELS_ISA", isa).output().unwrap();
             if !o.status.success() {

@@ -137,7 +137,7 @@ fn main() {
     let mut shapes = Vec::new();
     let (mut json, mut peak, mut isa, mut reps, mut bell) = (false, false, None, 7usize, false);
     let mut i = 0;
-    let usage = "usage: gemm_bench [--shape M K N]... [--isa portable|avx2|avx512vnni] [--reps R] [--json] [--peak] [--weights uniform|bell]";
+    let usage = "usage: gemm_bench [--shape M K N]... [--isa portable|avx2|avx512vnni|avx512amx] [--reps R] [--json] [--peak] [--weights uniform|bell]";
     while i < args.len() {
         match args[i].as_str() {
             "--shape" if i + 3 < args.len() => {

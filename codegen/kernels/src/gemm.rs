@@ -114,7 +114,7 @@ pub fn gemm_u8_requant_prepared<C: CodeOut>(
 
 /// Whether the path requantizes finished blocks of the product (the fused form): VNNI and AVX2.
 fn fused(kernels: Kernels) -> bool {
-    matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx2)
+    matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx512Amx | Isa::Avx2)
 }
 
 /// The fused form where the path has it (VNNI or AVX2, certified, the plan's operands at hand),
@@ -175,8 +175,12 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
     }
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI
+        // and that this process may use AMX tiles.
+        Isa::Avx512Amx if m >= micro::amx::MIN_ROWS && k >= micro::amx::MIN_K => unsafe { micro::amx::gemm(a, m, za, b, c, epilogue) },
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
-        Isa::Avx512Vnni => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
+        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if m >= micro::avx2::WIDE_ROWS => {
             let (colfix, zb) = column_corrections(za, b);

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-/// The environment variable that forces a path (`portable`, `avx2`, `avx512vnni`).
+/// The environment variable that forces a path (`portable`, `avx2`, `avx512vnni`, `avx512amx`).
 pub const ISA_ENV: &str = "QDQC_KERNELS_ISA";
 
 /// One kernel path.
@@ -21,11 +21,14 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 VNNI: `vpdpbusd`, u8×i8 products summed in i32 (exact, wrapping).
     Avx512Vnni,
+    /// The AVX-512 VNNI path whose u8×i8 GEMM runs on AMX tiles (`tdpbusd`, the same exact
+    /// wrapping sums, 16 × 16 × 64 products per instruction); every other kernel is VNNI's.
+    Avx512Amx,
 }
 
 impl Isa {
     /// Every path, portable first.
-    pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 4] = [Isa::Portable, Isa::Avx2, Isa::Avx512Vnni, Isa::Avx512Amx];
 
     /// The name `QDQC_KERNELS_ISA` takes.
     pub fn name(self) -> &'static str {
@@ -33,6 +36,7 @@ impl Isa {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512vnni",
+            Isa::Avx512Amx => "avx512amx",
         }
     }
 
@@ -53,6 +57,8 @@ impl Isa {
                     && std::arch::is_x86_feature_detected!("avx512bw")
                     && std::arch::is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Amx => Isa::Avx512Vnni.is_available() && crate::micro::amx::permitted(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -82,7 +88,7 @@ pub enum IsaError {
 impl fmt::Display for IsaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            IsaError::Unknown(name) => write!(f, "{ISA_ENV}={name:?}: expected portable, avx2 or avx512vnni"),
+            IsaError::Unknown(name) => write!(f, "{ISA_ENV}={name:?}: expected portable, avx2, avx512vnni or avx512amx"),
             IsaError::Unavailable(isa) => write!(f, "kernel path {isa} requested, but this CPU lacks its instructions"),
         }
     }
@@ -104,7 +110,7 @@ impl Kernels {
 
     /// The fastest path this host has.
     pub fn detect() -> Kernels {
-        let isa = [Isa::Avx512Vnni, Isa::Avx2].into_iter().find(|isa| isa.is_available()).unwrap_or(Isa::Portable);
+        let isa = [Isa::Avx512Amx, Isa::Avx512Vnni, Isa::Avx2].into_iter().find(|isa| isa.is_available()).unwrap_or(Isa::Portable);
         Kernels { isa }
     }
 

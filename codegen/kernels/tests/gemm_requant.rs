@@ -99,6 +99,11 @@ fn avx512vnni() {
     suite(Isa::Avx512Vnni)
 }
 
+#[test]
+fn avx512amx() {
+    suite(Isa::Avx512Amx)
+}
+
 /// Biases at the ends of i32, where `acc + bias` overflows i32 for some accumulators (the
 /// vector blocks must flag the sum and let the exact form decide), and small ones, on every
 /// path, fused (from 32 rows on AVX2) and not: every code equals the exact form of the true sum.

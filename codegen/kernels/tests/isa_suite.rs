@@ -41,8 +41,17 @@ fn random_shapes(isa: Isa) {
     // blocks (the second of 4 pairs) added into a last panel of 13 columns (both halves masked),
     // rows 5 × 6 + 5; (33, 70, 8) and (38, 1021, 100): last panels of 8 and 4 columns, row tails
     // of 3 and 2; (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI
-    // (128 + 3).
+    // (128 + 3). AMX (from 8 rows and K = 256; tiles of 16 rows × 64 k, 2 × 2 tiles of 32 ×
+    // 32): (32, 256, 32) four full tile steps; (48, 4096, 40) 64 steps, rows 32 + 16, a last
+    // panel of 8 columns; (16, 300, 48) one tile of rows, a K tail of 44 read against the next
+    // panels' groups, the last panel's from its zero-padded copy; (200, 4096, 33) two blocks of
+    // rows (128 + 72); (9, 1000, 16) 9 rows, one panel.
     let blocks = [
+        (32, 256, 32),
+        (48, 4096, 40),
+        (16, 300, 48),
+        (200, 4096, 33),
+        (9, 1000, 16),
         (9, 1025, 70),
         (8, 513, 33),
         (14, 1543, 100),
@@ -227,6 +236,7 @@ suite! {
     portable => Isa::Portable,
     avx2 => Isa::Avx2,
     avx512vnni => Isa::Avx512Vnni,
+    avx512amx => Isa::Avx512Amx,
 }
 
 /// Every path the host has gives the same bytes on the same random problems, including shapes
@@ -266,7 +276,7 @@ fn isa_setting() {
     assert_eq!(Kernels::from_setting(Some("portable")).unwrap().isa(), Isa::Portable);
     assert_eq!(Kernels::from_setting(None).unwrap(), Kernels::detect());
     assert_eq!(Kernels::from_setting(Some("")).unwrap(), Kernels::detect());
-    assert!(Kernels::from_setting(Some("sse9")).unwrap_err().to_string().contains("expected portable, avx2 or avx512vnni"));
+    assert!(Kernels::from_setting(Some("sse9")).unwrap_err().to_string().contains("expected portable, avx2, avx512vnni or avx512amx"));
     for isa in Isa::ALL {
         assert_eq!(Kernels::from_setting(Some(isa.name())).is_ok(), isa.is_available(), "{isa}");
     }

@@ -186,7 +186,7 @@ impl WeightOnly {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
             // the function only lets the compiler use AVX-512F/BW instructions for safe code.
-            Isa::Avx512Vnni => unsafe { gemv_avx512(self, x, y) },
+            Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { gemv_avx512(self, x, y) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, AVX2 was checked.
             Isa::Avx2 => unsafe { gemv_avx2(self, x, y) },

@@ -12,6 +12,9 @@ pub fn instruction_peak(kernels: Kernels, iterations: usize) -> (u64, i32) {
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
         Isa::Avx512Vnni => (iterations as u64 * 24 * 64, unsafe { vnni(iterations) }),
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, AVX-512 VNNI and the AMX tiles were checked.
+        Isa::Avx512Amx => (iterations as u64 * 4 * 16 * 16 * 64, unsafe { super::amx::peak(iterations) }),
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => (iterations as u64 * 12 * 16, unsafe { avx2(iterations) }),
         _ => (0, 0),
