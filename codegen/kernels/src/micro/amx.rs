@@ -28,11 +28,12 @@ use std::sync::OnceLock;
 const GROUPS: usize = 16;
 /// Rows of a tile of A and of sums.
 const ROWS: usize = 16;
-/// Products with fewer rows, or a shorter K, run on the VNNI tile (see [`crate::gemm`]): below,
-/// the tile's fixed costs (configuration, A's copy, stores through memory) outweigh it (measured
-/// on Sapphire Rapids: 400 × 144 × 48 took 0.011 ms on AMX, 0.009 on VNNI; 128 × 576 × 64 0.010
-/// and 0.013; 8 × 256 × 256 0.002 on both).
+/// Products with fewer rows than this, or a K shorter than [`MIN_K`], run on the VNNI tile (see
+/// [`crate::gemm`]): there the tile's fixed costs (configuration, A's copy, sums stored through
+/// memory) outweigh it (measured on Sapphire Rapids: 400 × 144 × 48 took 0.011 ms on AMX, 0.009
+/// on VNNI; 128 × 576 × 64 0.010 and 0.013; 8 × 256 × 256 0.002 on both).
 pub const MIN_ROWS: usize = 8;
+/// The shortest K run on tiles (four tile steps); see [`MIN_ROWS`].
 pub const MIN_K: usize = 256;
 /// Panels per block the caller's epilogue sees (32 rows × 128 columns): its per-row costs paid
 /// once per 128 columns rather than per tile's 32 (64 × 1024 × 1024 requantized: 0.126 → 0.109
@@ -54,7 +55,7 @@ pub fn permitted() -> bool {
 
 #[cfg(target_os = "linux")]
 fn request_tiles() -> bool {
-    const ARCH_ARCH_PRCTL: i64 = 158;
+    const SYS_ARCH_PRCTL: i64 = 158;
     const ARCH_GET_XCOMP_PERM: i64 = 0x1022;
     const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
     const XFEATURE_XTILEDATA: i64 = 18;
@@ -63,7 +64,7 @@ fn request_tiles() -> bool {
         // SAFETY: arch_prctl with these codes reads `arg` as a value (REQ) or writes one u64 to
         // the address `arg` (GET, given a live local below); it touches no other memory.
         unsafe {
-            asm!("syscall", inlateout("rax") ARCH_ARCH_PRCTL => ret, in("rdi") code, in("rsi") arg,
+            asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => ret, in("rdi") code, in("rsi") arg,
                  lateout("rcx") _, lateout("r11") _, options(nostack));
         }
         ret
