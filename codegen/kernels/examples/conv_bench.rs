@@ -93,7 +93,7 @@ fn main() {
         });
         std::hint::black_box(check);
         let peak = (macs > 0).then(|| 2.0 * macs as f64 / secs / 1e9);
-        println!("{}: instruction peak {}", kern.isa().name(), peak.map_or("-".into(), |p| format!("{p:.1} GOPS")));
+        println!("{}: instruction peak {}", kern.path().name(), peak.map_or("-".into(), |p| format!("{p:.1} GOPS")));
         for &(name, cin, cout, k, stride, pad, side) in SHAPES.iter().filter(|s| only.as_ref().is_none_or(|o| s.0.contains(o.as_str()))) {
             let p = ConvParams {
                 in_channels: cin,

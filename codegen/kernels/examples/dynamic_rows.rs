@@ -203,7 +203,7 @@ fn codes_adversarial(kern: Kernels, rows: usize) -> Part {
 fn main() {
     let rows: usize = std::env::args().nth(1).map_or(1_000_000, |a| a.parse().expect("ROWS: a number"));
     let kern = Kernels::detect();
-    println!("path {}, {rows} rows per part, N = {N}", kern.isa());
+    println!("path {}, {rows} rows per part, N = {N}", kern.path());
     let start = Instant::now();
     let [pf, pq] = group(kern, rows);
     let parts = [pf, pq, float_adversarial(rows), codes_adversarial(kern, rows)];

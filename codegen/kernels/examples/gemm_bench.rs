@@ -109,7 +109,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize, b
             let rq = median_secs(reps, || {
                 requantize(kern, &plan, &c, n, None, &mut y).expect("requantize");
             });
-            eprintln!("{}: requantize alone {:.2} ns/element", kern.isa(), rq * 1e9 / (m * n) as f64);
+            eprintln!("{}: requantize alone {:.2} ns/element", kern.path(), rq * 1e9 / (m * n) as f64);
         }
         // The fused form (requantization per finished block on the VNNI path), as the generated code runs it.
         let gemm_rq = median_secs(reps, || {
@@ -117,13 +117,13 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize, b
         });
         let mut separate = vec![0u8; m * n];
         requantize(kern, &plan, &c, n, None, &mut separate).expect("requantize");
-        assert!(separate == y, "{}: fused requantization differs at {m}x{k}x{n}", kern.isa());
+        assert!(separate == y, "{}: fused requantization differs at {m}x{k}x{n}", kern.path());
 
         match &reference {
             None => reference = Some(c),
-            Some(r) => assert!(r == &c, "{} differs from {} at {m}x{k}x{n}", kern.isa(), paths[0].isa()),
+            Some(r) => assert!(r == &c, "{} differs from {} at {m}x{k}x{n}", kern.path(), paths[0].path()),
         }
-        rows.push(Row { isa: kern.isa(), shape: (m, k, n), gemm, gemm_rq, peak, split_peak, split_entries: packed.split_entries(m) });
+        rows.push(Row { isa: kern.path(), shape: (m, k, n), gemm, gemm_rq, peak, split_peak, split_entries: packed.split_entries(m) });
     }
     rows
 }

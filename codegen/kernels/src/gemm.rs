@@ -114,7 +114,7 @@ pub fn gemm_u8_requant_prepared<C: CodeOut>(
 
 /// Whether the path requantizes finished blocks of the product (the fused form): VNNI and AVX2.
 fn fused(kernels: Kernels) -> bool {
-    matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx512Amx | Isa::Avx2)
+    matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx2)
 }
 
 /// The fused form where the path has it (VNNI or AVX2, certified, the plan's operands at hand),
@@ -160,8 +160,8 @@ fn requantized<C: CodeOut>(
 }
 
 /// The product, then `epilogue(c, r0, mr, c0, cols)` on finished blocks (per tile on the VNNI
-/// path and on the AVX2 one from [`micro::avx2::WIDE_ROWS`] rows, once on the whole of `c`
-/// otherwise).
+/// path, per 32 × 128 block on the AMX tiles, on the AVX2 one from [`micro::avx2::WIDE_ROWS`]
+/// rows, once on the whole of `c` otherwise).
 fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut micro::Epilogue) -> Result<(), GemmError> {
     let (k, n) = (b.k(), b.n());
     if a.len() != m * k {
@@ -173,19 +173,22 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
     if m == 0 || n == 0 {
         return Ok(());
     }
-    match kernels.isa() {
-        #[cfg(target_arch = "x86_64")]
+    #[cfg(target_arch = "x86_64")]
+    if kernels.path() == Isa::Avx512Amx && m >= micro::amx::MIN_ROWS && k >= micro::amx::MIN_K {
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI
         // and that this process may use AMX tiles.
-        Isa::Avx512Amx if m >= micro::amx::MIN_ROWS && k >= micro::amx::MIN_K => unsafe { micro::amx::gemm(a, m, za, b, c, epilogue) },
+        unsafe { micro::amx::gemm(a, m, za, b, c, epilogue) };
+        return Ok(());
+    }
+    match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
+        Isa::Avx512Vnni => unsafe { micro::vnni::gemm(a, m, za, b, c, epilogue) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if m >= micro::avx2::WIDE_ROWS => {
             let (colfix, zb) = column_corrections(za, b);
             let rowsums: Option<Vec<i32>> = zb.iter().any(|&z| z != 0).then(|| a.chunks_exact(k).map(row_sum).collect());
-            let fix = micro::avx2::Corrections { colfix: &colfix, zb: &zb, rowsums: rowsums.as_deref() };
+            let fix = micro::Corrections { colfix: &colfix, zb: &zb, rowsums: rowsums.as_deref() };
             // The split is made (once per weight operand) only for a product that can use it.
             if let Some(split) = micro::avx2_split::fits(m, b).then(|| b.pair_split()).flatten() {
                 let lda = b.k4() * KR;
@@ -260,7 +263,7 @@ pub(crate) fn column_corrections(za: u8, b: &PackedB) -> (Vec<i32>, Vec<i32>) {
 }
 
 /// `Σ a` of one row, wrapping (|Σ a| ≤ 2^24 · 255 < 2^32: exact modulo 2^32 like everything else).
-fn row_sum(row: &[u8]) -> i32 {
+pub(crate) fn row_sum(row: &[u8]) -> i32 {
     row.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)))
 }
 

@@ -127,7 +127,18 @@ impl Kernels {
         }
     }
 
+    /// The instruction set of the vector kernels: the path itself, but `avx512vnni` for
+    /// `avx512amx`, whose only kernel of its own is the GEMM's tiles (ask [`Kernels::path`]).
+    /// Every kernel dispatches on this, so one written for AVX-512 serves both paths.
     pub fn isa(self) -> Isa {
+        match self.isa {
+            Isa::Avx512Amx => Isa::Avx512Vnni,
+            isa => isa,
+        }
+    }
+
+    /// The path as chosen (what `QDQC_KERNELS_ISA` names).
+    pub fn path(self) -> Isa {
         self.isa
     }
 }

@@ -67,10 +67,10 @@ fn every_path_gives_code<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>) {
     for k in paths() {
         let mut out = vec![Y::default(); 1 << 16];
         t.apply(k, &a, &[1 << 16], &b, &[1 << 16], &mut out).unwrap();
-        assert!(out == want, "{} path, equal shapes", k.isa());
+        assert!(out == want, "{} path, equal shapes", k.path());
         let mut out = vec![Y::default(); 1 << 16];
         t.apply(k, &column, &[256, 1], &row, &[256], &mut out).unwrap();
-        assert!(out == want, "{} path, broadcast", k.isa());
+        assert!(out == want, "{} path, broadcast", k.path());
         tabled_and_short_runs(t, k, &want);
     }
 }
@@ -87,7 +87,7 @@ fn tabled_and_short_runs<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>, k: K
     let mut out = vec![Y::default(); 1 << 16];
     t.apply(k, &column, &[256], &row, &[256, 1], &mut out).unwrap();
     let by_b: Vec<Y> = (0..1 << 16).map(|k| want[((k & 255) << 8) | (k >> 8)]).collect();
-    assert!(out == by_b, "{} path, B fixed per run", k.isa());
+    assert!(out == by_b, "{} path, B fixed per run", k.path());
     // A single element against 5 × 161 codes (each code three times and more), both orders.
     let n = 5 * 161;
     let many_a: Vec<A> = (0..n).map(|i| A::from_index((i * 7) & 255)).collect();
@@ -95,15 +95,15 @@ fn tabled_and_short_runs<A: QCode, B: QCode, Y: QCode>(t: &Binary<A, B, Y>, k: K
     for i in 0..256 {
         let mut out = vec![Y::default(); n];
         t.apply(k, &many_a, &[5, 161], &row[i..=i], &[1], &mut out).unwrap();
-        assert!(out.iter().zip(&many_a).all(|(&y, a)| y == want[(a.index() << 8) | i]), "{} path, single B {i}", k.isa());
+        assert!(out.iter().zip(&many_a).all(|(&y, a)| y == want[(a.index() << 8) | i]), "{} path, single B {i}", k.path());
         t.apply(k, &column[i..=i], &[1, 1, 1], &many_b, &[5, 161], &mut out).unwrap();
-        assert!(out.iter().zip(&many_b).all(|(&y, b)| y == want[(i << 8) | b.index()]), "{} path, single A {i}", k.isa());
+        assert!(out.iter().zip(&many_b).all(|(&y, b)| y == want[(i << 8) | b.index()]), "{} path, single A {i}", k.path());
     }
     // [256, 16, 1] × [16, 16]: runs of 16 with A fixed, every pair.
     let a16: Vec<A> = (0..256 * 16).map(|k| A::from_index(k >> 4)).collect();
     let mut out = vec![Y::default(); 1 << 16];
     t.apply(k, &a16, &[256, 16, 1], &row, &[16, 16], &mut out).unwrap();
-    assert!(out == want, "{} path, short runs", k.isa());
+    assert!(out == want, "{} path, short runs", k.path());
 }
 
 const SCALE_SETS: [(f32, f32, f32); 11] = [
@@ -292,7 +292,7 @@ fn broadcast_cases(rng: &mut Rng, op: BinaryOp, k: Kernels) {
         t.apply(k, &a, sa, &b, sb, &mut out).unwrap();
         for (o, &y) in out.iter().enumerate() {
             let want = t.code(a[source(o, &out_shape, sa)], b[source(o, &out_shape, sb)]);
-            assert_eq!(y, want, "{op:?} {sa:?} with {sb:?} at {o}, {} path", k.isa());
+            assert_eq!(y, want, "{op:?} {sa:?} with {sb:?} at {o}, {} path", k.path());
         }
     }
 }
@@ -312,12 +312,12 @@ fn broadcast_operands_of_few_codes() {
                 let mut out = vec![0u8; scores.len()];
                 t.apply(k, &scores, &[1, 12, 64, 64], &mask, &[1, 1, 1, 64], &mut out).unwrap();
                 for (o, &y) in out.iter().enumerate() {
-                    assert_eq!(y, t.code(scores[o], mask[o % 64]), "{op:?}, mask codes {}, output {o}, {} path", codes.len(), k.isa());
+                    assert_eq!(y, t.code(scores[o], mask[o % 64]), "{op:?}, mask codes {}, output {o}, {} path", codes.len(), k.path());
                 }
                 // The mask along the rows instead: fixed along each run of the last axis.
                 t.apply(k, &scores, &[1, 12, 64, 64], &mask, &[1, 1, 64, 1], &mut out).unwrap();
                 for (o, &y) in out.iter().enumerate() {
-                    assert_eq!(y, t.code(scores[o], mask[o / 64 % 64]), "{op:?}, row mask codes {}, output {o}, {} path", codes.len(), k.isa());
+                    assert_eq!(y, t.code(scores[o], mask[o / 64 % 64]), "{op:?}, row mask codes {}, output {o}, {} path", codes.len(), k.path());
                 }
             }
         }
@@ -370,13 +370,13 @@ fn whole_operands_fill_the_table_of_pairs_once() {
             let small = (rng.u8s(PAIR_TABLE - 1), rng.i8s(PAIR_TABLE - 1));
             let mut out = vec![0u8; PAIR_TABLE - 1];
             t.apply(k, &small.0, &[PAIR_TABLE - 1], &small.1, &[PAIR_TABLE - 1], &mut out).unwrap();
-            assert!(out.iter().zip(small.0.iter().zip(&small.1)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} below the table, {} path", k.isa());
+            assert!(out.iter().zip(small.0.iter().zip(&small.1)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} below the table, {} path", k.path());
             assert_eq!(t.bytes(), 0, "{op:?}: no table below PAIR_TABLE outputs");
             let (a, b) = (rng.u8s(64 * 384), rng.i8s(64 * 384));
             let mut out = vec![0u8; a.len()];
             t.apply(k, &a, &[1, 64, 384], &b, &[64, 384], &mut out).unwrap();
             assert_eq!(t.bytes(), if op == BinaryOp::Add { 1 << 16 } else { 0 }, "{op:?}: the table of pairs");
-            assert!(out.iter().zip(a.iter().zip(&b)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} from the table, {} path", k.isa());
+            assert!(out.iter().zip(a.iter().zip(&b)).all(|(&y, (&a, &b))| y == t.code(a, b)), "{op:?} from the table, {} path", k.path());
         }
     }
 }
@@ -394,7 +394,7 @@ fn an_adds_ties_on_an_exact_f64_sum() {
         for ((&a, &b), &y) in a.iter().zip(&b).zip(&y) {
             let s = i32::from(a) + i32::from(b);
             let want = (s.div_euclid(2) + i32::from(s.rem_euclid(2) == 1 && s.div_euclid(2) % 2 != 0)).clamp(-128, 127);
-            assert_eq!(i32::from(y), want, "{} path: a={a} b={b}", k.isa());
+            assert_eq!(i32::from(y), want, "{} path: a={a} b={b}", k.path());
         }
     }
 }

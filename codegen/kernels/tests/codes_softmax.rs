@@ -34,7 +34,7 @@ fn check<X: QCode, Y: QCode>(k: Kernels, x: &[X], shape: &[usize], q: (f32, i32)
     t.run(k, x, shape, &mut y).unwrap();
     let want = unfused::<X, Y>(k, x, shape, q, out);
     if let Some(i) = (0..y.len()).find(|&i| y[i] != want[i]) {
-        panic!("{what} on {:?}: element {i} of {shape:?}: fused {:?}, unfused {:?}", k.isa(), y[i], want[i]);
+        panic!("{what} on {:?}: element {i} of {shape:?}: fused {:?}, unfused {:?}", k.path(), y[i], want[i]);
     }
 }
 

@@ -53,7 +53,7 @@ fn matmul_on_codes_equals_matmul_on_the_float_copy() {
             let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
             matmul(kernels, &a, &[m, k], &copy, &[k, n], &mut want).unwrap();
             matmul_operands(kernels, Operand::F32(&a), &[m, k], Operand::Codes(&w), &[k, n], &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: m={m} k={k} n={n}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: m={m} k={k} n={n}", kernels.path());
         }
     }
 }
@@ -72,13 +72,13 @@ fn gemm_on_codes_equals_gemm_on_the_float_copy_with_transposes_and_bias() {
             let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
             gemm(kernels, &p, &a, a_shape, &copy, b_shape, Some((&c_copy, &[n])), &mut want).unwrap();
             gemm_operands(kernels, &p, Operand::F32(&a), a_shape, Operand::Codes(&w), b_shape, Some((Operand::Codes(&c), &[n])), &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: m={m} k={k} n={n} transA={trans_a} transB={trans_b}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: m={m} k={k} n={n} transA={trans_a} transB={trans_b}", kernels.path());
             // A dequantized A (the weight on the left) too.
             let (wa, wa_copy) = weights(&mut rng, m * k, 1, 1, false);
             let (mut want, mut got) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
             gemm(kernels, &p, &wa_copy, a_shape, &copy, b_shape, None, &mut want).unwrap();
             gemm_operands(kernels, &p, Operand::Codes(&wa), a_shape, Operand::F32(&copy), b_shape, None, &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: dequantized A, m={m} k={k} n={n}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: dequantized A, m={m} k={k} n={n}", kernels.path());
         }
     }
 }
@@ -117,7 +117,7 @@ fn conv_on_codes_equals_conv_on_the_float_copy() {
             let (mut want, mut got) = (vec![f32::NAN; out_len], vec![f32::NAN; out_len]);
             conv(kernels, &p, &x, 2, &input, &copy, Some(&b_copy), &mut want).unwrap();
             conv_operands(kernels, &p, &x, 2, &input, Operand::Codes(&w), Some(Operand::Codes(&b)), &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: cin={cin} cout={cout} groups={groups} kernel={kernel:?}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: cin={cin} cout={cout} groups={groups} kernel={kernel:?}", kernels.path());
         }
     }
 }
@@ -227,11 +227,11 @@ fn batch_norm_on_codes_equals_batch_norm_on_the_float_copy() {
             batch_norm(&x, batch, channels, spatial, &scale_copy, &bias_copy, &mean_copy, &var_copy, eps, &mut want).unwrap();
             let params = [Operand::Codes(&scale), Operand::Codes(&bias), Operand::Codes(&mean), Operand::Codes(&var)];
             batch_norm_operands(kernels, &x, batch, channels, spatial, params, eps, &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: batch {batch} channels {channels} spatial {spatial}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: batch {batch} channels {channels} spatial {spatial}", kernels.path());
             // Mixed: f32 scale and mean, codes elsewhere.
             let params = [Operand::F32(&scale_copy), Operand::Codes(&bias), Operand::F32(&mean_copy), Operand::Codes(&var)];
             batch_norm_operands(kernels, &x, batch, channels, spatial, params, eps, &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: mixed operands", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: mixed operands", kernels.path());
         }
     }
 }
@@ -247,10 +247,10 @@ fn layer_norm_on_codes_equals_layer_norm_on_the_float_copy() {
             let (mut want, mut got) = (vec![f32::NAN; x.len()], vec![f32::NAN; x.len()]);
             layer_norm(&x, rows, size, &scale_copy, Some(&bias_copy), 1e-5, &mut want).unwrap();
             layer_norm_operands(kernels, &x, rows, size, Operand::Codes(&scale), Some(Operand::Codes(&bias)), 1e-5, &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}", kernels.path());
             layer_norm(&x, rows, size, &scale_copy, None, 1e-5, &mut want).unwrap();
             layer_norm_operands(kernels, &x, rows, size, Operand::Codes(&scale), None, 1e-5, &mut got).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}, no bias", kernels.isa());
+            assert_eq!(bits(&got), bits(&want), "{}: rows {rows} size {size}, no bias", kernels.path());
         }
     }
 }

@@ -56,7 +56,7 @@ fn sgemm_is_the_sequential_sum_on_every_tile_and_tail() {
         for kernels in paths() {
             let mut c = vec![f32::NAN; m * n];
             sgemm(kernels, m, n, k, &a, &b, &mut c).unwrap();
-            assert_eq!(bits(&c), bits(&naive(m, n, k, &a, &b)), "{}: m={m} n={n} k={k}", kernels.isa());
+            assert_eq!(bits(&c), bits(&naive(m, n, k, &a, &b)), "{}: m={m} n={n} k={k}", kernels.path());
         }
     }
     let mut c = vec![0f32; 6];
@@ -247,7 +247,7 @@ fn conv_is_the_direct_definition_in_order() {
         for (bias, kernels) in [None, Some(b.as_slice())].into_iter().flat_map(|bias| paths().into_iter().map(move |k| (bias, k))) {
             let mut y = vec![f32::NAN; batch * p.out_channels * output.iter().product::<usize>()];
             conv(kernels, &p, &x, batch, &input, &w, bias, &mut y).unwrap();
-            assert_eq!(bits(&y), bits(&conv_reference(&p, &x, batch, &input, &w, bias)), "{}: case {i}: {p:?} bias {}", kernels.isa(), bias.is_some());
+            assert_eq!(bits(&y), bits(&conv_reference(&p, &x, batch, &input, &w, bias)), "{}: case {i}: {p:?} bias {}", kernels.path(), bias.is_some());
         }
     }
     let p = params(3, 4, 2, &[3], &[1], &[1], &[0], &[0]);

@@ -189,7 +189,7 @@ fn every_path_maps_to_the_scalar_bits() {
             unary::map(kernels, f, &x, &mut y).unwrap();
             for (&v, &got) in x.iter().zip(&y) {
                 let want = f.apply(v);
-                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{}: {f:?}({v:e}) = {got:e}, scalar {want:e}", kernels.isa());
+                assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{}: {f:?}({v:e}) = {got:e}, scalar {want:e}", kernels.path());
             }
         }
     }

@@ -21,10 +21,10 @@ fn requantized(kern: Kernels, a: &[u8], m: usize, za: u8, packed: &PackedB, want
     let expected: Vec<u8> = want.iter().enumerate().map(|(i, &v)| requant_exact(v as i32, bias[i % n], &ratios[i % n], output) as u8).collect();
     let (mut c, mut got) = (vec![0i32; m * n], vec![0u8; m * n]);
     gemm_u8_requant(kern, a, m, za, packed, &plan, Some(&bias), &mut c, &mut got).unwrap();
-    assert!(got == expected, "{}: requantized m={m} n={n}", kern.isa());
+    assert!(got == expected, "{}: requantized m={m} n={n}", kern.path());
     let prepared = Prepared::new(plan, bias).unwrap();
     gemm_u8_requant_prepared(kern, a, m, za, packed, &prepared, &mut c, &mut got).unwrap();
-    assert!(got == expected, "{}: prepared m={m} n={n}", kern.isa());
+    assert!(got == expected, "{}: prepared m={m} n={n}", kern.path());
 }
 
 /// Broken pairs (one weight beyond what `vpmaddubsw` sums exactly with its neighbour), each at

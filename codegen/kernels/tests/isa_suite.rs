@@ -19,7 +19,7 @@ fn check_i8(kern: Kernels, a: &[u8], m: usize, k: usize, za: u8, b: &[i8], n: us
     let want = gemm_reference(a, m, k, i64::from(za), &bw, n, &zw);
     for (i, (&got, &want)) in c.iter().zip(&want).enumerate() {
         // Exact modulo 2^32 always; exact outright when the reference fits (asserted by the callers' shapes).
-        assert_eq!(got, want as i32, "{}: m={m} k={k} n={n} za={za}: C[{}][{}] = {got}, want {want}", kern.isa(), i / n, i % n);
+        assert_eq!(got, want as i32, "{}: m={m} k={k} n={n} za={za}: C[{}][{}] = {got}, want {want}", kern.path(), i / n, i % n);
     }
 }
 
@@ -146,7 +146,7 @@ fn conv_case_zw(kern: Kernels, rng: &mut Rng, p: ConvParams, batch: usize, input
     let wi: Vec<i64> = w.iter().map(|&v| i64::from(v)).collect();
     let zi: Vec<i64> = zw.iter().map(|&v| i64::from(v)).collect();
     let want: Vec<i32> = conv_reference(&p, &x, batch, input, i64::from(zx), &wi, &zi).into_iter().map(|v| v as i32).collect();
-    assert_eq!(y, want, "{}: {p:?} input {input:?}", kern.isa());
+    assert_eq!(y, want, "{}: {p:?} input {input:?}", kern.path());
 }
 
 fn convolutions(isa: Isa) {
@@ -265,7 +265,7 @@ fn paths_agree_byte_for_byte() {
             })
             .collect();
         for (i, out) in outs.iter().enumerate().skip(1) {
-            assert!(out == &outs[0], "{} (copy: {}) differs from {} at m={m} k={k} n={n}", paths[i / 2].isa(), i % 2 == 1, paths[0].isa());
+            assert!(out == &outs[0], "{} (copy: {}) differs from {} at m={m} k={k} n={n}", paths[i / 2].path(), i % 2 == 1, paths[0].path());
         }
     }
 }
@@ -280,5 +280,10 @@ fn isa_setting() {
     for isa in Isa::ALL {
         assert_eq!(Kernels::from_setting(Some(isa.name())).is_ok(), isa.is_available(), "{isa}");
     }
-    assert!(Isa::available().contains(&Kernels::detect().isa()));
+    assert!(Isa::available().contains(&Kernels::detect().path()));
+    // Every kernel but the GEMM's tiles dispatches on `isa()`: the AMX path runs VNNI's.
+    for isa in Isa::available() {
+        let k = Kernels::new(isa).unwrap();
+        assert_eq!((k.path(), k.isa()), (isa, if isa == Isa::Avx512Amx { Isa::Avx512Vnni } else { isa }));
+    }
 }

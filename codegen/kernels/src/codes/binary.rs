@@ -367,7 +367,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
                     // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
-                    Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { products_avx512(&run, y) },
+                    Isa::Avx512Vnni => unsafe { products_avx512(&run, y) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above, AVX2 was checked.
                     Isa::Avx2 => unsafe { products_avx2(&run, y) },
@@ -380,7 +380,7 @@ impl<A: QCode, B: QCode, Y: QCode> Binary<A, B, Y> {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
                     // F/BW/VNNI; the function only lets the compiler use AVX-512F/BW for safe code.
-                    Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { sums_avx512(&run, y) },
+                    Isa::Avx512Vnni => unsafe { sums_avx512(&run, y) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above, AVX2 was checked.
                     Isa::Avx2 => unsafe { sums_avx2(&run, y) },

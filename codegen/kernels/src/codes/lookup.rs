@@ -18,7 +18,7 @@ use crate::isa::{Isa, Kernels};
 pub(crate) fn map_codes<X: QCode, Y: QCode>(kernels: Kernels, table: &[Y; 256], x: &[X], y: &mut [Y]) {
     assert_eq!(x.len(), y.len(), "lookup lengths");
     #[cfg(target_arch = "x86_64")]
-    if matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx512Amx) && std::arch::is_x86_feature_detected!("avx512vbmi") {
+    if kernels.isa() == Isa::Avx512Vnni && std::arch::is_x86_feature_detected!("avx512vbmi") {
         const { assert!(size_of::<X>() == 1 && size_of::<Y>() == 1) };
         // SAFETY: AVX-512 F/BW were checked by `Kernels::new`/`detect` (the Avx512Vnni path), VBMI
         // just above. `X` and `Y` are one-byte codes (u8, i8: every bit pattern valid) and the

@@ -84,7 +84,7 @@ impl<X: QCode> SoftmaxCodes<X> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
             // the function only lets the compiler use AVX-512F instructions for safe code.
-            Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { self.slices_avx512(x, n, y) },
+            Isa::Avx512Vnni => unsafe { self.slices_avx512(x, n, y) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, AVX2 was checked.
             Isa::Avx2 => unsafe { self.slices_avx2(x, n, y) },

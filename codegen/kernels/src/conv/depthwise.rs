@@ -17,7 +17,7 @@ pub(super) fn plane(kernels: Kernels, g: &Geometry, x: &[u8], zx: u8, w: &[i8], 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
         // function only lets the compiler use AVX-512 instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { plane_avx512(g, x, zx, w, zw, out, padded) },
+        Isa::Avx512Vnni => unsafe { plane_avx512(g, x, zx, w, zw, out, padded) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { plane_avx2(g, x, zx, w, zw, out, padded) },

@@ -497,7 +497,7 @@ fn emit<S: Sink>(kernels: Kernels, sink: &mut S, co: usize, v: &mut [i32], pitch
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI; the
         // function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { emit_avx512(sink, co, v, pitch, ow) },
+        Isa::Avx512Vnni => unsafe { emit_avx512(sink, co, v, pitch, ow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { emit_avx2(sink, co, v, pitch, ow) },

@@ -133,7 +133,7 @@ pub(super) fn group<S: Sink>(
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { group_vnni(g, w, depth, x, zx, co_base, s, sink) },
+        Isa::Avx512Vnni => unsafe { group_vnni(g, w, depth, x, zx, co_base, s, sink) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked; the function only lets the compiler use AVX2 for safe code.
         Isa::Avx2 => unsafe {

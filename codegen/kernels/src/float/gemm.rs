@@ -95,7 +95,7 @@ pub fn product(kernels: Kernels, m: usize, n: usize, k: usize, a: Matrix<'_>, b:
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
         // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { blocks_avx512(m, n, k, a, b, out) },
+        Isa::Avx512Vnni => unsafe { blocks_avx512(m, n, k, a, b, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { blocks_avx2(m, n, k, a, b, out) },

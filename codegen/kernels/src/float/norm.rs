@@ -58,7 +58,7 @@ pub fn batch_norm_operands(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
         // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { batch_norm_avx512(x, channels, spatial, &params, epsilon, out) },
+        Isa::Avx512Vnni => unsafe { batch_norm_avx512(x, channels, spatial, &params, epsilon, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { batch_norm_avx2(x, channels, spatial, &params, epsilon, out) },
@@ -132,7 +132,7 @@ pub fn layer_norm_operands(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
         // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { layer_norm_avx512(x, size, scale, bias, epsilon, out) },
+        Isa::Avx512Vnni => unsafe { layer_norm_avx512(x, size, scale, bias, epsilon, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { layer_norm_avx2(x, size, scale, bias, epsilon, out) },

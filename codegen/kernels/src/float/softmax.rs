@@ -26,7 +26,7 @@ pub fn softmax(kernels: Kernels, x: &[f32], shape: &[usize], axis: i64, out: &mu
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
         // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { slices_avx512(x, n, inner, outer, out) },
+        Isa::Avx512Vnni => unsafe { slices_avx512(x, n, inner, outer, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { slices_avx2(x, n, inner, outer, out) },

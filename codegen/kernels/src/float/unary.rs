@@ -80,7 +80,7 @@ pub fn map(kernels: Kernels, f: Function, x: &[f32], out: &mut [f32]) -> Result<
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
         // the function only lets the compiler use AVX-512F instructions for safe code.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { map_avx512(f, x, out) },
+        Isa::Avx512Vnni => unsafe { map_avx512(f, x, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { map_avx2(f, x, out) },

@@ -182,11 +182,11 @@ impl WeightOnly {
     /// `y = x·DQ(W)` for one row `x` of K elements, on the path of `kernels` (the same bits on
     /// every path).
     pub fn gemv(&self, kernels: Kernels, x: &[f32], y: &mut [f32]) {
-        match kernels.isa() {
+        match kernels.path() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
             // the function only lets the compiler use AVX-512F/BW instructions for safe code.
-            Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { gemv_avx512(self, x, y) },
+            Isa::Avx512Vnni => unsafe { gemv_avx512(self, x, y) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, AVX2 was checked.
             Isa::Avx2 => unsafe { gemv_avx2(self, x, y) },
@@ -304,7 +304,7 @@ mod tests {
                     let mut out = vec![f32::NAN; 2 * n];
                     w.matmul(kernels, &x, &[2, k], &mut out).unwrap();
                     let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(got, want, "{code:?} k {k} n {n} block {block} on {:?}", kernels.isa());
+                    assert_eq!(got, want, "{code:?} k {k} n {n} block {block} on {:?}", kernels.path());
                 }
             }
         }

@@ -101,9 +101,7 @@ impl MatMulCodes {
         for (i, y) in out.chunks_exact_mut((m * n).max(1)).enumerate().take(batch.count) {
             let (ia, ib) = batch.operands(i);
             #[cfg(target_arch = "x86_64")]
-            if matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx512Amx)
-                && bytes.pack(self, &a[ia * m * k..(ia + 1) * m * k], m, k, &b[ib * k * n..(ib + 1) * k * n], n)
-            {
+            if kernels.isa() == Isa::Avx512Vnni && bytes.pack(self, &a[ia * m * k..(ia + 1) * m * k], m, k, &b[ib * k * n..(ib + 1) * k * n], n) {
                 // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
                 // F/BW/VNNI; `pack` sized the buffers for (m, k, n).
                 unsafe { bytes.products(m, n, &mut acc) };
@@ -128,7 +126,7 @@ impl MatMulCodes {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512
                 // F/BW/VNNI; the function only lets the compiler use AVX-512F for safe code.
-                Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { products_avx512(&a32, &b32, k, n, &mut acc) },
+                Isa::Avx512Vnni => unsafe { products_avx512(&a32, &b32, k, n, &mut acc) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as above, AVX2 was checked.
                 Isa::Avx2 => unsafe { products_avx2(&a32, &b32, k, n, &mut acc) },
@@ -298,7 +296,7 @@ mod tests {
                 mm.run(kernels, &a, &[m, k], &b, &[k, n], &mut y).unwrap();
                 assert_eq!(y, want, "case {case} on {kernels:?}");
                 #[cfg(target_arch = "x86_64")]
-                if matches!(kernels.isa(), Isa::Avx512Vnni | Isa::Avx512Amx) {
+                if kernels.isa() == Isa::Avx512Vnni {
                     // The integer sums themselves (the rounding above could hide an error).
                     let (mut bytes, mut acc) = (Bytes::default(), vec![0i32; m * n]);
                     assert!(bytes.pack(&mm, &a, m, k, &b, n), "case {case}");

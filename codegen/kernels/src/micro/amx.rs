@@ -18,7 +18,7 @@
 //! The tile registers are usable only after the process asked Linux for them
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), which [`permitted`] does once.
 
-use super::Epilogue;
+use super::{Corrections, Epilogue};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -142,11 +142,7 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
     assert!(a.len() == m * k && c.len() == m * n && b.col_sums().len() == n && b.zero_points().len() == n);
     let steps = k4.div_ceil(GROUPS);
     let lda = steps * GROUPS * KR;
-    let rowsums: Vec<i32> = if b.zero_points().iter().any(|&z| z != 0) {
-        a.chunks_exact(k).map(|r| r.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)))).collect()
-    } else {
-        Vec::new()
-    };
+    let rowsums: Vec<i32> = if b.zero_points().iter().any(|&z| z != 0) { a.chunks_exact(k).map(crate::gemm::row_sum).collect() } else { Vec::new() };
     let (colfix, zb) = crate::gemm::column_corrections(za, b);
     let panels = b.panels();
     let pstride = b.panel_stride();
@@ -259,40 +255,19 @@ unsafe fn block<const TWO_ROWS: bool, const TWO_PANELS: bool>(a0: *const u8, ste
             let (b0, b1) = (tile_b(p0, s), if TWO_PANELS { tile_b(p0 + 1, s) } else { std::ptr::null() });
             let x0 = a0.add(s * 2 * ROWS * lda);
             let x1 = x0.add(ROWS * lda);
-            match (TWO_ROWS, TWO_PANELS) {
-                (true, true) => asm!(
-                    "tileloadd tmm2, [{b0} + {ldb}*1]",
-                    "tileloadd tmm0, [{x0} + {lda}*1]",
-                    "tdpbusd tmm4, tmm0, tmm2",
-                    "tileloadd tmm3, [{b1} + {ldb}*1]",
-                    "tdpbusd tmm5, tmm0, tmm3",
-                    "tileloadd tmm1, [{x1} + {lda}*1]",
-                    "tdpbusd tmm6, tmm1, tmm2",
-                    "tdpbusd tmm7, tmm1, tmm3",
-                    b0 = in(reg) b0, b1 = in(reg) b1, x0 = in(reg) x0, x1 = in(reg) x1, lda = in(reg) lda, ldb = in(reg) NR * KR,
-                    options(nostack, readonly, preserves_flags)),
-                (true, false) => asm!(
-                    "tileloadd tmm2, [{b0} + {ldb}*1]",
-                    "tileloadd tmm0, [{x0} + {lda}*1]",
-                    "tdpbusd tmm4, tmm0, tmm2",
-                    "tileloadd tmm1, [{x1} + {lda}*1]",
-                    "tdpbusd tmm6, tmm1, tmm2",
-                    b0 = in(reg) b0, x0 = in(reg) x0, x1 = in(reg) x1, lda = in(reg) lda, ldb = in(reg) NR * KR,
-                    options(nostack, readonly, preserves_flags)),
-                (false, true) => asm!(
-                    "tileloadd tmm2, [{b0} + {ldb}*1]",
-                    "tileloadd tmm0, [{x0} + {lda}*1]",
-                    "tdpbusd tmm4, tmm0, tmm2",
-                    "tileloadd tmm3, [{b1} + {ldb}*1]",
-                    "tdpbusd tmm5, tmm0, tmm3",
-                    b0 = in(reg) b0, b1 = in(reg) b1, x0 = in(reg) x0, lda = in(reg) lda, ldb = in(reg) NR * KR,
-                    options(nostack, readonly, preserves_flags)),
-                (false, false) => asm!(
-                    "tileloadd tmm2, [{b0} + {ldb}*1]",
-                    "tileloadd tmm0, [{x0} + {lda}*1]",
-                    "tdpbusd tmm4, tmm0, tmm2",
-                    b0 = in(reg) b0, x0 = in(reg) x0, lda = in(reg) lda, ldb = in(reg) NR * KR,
-                    options(nostack, readonly, preserves_flags)),
+            // In the order of the full 2 × 2 step: each tile of sums as soon as its operands are in.
+            asm!("tileloadd tmm2, [{b0} + {ldb}*1]", "tileloadd tmm0, [{x0} + {lda}*1]", "tdpbusd tmm4, tmm0, tmm2",
+                 b0 = in(reg) b0, x0 = in(reg) x0, lda = in(reg) lda, ldb = in(reg) NR * KR, options(nostack, readonly, preserves_flags));
+            if TWO_PANELS {
+                asm!("tileloadd tmm3, [{b1} + {ldb}*1]", "tdpbusd tmm5, tmm0, tmm3",
+                     b1 = in(reg) b1, ldb = in(reg) NR * KR, options(nostack, readonly, preserves_flags));
+            }
+            if TWO_ROWS {
+                asm!("tileloadd tmm1, [{x1} + {lda}*1]", "tdpbusd tmm6, tmm1, tmm2",
+                     x1 = in(reg) x1, lda = in(reg) lda, options(nostack, readonly, preserves_flags));
+            }
+            if TWO_ROWS && TWO_PANELS {
+                asm!("tdpbusd tmm7, tmm1, tmm3", options(nostack, nomem, preserves_flags));
             }
         }
     }
@@ -319,13 +294,6 @@ unsafe fn store(two_rows: bool, two_panels: bool, scratch: &mut [i32; 4 * ROWS *
             }
         }
     }
-}
-
-/// The block's column corrections and, when some `zb[n]` is nonzero, its row sums.
-struct Corrections<'a> {
-    colfix: &'a [i32],
-    zb: &'a [i32],
-    rowsums: Option<&'a [i32]>,
 }
 
 /// `c[r][j] = sums[r][j] + colfix[j] − zb[j]·rowsum[r]` (wrapping) for the block's `mr` rows and

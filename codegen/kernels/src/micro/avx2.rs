@@ -35,7 +35,7 @@
 //! into L2 by the tiles. One-row products stream the weights once: widening them into memory
 //! would double the bytes that bandwidth-bound product reads.
 
-use super::{Epilogue, Fix};
+use super::{Corrections, Epilogue, Fix};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -67,15 +67,6 @@ pub unsafe fn raw(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32]) {
     assert!(a.len() >= (m.max(1) - 1) * lda + k4 * KR && c.len() >= m * b.n() && lda >= k4 * KR);
     // SAFETY: forwarded from the caller (AVX2); the assert above bounds the operands.
     unsafe { if m >= WIDE_ROWS { wide(a, lda, m, b, c, None) } else { narrow(a, lda, m, b, c) } }
-}
-
-/// The zero-point corrections of one product (`crate::gemm`'s `correct_zero_points`, by parts):
-/// per column, padded with zeros to whole panels, `K·za·zb − za·Σ_k b` and `zb`; per row `Σ_k a`,
-/// given only where some `zb` is nonzero.
-pub struct Corrections<'a> {
-    pub colfix: &'a [i32],
-    pub zb: &'a [i32],
-    pub rowsums: Option<&'a [i32]>,
 }
 
 /// `c = (a − za)·(b − zb)` for [`WIDE_ROWS`] rows or more (the raw sums of [`raw`] with

@@ -21,7 +21,8 @@
 //! pairs after the pairings), the safe panels and the copies take back two thirds of that: the
 //! encoder 5 % faster than with the i16 kernel.
 
-use super::avx2::{Corrections, lanes_below, store_tile};
+use super::Corrections;
+use super::avx2::{lanes_below, store_tile};
 use super::{Epilogue, Fix};
 use crate::pack::{KR, NR, PackedB};
 use crate::split::{Excess, ORDERS, PairSplit, pair_safe};

@@ -18,6 +18,17 @@ struct Fix {
     rowsums: *const i32,
 }
 
+/// The zero-point corrections of one product (`crate::gemm`'s `correct_zero_points`, by parts):
+/// per column, padded with zeros to whole panels, `K·za·zb − za·Σ_k b` and `zb`; per row `Σ_k a`,
+/// given only where some `zb` is nonzero (the AVX2 and AMX tiles; as slices of the product's
+/// columns or of a block's).
+#[cfg(target_arch = "x86_64")]
+pub struct Corrections<'a> {
+    pub colfix: &'a [i32],
+    pub zb: &'a [i32],
+    pub rowsums: Option<&'a [i32]>,
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
 #[cfg(target_arch = "x86_64")]

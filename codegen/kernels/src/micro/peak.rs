@@ -7,7 +7,7 @@ use crate::isa::{Isa, Kernels};
 /// Runs `iterations` rounds of the path's tile arithmetic on registers; returns the number of
 /// multiply-accumulates done (u8×i8 products) and a checksum that keeps the work alive.
 pub fn instruction_peak(kernels: Kernels, iterations: usize) -> (u64, i32) {
-    match kernels.isa() {
+    match kernels.path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI.
         Isa::Avx512Vnni => (iterations as u64 * 24 * 64, unsafe { vnni(iterations) }),

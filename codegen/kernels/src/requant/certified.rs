@@ -126,7 +126,7 @@ pub(crate) fn rows<C: CodeOut>(kernels: Kernels, acc: &[i32], bias: &[i32], plan
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
         // the instructions `row_avx512` uses.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { rows_avx512(acc, bias, plans, out, codes) },
+        Isa::Avx512Vnni => unsafe { rows_avx512(acc, bias, plans, out, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { rows_avx2(acc, bias, plans, out, codes) },
@@ -361,7 +361,7 @@ pub(crate) fn block<C: CodeOut>(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
         // the instructions `row_avx512` uses.
-        Isa::Avx512Vnni | Isa::Avx512Amx => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
+        Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
         Isa::Avx2 => unsafe { block_avx2(acc, n, rows, (c0, cols), cs, codes) },
