@@ -182,7 +182,7 @@ impl WeightOnly {
     /// `y = x·DQ(W)` for one row `x` of K elements, on the path of `kernels` (the same bits on
     /// every path).
     pub fn gemv(&self, kernels: Kernels, x: &[f32], y: &mut [f32]) {
-        match kernels.path() {
+        match kernels.isa() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI;
             // the function only lets the compiler use AVX-512F/BW instructions for safe code.
