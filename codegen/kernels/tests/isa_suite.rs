@@ -42,8 +42,9 @@ fn random_shapes(isa: Isa) {
     // rows 5 × 6 + 5; (33, 70, 8) and (38, 1021, 100): last panels of 8 and 4 columns, row tails
     // of 3 and 2; (8, 4099, 40): 2 K blocks on VNNI; (131, 4096, 24): 2 blocks of rows on VNNI
     // (128 + 3). AMX (from 8 rows and K = 256; tiles of 16 rows × 64 k, 2 × 2 tiles of 32 ×
-    // 32): (32, 256, 32) four full tile steps; (48, 4096, 40) 64 steps, rows 32 + 16, a last
-    // panel of 8 columns; (16, 300, 48) one tile of rows, a K tail of 44 read against the next
+    // 32; K in blocks of 8 steps; with every zb zero, pairs of whole panels stored straight
+    // into C, the others finished by vector code): (32, 256, 32) four full tile steps; (48,
+    // 4096, 40) 64 steps in 8 blocks, rows 32 + 16, a last panel of 8 columns; (16, 300, 48) one tile of rows, a K tail of 44 read against the next
     // panels' groups, the last panel's from its zero-padded copy; (200, 4096, 33) two blocks of
     // rows (128 + 72); (9, 1000, 16) 9 rows, one panel.
     let blocks = [
