@@ -12,8 +12,9 @@ everywhere. Per round and shape, the Rust binary (codegen/kernels/examples/gemm_
 kernel path the host has, B packed once outside the timing) runs first, then ORT's two sessions
 (ORT_ENABLE_ALL, B a constant initializer); before each path's timing the Rust binary measures
 the path's instruction peak (its tile's exact multiply-accumulate instructions on registers only:
-`tdpbusd` on 4 tiles for avx512amx, `vpdpbusd` for avx512vnni, `vpmaddwd`+`vpaddd` for avx2), and per round the GEMM on an
-L1-resident 96×256×64 problem.
+`tdpbusd` on 4 tiles for avx512amx, `vpdpbusd` for avx512vnni, `vpmaddwd`+`vpaddd` for avx2; on
+avx512amx also its GEMM's tile steps loading A and B from L1, the most a GEMM can reach there),
+and per round the GEMM on an L1-resident 96×256×64 problem.
 Reported: medians of the round medians, GOPS (2·M·K·N / time), speed ratios t_ORT / t_Rust of
 the fastest Rust path (above 1: Rust faster) — `gemm` (i32 out) against MatMulInteger,
 `gemm+rq` (GEMM plus the certified requantization to u8) against QLinearMatMul — and the
@@ -112,6 +113,7 @@ def main():
         wrong[(m, k, n)] = int(np.count_nonzero(got.astype(np.int64) != exact))
     rounds = {s: {"rust": [], "ort": {"MatMulInteger": [], "QLinearMatMul": []}} for s in SHAPES}
     peaks: dict[str, list[float]] = {}
+    loaded: dict[str, list[float]] = {}
     l1: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for row in rust(["--peak"], args.reps, paths)["rows"]:
@@ -129,8 +131,11 @@ def main():
             for r in rr:
                 if r["instruction_peak_gops"] is not None:
                     peaks.setdefault(r["isa"], []).append(r["instruction_peak_gops"])
+                if r.get("loaded_peak_gops") is not None:
+                    loaded.setdefault(r["isa"], []).append(r["loaded_peak_gops"] / r["instruction_peak_gops"])
     peak = {isa: statistics.median(v) for isa, v in peaks.items()}
     l1_gops = {isa: statistics.median(v) for isa, v in l1.items()}
+    loaded_share = {isa: statistics.median(v) for isa, v in loaded.items()}
     host_peak = max(peak.values())
 
     def share(s, isa):
@@ -162,7 +167,7 @@ def main():
             "split_entries": rounds[s]["rust"][0][isas.index(best)].get("split_entries"),
         })
     report = {"onnxruntime": ort.__version__, "weights": args.weights, "rounds": args.rounds, "load_before": load_before, "load_after": load_after,
-              "instruction_peak_gops": peak, "l1_gemm_gops": l1_gops, "rows": rows}
+              "instruction_peak_gops": peak, "loaded_steps_share": loaded_share, "l1_gemm_gops": l1_gops, "rows": rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -170,6 +175,8 @@ def main():
     print("exact instruction peak per path (registers only, medians of the measurements beside each shape): "
           + ", ".join(f"{isa} {g:.0f} GOPS" for isa, g in peak.items()) + f"; host exact peak {host_peak:.0f} GOPS")
     print("GEMM on L1-resident 96×256×64: " + ", ".join(f"{isa} {g:.0f} GOPS" for isa, g in l1_gops.items()))
+    for isa, v in loaded_share.items():
+        print(f"{isa} tile steps loading A and B from L1, nothing else (the ceiling of a GEMM on that path): {100 * v:.0f}% of its instruction peak")
     isas = list(rows[0]["rust_gops"])
     head = " ".join(f"{isa:>10}" for isa in isas)
     print(f"{'M':>4} {'K=N':>5} | GEMM i32 GOPS: {head} {'ORT MMI':>8} {'×MMI':>6} {'%peak':>6} | +requant u8 GOPS: {head} {'ORT QLMM':>8} {'×QLMM':>6} | ORT MMI wrong")

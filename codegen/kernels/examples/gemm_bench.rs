@@ -7,7 +7,8 @@
 //! to u8 (`gemm+rq`, what QLinearMatMul computes; fused per block where the path does it). B is packed once, outside the timing.
 //! Before each path's timing, its instruction peak (the tile's multiply-accumulates on registers
 //! only, `instruction_peak`; SIMD paths) is measured, so each shape has a peak from the same
-//! minutes of this shared host. `--peak`: the GEMM on an L1-resident problem (96 × 256 × 64:
+//! minutes of this shared host; on the AMX path also its tile steps loading their operands from L1
+//! (`loaded_peak`, "L1 steps": the ceiling of any AMX GEMM here). `--peak`: the GEMM on an L1-resident problem (96 × 256 × 64:
 //! 40 KiB of operands) only.
 //! Weights: uniform over [−127, 127] (the default; the case int16 pairs saturate on), or `bell`:
 //! bell-shaped with σ ≈ 36 and |w| ≤ 124, as per-channel weights of real models are, which the
@@ -64,15 +65,31 @@ struct Row {
     split_peak: Option<f64>,
     /// Weights the AVX2 path's pair split changes (`None`: not split).
     split_entries: Option<usize>,
+    /// The AMX path's tile steps loading from L1, measured just before (`loaded_peak`).
+    loaded_peak: Option<f64>,
 }
 
-/// GOPS of the path's tile arithmetic on registers only (`instruction_peak`, or with `split` the
-/// AVX2 path's on split weights, `split_peak`), median.
-fn instruction_peak_gops(kern: Kernels, reps: usize, split: bool) -> Option<f64> {
+/// Which peak [`peak_gops`] measures.
+#[derive(Clone, Copy)]
+enum Peak {
+    /// The tile's arithmetic on registers only (`instruction_peak`).
+    Registers,
+    /// The AVX2 path's on split weights (`split_peak`).
+    Split,
+    /// The AMX path's tile steps with operands from L1 (`loaded_peak`).
+    Loaded,
+}
+
+/// GOPS of one of the path's peaks ([`Peak`]), median.
+fn peak_gops(kern: Kernels, reps: usize, which: Peak) -> Option<f64> {
     let iterations = 1 << 16;
     let (mut macs, mut sum) = (0u64, 0i32);
     let secs = median_secs(reps, || {
-        let (m, s) = if split { qdqc_kernels::split_peak(kern, iterations).unwrap_or((0, 0)) } else { qdqc_kernels::instruction_peak(kern, iterations) };
+        let (m, s) = match which {
+            Peak::Registers => qdqc_kernels::instruction_peak(kern, iterations),
+            Peak::Split => qdqc_kernels::split_peak(kern, iterations).unwrap_or((0, 0)),
+            Peak::Loaded => qdqc_kernels::loaded_peak(kern, iterations / 8).unwrap_or((0, 0)),
+        };
         (macs, sum) = (m, sum.wrapping_add(s));
     });
     // The checksum keeps the work observable.
@@ -102,8 +119,9 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize, b
     for &kern in paths {
         let mut c = vec![0i32; m * n];
         let mut y = vec![0u8; m * n];
-        let peak = instruction_peak_gops(kern, reps, false);
-        let split_peak = packed.split_entries(m).and_then(|_| instruction_peak_gops(kern, reps, true));
+        let peak = peak_gops(kern, reps, Peak::Registers);
+        let split_peak = packed.split_entries(m).and_then(|_| peak_gops(kern, reps, Peak::Split));
+        let loaded_peak = peak_gops(kern, reps, Peak::Loaded);
         let gemm = median_secs(reps, || gemm_u8(kern, &a, m, za, &packed, &mut c).expect("gemm"));
         if std::env::var_os("GEMM_BENCH_RQ").is_some() {
             let rq = median_secs(reps, || {
@@ -123,7 +141,7 @@ fn run_shape(paths: &[Kernels], (m, k, n): (usize, usize, usize), reps: usize, b
             None => reference = Some(c),
             Some(r) => assert!(r == &c, "{} differs from {} at {m}x{k}x{n}", kern.path(), paths[0].path()),
         }
-        rows.push(Row { isa: kern.path(), shape: (m, k, n), gemm, gemm_rq, peak, split_peak, split_entries: packed.split_entries(m) });
+        rows.push(Row { isa: kern.path(), shape: (m, k, n), gemm, gemm_rq, peak, split_peak, split_entries: packed.split_entries(m), loaded_peak });
     }
     rows
 }
@@ -188,7 +206,7 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"instruction_peak_gops\":{},\"split_entries\":{},\"split_peak_gops\":{}}}",
+                    "{{\"isa\":\"{}\",\"m\":{},\"k\":{},\"n\":{},\"gemm_s\":{:e},\"gemm_rq_s\":{:e},\"instruction_peak_gops\":{},\"split_entries\":{},\"split_peak_gops\":{},\"loaded_peak_gops\":{}}}",
                     r.isa,
                     r.shape.0,
                     r.shape.1,
@@ -197,17 +215,21 @@ fn main() {
                     r.gemm_rq,
                     r.peak.map_or("null".to_string(), |p| format!("{p:.3}")),
                     r.split_entries.map_or("null".to_string(), |e| e.to_string()),
-                    r.split_peak.map_or("null".to_string(), |p| format!("{p:.3}"))
+                    r.split_peak.map_or("null".to_string(), |p| format!("{p:.3}")),
+                    r.loaded_peak.map_or("null".to_string(), |p| format!("{p:.3}"))
                 )
             })
             .collect();
         println!("{{\"rows\":[{}]}}", items.join(","));
         return;
     }
-    println!("{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9} {:>10}", "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS", "peak GOPS");
+    println!(
+        "{:<11} {:>5} {:>5} {:>5} {:>11} {:>9} {:>11} {:>9} {:>10} {:>10}",
+        "path", "M", "K", "N", "gemm ms", "GOPS", "gemm+rq ms", "GOPS", "peak GOPS", "L1 steps"
+    );
     for r in &rows {
         println!(
-            "{:<11} {:>5} {:>5} {:>5} {:>11.3} {:>9.1} {:>11.3} {:>9.1} {:>10}",
+            "{:<11} {:>5} {:>5} {:>5} {:>11.3} {:>9.1} {:>11.3} {:>9.1} {:>10} {:>10}",
             r.isa.name(),
             r.shape.0,
             r.shape.1,
@@ -216,7 +238,8 @@ fn main() {
             gops(r.shape, r.gemm),
             r.gemm_rq * 1e3,
             gops(r.shape, r.gemm_rq),
-            r.peak.map_or("-".to_string(), |p| format!("{p:.1}"))
+            r.peak.map_or("-".to_string(), |p| format!("{p:.1}")),
+            r.loaded_peak.map_or("-".to_string(), |p| format!("{p:.1}"))
         );
     }
 }

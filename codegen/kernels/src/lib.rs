@@ -44,5 +44,5 @@ pub mod weights;
 
 pub use gemm::{GemmError, accumulator_bound, gemm_u8, gemm_u8_requant, gemm_u8_requant_prepared};
 pub use isa::{ISA_ENV, Isa, IsaError, Kernels};
-pub use micro::peak::{instruction_peak, split_peak};
+pub use micro::peak::{instruction_peak, loaded_peak, split_peak};
 pub use pack::{KR, Layout, NR, PackError, PackedB};

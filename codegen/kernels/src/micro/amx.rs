@@ -143,6 +143,39 @@ pub unsafe fn peak(iterations: usize) -> i32 {
     sums.iter().fold(0i32, |a, &v| a.wrapping_add(v))
 }
 
+/// `iterations` rounds of 8 tile steps of the GEMM's 2 × 2 block, each loading its 2 tiles of A
+/// and 2 of B from L1 (16 KiB of each, on cache lines' boundaries) as [`block`] does, the sums
+/// never leaving their tiles: what the tile steps can reach when nothing waits on L2 or on C,
+/// for [`super::peak`]; returns a checksum of the sums.
+///
+/// # Safety
+/// As [`gemm`].
+pub unsafe fn loaded_peak(iterations: usize) -> i32 {
+    #[repr(C, align(64))]
+    struct Operands([u8; 2 * 8 * 2 * ROWS * 64]);
+    let operands = Box::new(Operands([1u8; 2 * 8 * 2 * ROWS * 64]));
+    let (a, b) = operands.0.split_at(8 * 2 * ROWS * 64);
+    let mut sums = [0i32; ROWS * NR];
+    // SAFETY: tiles configured full; every load reads 16 rows of 64 bytes inside `a` or `b`, the
+    // store writes inside `sums`.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) Config::new((ROWS, ROWS)).0.as_ptr(), options(nostack, readonly));
+        asm!("tilezero tmm4", "tilezero tmm5", "tilezero tmm6", "tilezero tmm7", options(nostack, nomem));
+        for _ in 0..iterations {
+            for s in 0..8 {
+                let (x0, b0) = (a.as_ptr().add(s * 2 * ROWS * 64), b.as_ptr().add(s * 2 * ROWS * 64));
+                asm!("tileloadd tmm2, [{b0} + {ld}*1]", "tileloadd tmm0, [{x0} + {ld}*1]", "tdpbusd tmm4, tmm0, tmm2",
+                     "tileloadd tmm3, [{b1} + {ld}*1]", "tdpbusd tmm5, tmm0, tmm3",
+                     "tileloadd tmm1, [{x1} + {ld}*1]", "tdpbusd tmm6, tmm1, tmm2", "tdpbusd tmm7, tmm1, tmm3",
+                     b0 = in(reg) b0, b1 = in(reg) b0.add(ROWS * 64), x0 = in(reg) x0, x1 = in(reg) x0.add(ROWS * 64), ld = in(reg) 64usize,
+                     options(nostack, readonly, preserves_flags));
+            }
+        }
+        asm!("tilestored [{p} + {s}*1], tmm4", "tilerelease", p = in(reg) sums.as_mut_ptr(), s = in(reg) 64usize, options(nostack));
+    }
+    sums.iter().fold(0i32, |a, &v| a.wrapping_add(v))
+}
+
 /// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major) into `c` (`m × n`), then
 /// `epilogue` on each finished block.
 ///

@@ -21,6 +21,18 @@ pub fn instruction_peak(kernels: Kernels, iterations: usize) -> (u64, i32) {
     }
 }
 
+/// The AMX path's tile steps with their operands loaded from L1 (`amx::loaded_peak`: the
+/// GEMM's 2 × 2 step, nothing from L2, no sums leaving the tiles): the most any AMX GEMM can
+/// reach on this host; `None` on other paths.
+pub fn loaded_peak(kernels: Kernels, iterations: usize) -> Option<(u64, i32)> {
+    match kernels.path() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked the AMX tiles.
+        Isa::Avx512Amx => Some((iterations as u64 * 8 * 4 * 16 * 16 * 64, unsafe { super::amx::loaded_peak(iterations) })),
+        _ => None,
+    }
+}
+
 /// The AVX2 path's peak on split weights (`crate::split`): `vpmaddubsw`, `vpmaddwd` by ones and
 /// `vpaddd` per 32 products, as its tile runs them; `None` on other paths.
 pub fn split_peak(kernels: Kernels, iterations: usize) -> Option<(u64, i32)> {
