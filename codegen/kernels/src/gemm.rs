@@ -63,14 +63,14 @@ pub fn accumulator_bound(b: &PackedB, za: u8) -> i64 {
 
 /// `c = (a − za)·(b − zb)` with `a` row-major `m × k`, `c` row-major `m × n`.
 pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32]) -> Result<(), GemmError> {
-    gemm_with(kernels, a, m, za, b, c, &mut |_, _, _, _, _| {})
+    gemm_with(kernels, a, m, za, b, c, true, &mut |_| {})
 }
 
 /// The GEMM requantized: `out[m][n] = sat(rne((c[m][n] + bias[n])·sx·sw[n]/sy) + zy)` by `plan`
 /// (what [`gemm_u8`] then [`requantize`] give, the same codes). With the certified form (the one
 /// the generated code uses) each finished block of `c` is requantized right after the kernel
-/// wrote it, while it is in L1 (the VNNI path, and the AVX2 one from 32 rows); `c` is the
-/// caller's `m × n` scratch. Returns the
+/// wrote it, while it is in L1 (the VNNI path, and the AVX2 one from 32 rows; the AMX tiles
+/// requantize their own 32 × 128 buffer and leave `c` alone); `c` is the caller's `m × n` scratch. Returns the
 /// number of exact fallbacks (also counted in [`crate::requant::fallback_hits`]).
 #[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
 pub fn gemm_u8_requant<C: CodeOut>(
@@ -152,17 +152,19 @@ fn requantized<C: CodeOut>(
     }
     let cs = Columns::new(ops, bias, forms, plan.output);
     let mut fallbacks = 0;
-    gemm_with(kernels, a, m, za, b, c, &mut |c, r0, mr, c0, cols| {
-        fallbacks += requant_block(kernels, c, n, r0..r0 + mr, (c0, cols), &cs, out);
+    gemm_with(kernels, a, m, za, b, c, false, &mut |f| {
+        fallbacks += requant_block(kernels, f, n, &cs, out);
     })?;
     count_fallbacks(fallbacks);
     Ok(fallbacks)
 }
 
-/// The product, then `epilogue(c, r0, mr, c0, cols)` on finished blocks (per tile on the VNNI
-/// path, per 32 × 128 block on the AMX tiles, on the AVX2 one from [`micro::avx2::WIDE_ROWS`]
-/// rows, once on the whole of `c` otherwise).
-fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut micro::Epilogue) -> Result<(), GemmError> {
+/// The product, then `epilogue` on finished blocks (per tile on the VNNI path, per 32 × 128 block
+/// on the AMX tiles, on the AVX2 one from [`micro::avx2::WIDE_ROWS`] rows, once on the whole of
+/// `c` otherwise). Without `fill_c` the epilogue is all the caller wants and `c` is scratch: the
+/// AMX tiles then keep each block in a buffer of their own, in L1, and never write `c`.
+#[allow(clippy::too_many_arguments)] // the product's operands and what becomes of it
+fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], fill_c: bool, epilogue: &mut micro::Epilogue) -> Result<(), GemmError> {
     let (k, n) = (b.k(), b.n());
     if a.len() != m * k {
         return Err(GemmError::A { expected: m * k, got: a.len() });
@@ -177,7 +179,7 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
     if kernels.path() == Isa::Avx512Amx && m >= micro::amx::MIN_ROWS && k >= micro::amx::MIN_K {
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI
         // and that this process may use AMX tiles.
-        unsafe { micro::amx::gemm(a, m, za, b, c, epilogue) };
+        unsafe { micro::amx::gemm(a, m, za, b, c, fill_c, epilogue) };
         return Ok(());
     }
     match kernels.isa() {
@@ -208,12 +210,12 @@ fn gemm_with(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut 
             // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX2; the
             // function only lets the compiler use AVX2 instructions for safe code.
             unsafe { correct_zero_points_avx2(a, m, za, b, c) };
-            epilogue(c, 0, m, 0, n);
+            epilogue(micro::Finished::of(c, n, 0, m, 0, n));
         }
         _ => {
             raw(kernels, a, m, b, c);
             correct_zero_points(a, m, za, b, c);
-            epilogue(c, 0, m, 0, n);
+            epilogue(micro::Finished::of(c, n, 0, m, 0, n));
         }
     }
     Ok(())

@@ -3,7 +3,10 @@
 //! element by element; per-tensor and per-column scales, with and without bias, scales that put
 //! values on ties (exact fallbacks), shapes around the 6 × 64 and 6 × 16 tiles (partial rows and
 //! panels), the K blocks (K = 9000: three on AVX2, the corrections after the last) and the
-//! one-row (GEMV) tiles; ratios in the f32
+//! one-row (GEMV) tiles, the AMX tiles' 32 × 128 blocks (their own buffer; with symmetric
+//! weights the pairs of whole panels start from the column corrections, the others are finished
+//! in place: (70, 600, 300) has 3 blocks of rows and of columns, the last of 3 panels, 12 columns
+//! in the last); ratios in the f32
 //! form's range and below it (the f64 form); the requantization made per call and made once
 //! (`gemm_u8_requant_prepared`, what generated code calls).
 
@@ -24,11 +27,16 @@ fn case<C: CodeOut + PartialEq + std::fmt::Debug>(
     with_bias: bool,
     scales: (f32, f32, f32),
     zy: i32,
+    symmetric: bool,
 ) {
     let Some(kern) = kernels(isa) else { return };
     let a = rng.u8s(m * k);
     let b = rng.i8s(k * n);
-    let zb = if per_column { rng.i8s(n) } else { vec![rng.next() as i8] };
+    let zb = match (symmetric, per_column) {
+        (true, _) => vec![0],
+        (false, true) => rng.i8s(n),
+        (false, false) => vec![rng.next() as i8],
+    };
     let za = rng.next() as u8;
     let packed = PackedB::from_i8(&b, k, n, Layout::KN, &zb).unwrap();
     let mut acc = vec![0i32; m * n];
@@ -76,11 +84,13 @@ fn suite(isa: Isa) {
         (20, 1000, 200),
         (37, 300, 70),
         (40, 9000, 20),
+        (70, 600, 300),
     ] {
-        case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128);
-        case::<i8>(isa, &mut rng, m, k, n, false, true, ties, -2);
-        case::<u8>(isa, &mut rng, m, k, n, true, false, ties, 0);
-        case::<i8>(isa, &mut rng, m, k, n, true, true, tiny, 5);
+        case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128, false);
+        case::<i8>(isa, &mut rng, m, k, n, false, true, ties, -2, false);
+        case::<u8>(isa, &mut rng, m, k, n, true, false, ties, 0, false);
+        case::<i8>(isa, &mut rng, m, k, n, true, true, tiny, 5, false);
+        case::<u8>(isa, &mut rng, m, k, n, true, true, plain, 128, true);
     }
 }
 

@@ -75,6 +75,9 @@ fn random_shapes(isa: Isa) {
             let zb = if per_column { rng.i8s(n) } else { vec![rng.next() as i8] };
             check_i8(kern, &a, m, k, rng.next() as u8, &b, n, &zb);
             check_i8(kern, &a, m, k, 0, &b, n, &[0]);
+            // Symmetric weights under an activation zero point (real models' usual case): only
+            // the column term of the corrections.
+            check_i8(kern, &a, m, k, rng.next() as u8, &b, n, &[0]);
         }
     }
 }

@@ -26,7 +26,7 @@
 //! The tile registers are usable only after the process asked Linux for them
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), which [`permitted`] does once.
 
-use super::{Corrections, Epilogue};
+use super::{Corrections, Epilogue, Finished};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -176,13 +176,14 @@ pub unsafe fn loaded_peak(iterations: usize) -> i32 {
     sums.iter().fold(0i32, |a, &v| a.wrapping_add(v))
 }
 
-/// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major) into `c` (`m × n`), then
-/// `epilogue` on each finished block.
+/// `c = (a − za)·(b − zb)` for `m` rows of `a` (`m × k` u8, row-major), then `epilogue` on each
+/// finished 32 × 128 block: of `c` (`m × n`) with `fill_c`, else of the kernel's own buffer (`c`
+/// is then left as it was).
 ///
 /// # Safety
 /// The host has AVX-512 F/BW/VNNI and [`permitted`] returned true (a [`crate::Kernels`] of the
 /// AMX path proves both).
-pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilogue: &mut Epilogue) {
+pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], fill_c: bool, epilogue: &mut Epilogue) {
     let (k, n, k4) = (b.k(), b.n(), b.k4());
     assert!(a.len() == m * k && c.len() == m * n && b.col_sums().len() == n && b.zero_points().len() == n);
     let steps = k4.div_ceil(GROUPS);
@@ -206,7 +207,7 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
     let tile_b = |p: usize, s: usize| -> *const i8 {
         if p >= first_copied && s + 1 == steps { tails[(p - first_copied) * tile_bytes..].as_ptr() } else { data[p * pstride + s * tile_bytes..].as_ptr() }
     };
-    let mut scratch = vec![Sums([0i32; 4 * ROWS * NR]); WIDE / 2];
+    let mut wide = Box::new(Wide([0i32; 2 * ROWS * WIDE * NR]));
     let colrows: Vec<Row> = colfix.chunks_exact(NR).map(|r| Row(r.try_into().expect("16 columns per panel"))).collect();
     let mc = ((A_BLOCK / lda).max(2 * ROWS)).div_ceil(2 * ROWS) * 2 * ROWS;
     let len = mc.min(m.next_multiple_of(2 * ROWS)) * lda;
@@ -230,41 +231,49 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
                 }
                 let a0 = packed[(r0 - m0) * lda..].as_ptr();
                 // K in blocks of `KC` steps: the block's 32 rows of A stay in L1 while each
-                // pair of panels' rows for it stream in from L2, the sums parked in `scratch`
-                // between blocks. Without row corrections a pair of whole panels starts from
-                // its column corrections and its tiles go straight to C; any other pair is
-                // finished by vector code, after the next pair's tile steps were issued (the
-                // vector work then overlaps the tiles', and no load waits on the tile store
-                // just made).
+                // pair of panels' rows for it stream in from L2, the sums parked in `wide` (pair
+                // i at column 32·i) between blocks. Without row corrections a pair of whole
+                // panels starts from its column corrections, and with `fill_c` its tiles go
+                // straight to C; any other pair is finished by vector code (into C with
+                // `fill_c`, in place otherwise) after the next pair's tile steps were issued:
+                // the vector work then overlaps the tiles', and no load waits on the tile store
+                // just made.
                 let pairs = ep.div_ceil(2);
                 let direct = |i: usize| rowsums.is_empty() && (e0 + (2 * i + 2).min(ep)) * NR <= n;
-                let finish_pair = |i: usize, sums: &Sums, c: &mut [i32]| {
+                let buf = wide.0.as_mut_ptr();
+                let cptr = c.as_mut_ptr();
+                // SAFETY (of the pointers below): pair i < WIDE / 2 lies inside `wide`; C's rows
+                // r0..r0 + mr and columns e0·16.. inside `c`.
+                let parked = |i: usize| Place { at: unsafe { buf.add(2 * NR * i) }, ld: WIDE * NR * 4, lower: ROWS * WIDE * NR };
+                let in_c = |i: usize| Place { at: unsafe { cptr.add(r0 * n + (e0 + 2 * i) * NR) }, ld: n * 4, lower: ROWS * n };
+                let finish_pair = |i: usize| {
                     let p0 = e0 + 2 * i;
                     let cols = (n - p0 * NR).min(2 * NR);
                     let fix = Corrections { colfix: &colfix[p0 * NR..], zb: &zb[p0 * NR..], rowsums: (!rowsums.is_empty()).then(|| &rowsums[r0..r0 + mr]) };
-                    // SAFETY: the caller guarantees AVX-512 F.
-                    unsafe { finish(&sums.0, mr, cols, &fix, &mut c[r0 * n + p0 * NR..], n) };
+                    let (from, to) = (parked(i), if fill_c { in_c(i) } else { parked(i) });
+                    // SAFETY: the caller guarantees AVX-512 F; both places hold `mr` rows of
+                    // `cols` columns, and no tile works on pair i any more.
+                    unsafe { finish(from.at, from.ld / 4, mr, cols, &fix, to.at, to.ld / 4) };
                 };
                 for s0 in (0..steps).step_by(KC) {
                     let (count, last) = (KC.min(steps - s0), s0 + KC >= steps);
                     for i in 0..pairs {
                         let p0 = e0 + 2 * i;
                         let np = 2.min(e0 + ep - p0);
-                        let parked = Place { at: scratch[i].0.as_mut_ptr(), ld: 2 * NR * 4, lower: ROWS * 2 * NR };
                         let from = match (s0, direct(i)) {
                             (0, true) => Some(Place { at: colrows[p0].0.as_ptr().cast_mut(), ld: 0, lower: 0 }),
                             (0, false) => None,
-                            _ => Some(parked),
+                            _ => Some(parked(i)),
                         };
-                        let to = if last && direct(i) { Place { at: c[r0 * n + p0 * NR..].as_mut_ptr(), ld: n * 4, lower: ROWS * n } } else { parked };
+                        let to = if last && fill_c && direct(i) { in_c(i) } else { parked(i) };
                         // SAFETY: tiles 0–7 are configured for `rows`; every tile of A reads
                         // `rows.0` (then `rows.1`) rows of 64 bytes at stride 64 inside the
                         // block's packed rows (steps tiles of 32 rows); every tile of B 16 rows
                         // of 64 bytes inside the packed data (a panel's tail reads the next
                         // panels' first rows, the last panels' a zero-padded copy); the tiles
-                        // of sums read `scratch[i]` or the pair's column corrections (one row
-                        // per panel, `colrows`, read at stride 0) and write `scratch[i]` or C's
-                        // rows r0.. and columns p0·16.. of whole panels, all inside C.
+                        // of sums read pair i's place in `wide` or its column corrections (one
+                        // row per panel, `colrows`, read at stride 0) and write that place or
+                        // C's rows r0.. and columns p0·16.. of whole panels, all inside C.
                         unsafe {
                             match (rows.1 > 0, np == 2) {
                                 (true, true) => block::<true, true>(a0, s0..s0 + count, &tile_b, p0, from, to),
@@ -274,14 +283,15 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
                             }
                         }
                         if last && i > 0 && !direct(i - 1) {
-                            finish_pair(i - 1, &scratch[i - 1], c);
+                            finish_pair(i - 1);
                         }
                     }
                 }
                 if !direct(pairs - 1) {
-                    finish_pair(pairs - 1, &scratch[pairs - 1], c);
+                    finish_pair(pairs - 1);
                 }
-                epilogue(c, r0, mr, e0 * NR, (n - e0 * NR).min(ep * NR));
+                let cols = (n - e0 * NR).min(ep * NR);
+                epilogue(if fill_c { Finished::of(c, n, r0, mr, e0 * NR, cols) } else { Finished { acc: &wide.0, ld: WIDE * NR, r0, mr, c0: e0 * NR, cols } });
             }
         }
         m0 += mb;
@@ -310,11 +320,10 @@ fn pack_a(a: &[u8], k: usize, steps: usize, packed: &mut [u8]) {
     }
 }
 
-/// One 32 × 32 block's sums between blocks of K (rows 0–15 then 16–31, 32 i32 per row), on a
-/// cache line's boundary.
-#[derive(Clone)]
+/// The sums of one 32 × 128 block (4 pairs of panels, pair i at column 32·i; 128 i32 per row)
+/// between blocks of K and for the epilogue, on a cache line's boundary.
 #[repr(C, align(64))]
-struct Sums([i32; 4 * ROWS * NR]);
+struct Wide([i32; 2 * ROWS * WIDE * NR]);
 
 /// One panel's 16 column corrections, a tile row: the tiles of sums start from it (read at
 /// stride 0) when nothing else is added.
@@ -405,29 +414,28 @@ unsafe fn block<const TWO_ROWS: bool, const TWO_PANELS: bool>(
     }
 }
 
-/// `c[r][j] = sums[r][j] + colfix[j] − zb[j]·rowsum[r]` (wrapping) for the block's `mr` rows and
-/// `cols` columns, `c` rows `ldc` apart.
+/// `dst[r][j] = src[r][j] + colfix[j] − zb[j]·rowsum[r]` (wrapping) for the block's `mr` rows and
+/// `cols` columns, rows `src_ld` and `dst_ld` i32 apart (`dst` may be `src`).
 ///
 /// # Safety
-/// AVX-512 F present.
+/// AVX-512 F present; `src` and `dst` valid for `mr` rows of `cols` i32 at their strides.
 #[target_feature(enable = "avx512f")]
-unsafe fn finish(sums: &[i32; 4 * ROWS * NR], mr: usize, cols: usize, fix: &Corrections, c: &mut [i32], ldc: usize) {
+unsafe fn finish(src: *const i32, src_ld: usize, mr: usize, cols: usize, fix: &Corrections, dst: *mut i32, dst_ld: usize) {
     assert!(mr <= 2 * ROWS && cols <= 2 * NR && fix.colfix.len() >= cols && fix.zb.len() >= cols && fix.rowsums.is_none_or(|r| r.len() >= mr));
-    assert!(mr == 0 || c.len() >= (mr - 1) * ldc + cols);
     for p in 0..cols.div_ceil(NR) {
         let lanes = (cols - p * NR).min(NR);
         let mask: __mmask16 = if lanes == NR { 0xffff } else { (1u16 << lanes) - 1 };
-        // SAFETY: the asserts keep every masked lane inside `colfix`, `zb`, the scratch rows
-        // and `c`'s rows.
+        // SAFETY: the assert keeps every masked lane inside `colfix` and `zb`, the caller's
+        // guarantee inside `src`'s and `dst`'s rows.
         unsafe {
             let col = _mm512_maskz_loadu_epi32(mask, fix.colfix.as_ptr().add(p * NR));
             let zb = _mm512_maskz_loadu_epi32(mask, fix.zb.as_ptr().add(p * NR));
             for r in 0..mr {
-                let mut v = _mm512_add_epi32(_mm512_loadu_si512(sums.as_ptr().add(r * 2 * NR + p * NR).cast()), col);
+                let mut v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(mask, src.add(r * src_ld + p * NR)), col);
                 if let Some(rows) = fix.rowsums {
                     v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zb, _mm512_set1_epi32(rows[r])));
                 }
-                _mm512_mask_storeu_epi32(c.as_mut_ptr().add(r * ldc + p * NR), mask, v);
+                _mm512_mask_storeu_epi32(dst.add(r * dst_ld + p * NR), mask, v);
             }
         }
     }

@@ -35,7 +35,7 @@
 //! into L2 by the tiles. One-row products stream the weights once: widening them into memory
 //! would double the bytes that bandwidth-bound product reads.
 
-use super::{Corrections, Epilogue, Fix};
+use super::{Corrections, Epilogue, Finished, Fix};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -185,7 +185,7 @@ unsafe fn wide(a: &[i16], lda: usize, m: usize, b: &PackedB, c: &mut [i32], mut 
         // Every [`EPILOGUE_PANELS`] panels (and after the last), the finished columns of all rows.
         if let Some((_, epilogue)) = finish.as_mut().filter(|_| (panel + 1) % EPILOGUE_PANELS == 0 || panel + 1 == panels) {
             let first = panel / EPILOGUE_PANELS * EPILOGUE_PANELS * NR;
-            epilogue(c, 0, m, first, (c0 + NR).min(n) - first);
+            epilogue(Finished::of(c, n, 0, m, first, (c0 + NR).min(n) - first));
         }
     }
 }

@@ -23,7 +23,7 @@
 
 use super::Corrections;
 use super::avx2::{lanes_below, store_tile};
-use super::{Epilogue, Fix};
+use super::{Epilogue, Finished, Fix};
 use crate::pack::{KR, NR, PackedB};
 use crate::split::{Excess, ORDERS, PairSplit, pair_safe};
 use std::arch::x86_64::*;
@@ -125,7 +125,7 @@ unsafe fn run(a: &[u8], lda: usize, m: usize, b: &PackedB, split: &PairSplit, c:
         unsafe { add_excess(&at, mp, m, split.panel(panel), &mut c[c0..], n, cols) };
         if (panel + 1) % EPILOGUE_PANELS == 0 || panel + 1 == panels {
             let first = panel / EPILOGUE_PANELS * EPILOGUE_PANELS * NR;
-            epilogue(c, 0, m, first, c0 + cols - first);
+            epilogue(Finished::of(c, n, 0, m, first, c0 + cols - first));
         }
     }
 }

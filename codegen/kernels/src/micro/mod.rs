@@ -3,8 +3,27 @@
 //! [`crate::PackedB`]; the zero-point corrections are applied afterwards by [`crate::gemm`]
 //! (in the tile's registers on the VNNI path, and on the AVX2 one from 32 rows).
 
-/// A finished block of C: `(c, r0, mr, c0, cols)`, rows `r0..r0 + mr`, columns `c0..c0 + cols`.
-pub type Epilogue<'a> = dyn FnMut(&[i32], usize, usize, usize, usize) + 'a;
+/// What the caller does with each finished block of C.
+pub type Epilogue<'a> = dyn FnMut(Finished<'_>) + 'a;
+
+/// A finished block of C: rows `r0..r0 + mr`, columns `c0..c0 + cols`; row `r0 + i`, column
+/// `c0 + j` at `acc[i·ld + j]` — in C itself ([`Finished::of`]) or in a kernel's own buffer (the
+/// AMX path's, when C is only the caller's scratch).
+pub struct Finished<'a> {
+    pub acc: &'a [i32],
+    pub ld: usize,
+    pub r0: usize,
+    pub mr: usize,
+    pub c0: usize,
+    pub cols: usize,
+}
+
+impl Finished<'_> {
+    /// The block of the row-major `· × n` C at row `r0`, column `c0`.
+    pub fn of(c: &[i32], n: usize, r0: usize, mr: usize, c0: usize, cols: usize) -> Finished<'_> {
+        Finished { acc: &c[r0 * n + c0..], ld: n, r0, mr, c0, cols }
+    }
+}
 
 /// The zero-point corrections of a tile's last K block, at its first column and row (the VNNI
 /// and AVX2 tiles add them in registers).

@@ -17,7 +17,7 @@
 //! paths), the column part computed once per call and the row sums only when some `zb[n]` is
 //! nonzero, and the caller's epilogue then sees each finished 6 × 64 block while it is in L1.
 
-use super::{Epilogue, Fix};
+use super::{Epilogue, Finished, Fix};
 use crate::pack::{KR, NR, PackedB};
 use std::arch::x86_64::*;
 
@@ -114,7 +114,7 @@ pub unsafe fn gemm(a: &[u8], m: usize, za: u8, b: &PackedB, c: &mut [i32], epilo
                     // Prefetches read nothing.
                     unsafe { dispatch(mr, np, &tile) };
                     if last {
-                        epilogue(c, r0, mr, p0 * NR, cols);
+                        epilogue(Finished::of(c, n, r0, mr, p0 * NR, cols));
                     }
                 }
                 q0 += kq;

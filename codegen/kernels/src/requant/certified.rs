@@ -45,6 +45,7 @@ mod single;
 
 use super::{CodeOut, Output, Ratio, requant_exact};
 use crate::isa::{Isa, Kernels};
+use crate::micro::Finished;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The relative error bound the boundary check uses, 2^-49.
@@ -143,7 +144,7 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
     if cs.single && n > 0 {
         // SAFETY: the caller guarantees AVX-512 F/BW; the block is the whole matrix (`requantize` checked its length).
         return unsafe {
-            with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes)
+            with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes)
         };
     }
     each_row(&cs, acc, codes, |cs, acc_row, code_row| {
@@ -161,7 +162,7 @@ unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], 
     }
     let ops = operands(bias, plans);
     // SAFETY: the caller guarantees AVX2; the block is the whole matrix (`requantize` checked its length).
-    unsafe { block_avx2(acc, n, 0..acc.len() / n, (0, n), &Columns::new(&ops, bias, plans, out), codes) }
+    unsafe { block_avx2(acc, n, n, 0..acc.len() / n, (0, n), &Columns::new(&ops, bias, plans, out), codes) }
 }
 
 #[inline(always)]
@@ -345,27 +346,21 @@ pub(crate) fn row_columns<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[
     fallbacks
 }
 
-/// A block of a row-major `· × n` accumulator matrix `acc`: rows `rows`, columns `c0..c0 + cols`,
-/// into the same places of `codes`, per-column operands `cs` as in [`row_columns`]; on the kernel
-/// path's instance (vectorized). Returns the fallback count, not yet added to [`fallback_hits`].
-pub(crate) fn block<C: CodeOut>(
-    kernels: Kernels,
-    acc: &[i32],
-    n: usize,
-    rows: std::ops::Range<usize>,
-    (c0, cols): (usize, usize),
-    cs: &Columns<'_>,
-    codes: &mut [C],
-) -> u64 {
+/// A finished block of the product's accumulators ([`Finished`]: rows `r0..r0 + mr`, columns
+/// `c0..c0 + cols`, in C or in a kernel's own buffer) into the same places of the row-major
+/// `· × n` `codes`, per-column operands `cs` as in [`row_columns`]; on the kernel path's instance
+/// (vectorized). Returns the fallback count, not yet added to [`fallback_hits`].
+pub(crate) fn block<C: CodeOut>(kernels: Kernels, f: Finished<'_>, n: usize, cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let (acc, acc_ld, rows, cols) = (f.acc, f.ld, f.r0..f.r0 + f.mr, (f.c0, f.cols));
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
         // the instructions `row_avx512` uses.
-        Isa::Avx512Vnni => unsafe { block_avx512(acc, n, rows, (c0, cols), cs, codes) },
+        Isa::Avx512Vnni => unsafe { block_avx512(acc, acc_ld, n, rows, cols, cs, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { block_avx2(acc, n, rows, (c0, cols), cs, codes) },
-        _ => block_generic(acc, n, rows, (c0, cols), cs, codes),
+        Isa::Avx2 => unsafe { block_avx2(acc, acc_ld, n, rows, cols, cs, codes) },
+        _ => block_generic(acc, acc_ld, n, rows, cols, cs, codes),
     }
 }
 
@@ -375,12 +370,22 @@ pub(crate) fn block<C: CodeOut>(
 /// AVX2 present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+#[allow(clippy::too_many_arguments)] // [`block`]'s operands
+unsafe fn block_avx2<C: CodeOut>(
+    acc: &[i32],
+    acc_ld: usize,
+    n: usize,
+    rows: std::ops::Range<usize>,
+    (c0, cols): (usize, usize),
+    cs: &Columns<'_>,
+    codes: &mut [C],
+) -> u64 {
     let slice = cs.slice(c0, cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX2; rows and columns lie inside the n-column matrices.
-        return unsafe { with_flags!(single::block_avx2, C, (cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx2, C, (cs.offset, !cs.unbiased), acc, acc_ld, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
     }
+    let first = rows.start;
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX2; the slices below have `cols` elements each.
         unsafe {
@@ -388,7 +393,7 @@ unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<us
                 avx2::row,
                 C,
                 (!cs.narrow, !cs.unbiased),
-                &acc[row * n + c0..][..cols],
+                &acc[(row - first) * acc_ld..][..cols],
                 slice,
                 cs.bias,
                 cs.plans,
@@ -403,12 +408,22 @@ unsafe fn block_avx2<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<us
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+#[allow(clippy::too_many_arguments)] // [`block`]'s operands
+unsafe fn block_avx512<C: CodeOut>(
+    acc: &[i32],
+    acc_ld: usize,
+    n: usize,
+    rows: std::ops::Range<usize>,
+    (c0, cols): (usize, usize),
+    cs: &Columns<'_>,
+    codes: &mut [C],
+) -> u64 {
     let slice = cs.slice(c0, cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX-512 F/BW; rows and columns lie inside the n-column matrices.
-        return unsafe { with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, acc_ld, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
     }
+    let first = rows.start;
     rows.map(|row| {
         // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
         unsafe {
@@ -416,7 +431,7 @@ unsafe fn block_avx512<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<
                 row_avx512,
                 C,
                 (!cs.narrow, !cs.unbiased),
-                &acc[row * n + c0..][..cols],
+                &acc[(row - first) * acc_ld..][..cols],
                 slice,
                 cs.bias,
                 cs.plans,
@@ -528,8 +543,17 @@ fn settle_flags(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: 
 }
 
 #[inline(always)]
-fn block_generic<C: CodeOut>(acc: &[i32], n: usize, rows: std::ops::Range<usize>, (c0, cols): (usize, usize), cs: &Columns<'_>, codes: &mut [C]) -> u64 {
-    rows.map(|row| cs.row(&acc[row * n + c0..][..cols], c0, &mut codes[row * n + c0..][..cols])).sum()
+fn block_generic<C: CodeOut>(
+    acc: &[i32],
+    acc_ld: usize,
+    n: usize,
+    rows: std::ops::Range<usize>,
+    (c0, cols): (usize, usize),
+    cs: &Columns<'_>,
+    codes: &mut [C],
+) -> u64 {
+    let first = rows.start;
+    rows.map(|row| cs.row(&acc[(row - first) * acc_ld..][..cols], c0, &mut codes[row * n + c0..][..cols])).sum()
 }
 
 /// `k` where `ratio` is exactly `2^−k` (`r` its f64 quotient), `1 ≤ k ≤ 31`, and carries no bias

@@ -233,8 +233,9 @@ fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize,
     fallbacks
 }
 
-/// [`row`] on AVX-512 for rows `rows` of a row-major matrix of `ld` columns (`acc` and `codes`),
-/// columns `c0..c0 + cs.len()`, 16 per register, the constants set up once per block: the
+/// [`row`] on AVX-512 for rows `rows` and columns `c0..c0 + cs.len()` of a row-major matrix of
+/// `ld` columns (`codes`; `acc` holds the block only: row `rows.start + i`, column `c0 + j` at
+/// `acc[i·acc_ld + j]`), 16 per register, the constants set up once per block: the
 /// operations of [`approximate`] lane by lane (`vmaxps`/`vminps` equal `f32::max`/`min` here: no
 /// NaN, and a zero of either sign is then added to 1.5·2^23, which does not see its sign), the
 /// overflow of `acc + bias` from the signs of the operands and the sum; the code narrowed with
@@ -249,6 +250,7 @@ fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize,
 #[allow(clippy::too_many_arguments)] // a block's operands
 pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     acc: &[i32],
+    acc_ld: usize,
     ld: usize,
     rows: std::ops::Range<usize>,
     cs: ColumnSlice<'_>,
@@ -260,7 +262,14 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
 ) -> u64 {
     use std::arch::x86_64::*;
     let n = cs.r32.len();
-    assert!(cs.rho32.len() == n && bias.len() >= c0 + n && c0 + n <= ld && acc.len() >= rows.end * ld && codes.len() >= rows.end * ld);
+    assert!(
+        cs.rho32.len() == n
+            && bias.len() >= c0 + n
+            && c0 + n <= ld
+            && n <= acc_ld
+            && (rows.is_empty() || acc.len() >= (rows.len() - 1) * acc_ld + n)
+            && codes.len() >= rows.end * ld
+    );
     let bytes = C::bytes_mut(codes);
     let zy = _mm512_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -269,8 +278,8 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
     let (limit, neg_limit, magic, half, bound) =
         (_mm512_set1_ps(LIMIT), _mm512_set1_ps(-LIMIT), _mm512_set1_ps(MAGIC), _mm512_set1_ps(0.5), _mm512_set1_ps(BOUND));
     let mut fallbacks = 0;
-    for row in rows {
-        let (acc, bytes) = (&acc[row * ld + c0..][..n], &mut bytes[row * ld + c0..][..n]);
+    for row in rows.clone() {
+        let (acc, bytes) = (&acc[(row - rows.start) * acc_ld..][..n], &mut bytes[row * ld + c0..][..n]);
         // The boundary flags of up to 64 columns (four vectors) gathered before one test, so that
         // the loop does not branch on every vector's last compare.
         let mut flags = 0u64;
@@ -321,8 +330,8 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
     fallbacks
 }
 
-/// [`row`] on AVX2 for rows `rows` of a row-major matrix of `ld` columns (`acc` and `codes`),
-/// columns `c0..c0 + cs.len()`, 8 per register, the constants set up once per block, as
+/// [`row`] on AVX2 for rows `rows` and columns `c0..c0 + cs.len()` (`acc` and `codes` as in
+/// [`block_avx512`]), 8 per register, the constants set up once per block, as
 /// [`block_avx512`] (the overflow and boundary masks from sign bits, `vmovmskps`; `OFFSET` and
 /// `BIAS` as there: without them the loop has 7 of its 25 instructions fewer); the code
 /// narrowed by `vpackssdw` then `vpackuswb` (u8) or `vpacksswb` (i8), saturating steps whose
@@ -339,6 +348,7 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
 #[allow(clippy::too_many_arguments)] // a block's operands
 pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
     acc: &[i32],
+    acc_ld: usize,
     ld: usize,
     rows: std::ops::Range<usize>,
     cs: ColumnSlice<'_>,
@@ -350,7 +360,14 @@ pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool
 ) -> u64 {
     use std::arch::x86_64::*;
     let n = cs.r32.len();
-    assert!(cs.rho32.len() == n && bias.len() >= c0 + n && c0 + n <= ld && acc.len() >= rows.end * ld && codes.len() >= rows.end * ld);
+    assert!(
+        cs.rho32.len() == n
+            && bias.len() >= c0 + n
+            && c0 + n <= ld
+            && n <= acc_ld
+            && (rows.is_empty() || acc.len() >= (rows.len() - 1) * acc_ld + n)
+            && codes.len() >= rows.end * ld
+    );
     let full = n / 8 * 8;
     let zy = _mm256_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -362,8 +379,8 @@ pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool
     let abs = |x: __m256| _mm256_andnot_ps(sign, x);
     let (b_ptr, r_ptr, rho_ptr) = (bias[c0..].as_ptr(), cs.r32.as_ptr(), cs.rho32.as_ptr());
     let mut fallbacks = 0;
-    for r in rows {
-        let (acc, codes) = (&acc[r * ld + c0..][..n], &mut codes[r * ld + c0..][..n]);
+    for r in rows.clone() {
+        let (acc, codes) = (&acc[(r - rows.start) * acc_ld..][..n], &mut codes[r * ld + c0..][..n]);
         let bytes = C::bytes_mut(codes);
         let (a_ptr, y_ptr) = (acc.as_ptr(), bytes.as_mut_ptr());
         let mut j0 = 0;
