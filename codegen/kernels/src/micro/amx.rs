@@ -12,12 +12,13 @@
 //! Tile: 2 tiles of A (32 rows) × 2 of B (32 columns) into 4 tiles of sums, the 8 tile registers.
 //! Rows come in blocks that stay in L2 while every group of 8 panels streams past; per 32 rows,
 //! K runs in blocks of [`KC`] tile steps whose A stays in L1 while each pair of panels' rows
-//! passes, the sums parked in a 64-byte aligned scratch between blocks. The corrections
+//! passes, the sums parked between blocks in a 32 × 128 buffer of the kernel's. The corrections
 //! `+ K·za·zb[n] − za·Σ_k b[k][n] − zb[n]·Σ_k a[m][k]`: without the row term (every `zb` zero)
 //! the tiles of a pair of whole panels start from the column term (one row per panel loaded at
-//! stride 0) and are stored straight into C; otherwise vector code adds them on the way to C,
-//! one pair behind the tiles so that it overlaps them. The caller's epilogue sees each 32 × 128
-//! block of C as soon as it is in.
+//! stride 0); otherwise vector code adds them, one pair behind the tiles so that it overlaps
+//! them. The caller's epilogue then sees each finished 32 × 128 block: in C when C is wanted
+//! (`gemm_u8`; tiles of whole panels stored straight into it), else in the kernel's buffer, C
+//! never written (the requantizing GEMM, whose C is only scratch).
 //!
 //! Every buffer of ours a tile reads or writes is on a cache line's boundary: a tile row across
 //! two lines costs two accesses (the tile steps alone measured 0.25 of the instruction peak from
