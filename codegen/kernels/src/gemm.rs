@@ -70,8 +70,9 @@ pub fn gemm_u8(kernels: Kernels, a: &[u8], m: usize, za: u8, b: &PackedB, c: &mu
 /// (what [`gemm_u8`] then [`requantize`] give, the same codes). With the certified form (the one
 /// the generated code uses) each finished block of `c` is requantized right after the kernel
 /// wrote it, while it is in L1 (the VNNI path, and the AVX2 one from 32 rows; the AMX tiles
-/// requantize their own 32 × 128 buffer and leave `c` alone); `c` is the caller's `m × n` scratch. Returns the
-/// number of exact fallbacks (also counted in [`crate::requant::fallback_hits`]).
+/// requantize their own 32 × 128 buffer and leave `c` alone); `c` is the caller's `m × n`
+/// scratch. Returns the number of exact fallbacks (also counted in
+/// [`crate::requant::fallback_hits`]).
 #[allow(clippy::too_many_arguments)] // the product's and the requantization's operands
 pub fn gemm_u8_requant<C: CodeOut>(
     kernels: Kernels,
