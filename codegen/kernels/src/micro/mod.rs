@@ -23,6 +23,16 @@ impl Finished<'_> {
     pub fn of(c: &[i32], n: usize, r0: usize, mr: usize, c0: usize, cols: usize) -> Finished<'_> {
         Finished { acc: &c[r0 * n + c0..], ld: n, r0, mr, c0, cols }
     }
+
+    /// The block's rows, `r0..r0 + mr`.
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        self.r0..self.r0 + self.mr
+    }
+
+    /// Row `r` of the block (`r` in [`Finished::rows`]): its `cols` accumulators.
+    pub fn row(&self, r: usize) -> &[i32] {
+        &self.acc[(r - self.r0) * self.ld..][..self.cols]
+    }
 }
 
 /// The zero-point corrections of a tile's last K block, at its first column and row (the VNNI

@@ -144,7 +144,18 @@ unsafe fn rows_avx512<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified]
     if cs.single && n > 0 {
         // SAFETY: the caller guarantees AVX-512 F/BW; the block is the whole matrix (`requantize` checked its length).
         return unsafe {
-            with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, n, n, 0..acc.len() / n, cs.slice(0, n), bias, plans, 0, out, codes)
+            with_flags!(
+                single::block_avx512,
+                C,
+                (cs.offset, !cs.unbiased),
+                &Finished::of(acc, n, 0, acc.len() / n, 0, n),
+                n,
+                cs.slice(0, n),
+                bias,
+                plans,
+                out,
+                codes
+            )
         };
     }
     each_row(&cs, acc, codes, |cs, acc_row, code_row| {
@@ -162,7 +173,7 @@ unsafe fn rows_avx2<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], 
     }
     let ops = operands(bias, plans);
     // SAFETY: the caller guarantees AVX2; the block is the whole matrix (`requantize` checked its length).
-    unsafe { block_avx2(acc, n, n, 0..acc.len() / n, (0, n), &Columns::new(&ops, bias, plans, out), codes) }
+    unsafe { block_avx2(&Finished::of(acc, n, 0, acc.len() / n, 0, n), n, &Columns::new(&ops, bias, plans, out), codes) }
 }
 
 #[inline(always)]
@@ -351,17 +362,23 @@ pub(crate) fn row_columns<C: CodeOut>(acc: &[i32], cs: ColumnSlice<'_>, bias: &[
 /// `· × n` `codes`, per-column operands `cs` as in [`row_columns`]; on the kernel path's instance
 /// (vectorized). Returns the fallback count, not yet added to [`fallback_hits`].
 pub(crate) fn block<C: CodeOut>(kernels: Kernels, f: Finished<'_>, n: usize, cs: &Columns<'_>, codes: &mut [C]) -> u64 {
-    let (acc, acc_ld, rows, cols) = (f.acc, f.ld, f.r0..f.r0 + f.mr, (f.c0, f.cols));
     match kernels.isa() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `kernels` was made by `Kernels::new`/`detect`, which checked AVX-512 F/BW/VNNI,
         // the instructions `row_avx512` uses.
-        Isa::Avx512Vnni => unsafe { block_avx512(acc, acc_ld, n, rows, cols, cs, codes) },
+        Isa::Avx512Vnni => unsafe { block_avx512(&f, n, cs, codes) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, AVX2 was checked.
-        Isa::Avx2 => unsafe { block_avx2(acc, acc_ld, n, rows, cols, cs, codes) },
-        _ => block_generic(acc, acc_ld, n, rows, cols, cs, codes),
+        Isa::Avx2 => unsafe { block_avx2(&f, n, cs, codes) },
+        _ => each_block_row(&f, n, codes, |acc, code_row| cs.row(acc, f.c0, code_row)),
     }
+}
+
+/// `row(accumulators, codes)` on each row of the block `f`, the codes those of its columns in
+/// the row-major `· × n` `codes`; the sum of what it returns (fallbacks).
+#[inline(always)]
+fn each_block_row<C: CodeOut>(f: &Finished<'_>, n: usize, codes: &mut [C], mut row: impl FnMut(&[i32], &mut [C]) -> u64) -> u64 {
+    f.rows().map(|r| row(f.row(r), &mut codes[r * n + f.c0..][..f.cols])).sum()
 }
 
 /// [`block`] on AVX2: the f32 form's block ([`single::block_avx2`]), or the f64 form row by row.
@@ -371,77 +388,30 @@ pub(crate) fn block<C: CodeOut>(kernels: Kernels, f: Finished<'_>, n: usize, cs:
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)] // [`block`]'s operands
-unsafe fn block_avx2<C: CodeOut>(
-    acc: &[i32],
-    acc_ld: usize,
-    n: usize,
-    rows: std::ops::Range<usize>,
-    (c0, cols): (usize, usize),
-    cs: &Columns<'_>,
-    codes: &mut [C],
-) -> u64 {
-    let slice = cs.slice(c0, cols);
+unsafe fn block_avx2<C: CodeOut>(f: &Finished<'_>, n: usize, cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(f.c0, f.cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX2; rows and columns lie inside the n-column matrices.
-        return unsafe { with_flags!(single::block_avx2, C, (cs.offset, !cs.unbiased), acc, acc_ld, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx2, C, (cs.offset, !cs.unbiased), f, n, slice, cs.bias, cs.plans, cs.out, codes) };
     }
-    let first = rows.start;
-    rows.map(|row| {
-        // SAFETY: the caller guarantees AVX2; the slices below have `cols` elements each.
-        unsafe {
-            with_flags!(
-                avx2::row,
-                C,
-                (!cs.narrow, !cs.unbiased),
-                &acc[(row - first) * acc_ld..][..cols],
-                slice,
-                cs.bias,
-                cs.plans,
-                c0,
-                cs.out,
-                &mut codes[row * n + c0..][..cols]
-            )
-        }
+    each_block_row(f, n, codes, |acc, code_row| {
+        // SAFETY: the caller guarantees AVX2; both rows have the block's columns.
+        unsafe { with_flags!(avx2::row, C, (!cs.narrow, !cs.unbiased), acc, slice, cs.bias, cs.plans, f.c0, cs.out, code_row) }
     })
-    .sum()
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments)] // [`block`]'s operands
-unsafe fn block_avx512<C: CodeOut>(
-    acc: &[i32],
-    acc_ld: usize,
-    n: usize,
-    rows: std::ops::Range<usize>,
-    (c0, cols): (usize, usize),
-    cs: &Columns<'_>,
-    codes: &mut [C],
-) -> u64 {
-    let slice = cs.slice(c0, cols);
+unsafe fn block_avx512<C: CodeOut>(f: &Finished<'_>, n: usize, cs: &Columns<'_>, codes: &mut [C]) -> u64 {
+    let slice = cs.slice(f.c0, f.cols);
     if cs.single {
         // SAFETY: the caller guarantees AVX-512 F/BW; rows and columns lie inside the n-column matrices.
-        return unsafe { with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), acc, acc_ld, n, rows, slice, cs.bias, cs.plans, c0, cs.out, codes) };
+        return unsafe { with_flags!(single::block_avx512, C, (cs.offset, !cs.unbiased), f, n, slice, cs.bias, cs.plans, cs.out, codes) };
     }
-    let first = rows.start;
-    rows.map(|row| {
-        // SAFETY: the caller guarantees AVX-512 F/BW; the slices below have `cols` elements each.
-        unsafe {
-            with_flags!(
-                row_avx512,
-                C,
-                (!cs.narrow, !cs.unbiased),
-                &acc[(row - first) * acc_ld..][..cols],
-                slice,
-                cs.bias,
-                cs.plans,
-                c0,
-                cs.out,
-                &mut codes[row * n + c0..][..cols]
-            )
-        }
+    each_block_row(f, n, codes, |acc, code_row| {
+        // SAFETY: the caller guarantees AVX-512 F/BW; both rows have the block's columns.
+        unsafe { with_flags!(row_avx512, C, (!cs.narrow, !cs.unbiased), acc, slice, cs.bias, cs.plans, f.c0, cs.out, code_row) }
     })
-    .sum()
 }
 
 /// [`row_columns`] on AVX-512, 16 columns at a time (two halves of 8 f64 lanes): the same IEEE
@@ -540,20 +510,6 @@ fn settle_flags(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize, out: 
         fallbacks += 1;
     }
     fallbacks
-}
-
-#[inline(always)]
-fn block_generic<C: CodeOut>(
-    acc: &[i32],
-    acc_ld: usize,
-    n: usize,
-    rows: std::ops::Range<usize>,
-    (c0, cols): (usize, usize),
-    cs: &Columns<'_>,
-    codes: &mut [C],
-) -> u64 {
-    let first = rows.start;
-    rows.map(|row| cs.row(&acc[(row - first) * acc_ld..][..cols], c0, &mut codes[row * n + c0..][..cols])).sum()
 }
 
 /// `k` where `ratio` is exactly `2^−k` (`r` its f64 quotient), `1 ≤ k ≤ 31`, and carries no bias

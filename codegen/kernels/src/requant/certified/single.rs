@@ -20,6 +20,7 @@
 //! v is clamped to ±2^12 first, which keeps the rounding trick exact and the code saturated.
 
 use super::{Certified, ColumnSlice, requant_exact, settle_flags, settle_run};
+use crate::micro::Finished;
 use crate::requant::{CodeOut, Output};
 
 /// ±2^12: beyond it the code saturates (every zero point lies in −128..=255).
@@ -233,9 +234,15 @@ fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize,
     fallbacks
 }
 
-/// [`row`] on AVX-512 for rows `rows` and columns `c0..c0 + cs.len()` of a row-major matrix of
-/// `ld` columns (`codes`; `acc` holds the block only: row `rows.start + i`, column `c0 + j` at
-/// `acc[i·acc_ld + j]`), 16 per register, the constants set up once per block: the
+/// The bounds [`block_avx512`] and [`block_avx2`] read and write within: the block's columns are
+/// the slice's, inside the bias and the `ld` columns of `codes`, whose rows reach the block's last.
+fn check(f: &Finished<'_>, cs: &ColumnSlice<'_>, bias: &[i32], ld: usize, codes: usize) {
+    let n = cs.r32.len();
+    assert!(cs.rho32.len() == n && f.cols == n && bias.len() >= f.c0 + n && f.c0 + n <= ld && codes >= f.rows().end * ld);
+}
+
+/// [`row`] on AVX-512 for the finished block `f` (its `cs.len()` columns) into the same places
+/// of the row-major `codes` of `ld` columns, 16 per register, the constants set up once per block: the
 /// operations of [`approximate`] lane by lane (`vmaxps`/`vminps` equal `f32::max`/`min` here: no
 /// NaN, and a zero of either sign is then added to 1.5·2^23, which does not see its sign), the
 /// overflow of `acc + bias` from the signs of the operands and the sum; the code narrowed with
@@ -249,27 +256,18 @@ fn settle<C: CodeOut>(acc: &[i32], bias: &[i32], plans: &[Certified], c0: usize,
 #[target_feature(enable = "avx512f,avx512bw")]
 #[allow(clippy::too_many_arguments)] // a block's operands
 pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
-    acc: &[i32],
-    acc_ld: usize,
+    f: &Finished<'_>,
     ld: usize,
-    rows: std::ops::Range<usize>,
     cs: ColumnSlice<'_>,
     bias: &[i32],
     plans: &[Certified],
-    c0: usize,
     out: Output,
     codes: &mut [C],
 ) -> u64 {
     use std::arch::x86_64::*;
     let n = cs.r32.len();
-    assert!(
-        cs.rho32.len() == n
-            && bias.len() >= c0 + n
-            && c0 + n <= ld
-            && n <= acc_ld
-            && (rows.is_empty() || acc.len() >= (rows.len() - 1) * acc_ld + n)
-            && codes.len() >= rows.end * ld
-    );
+    let c0 = f.c0;
+    check(f, &cs, bias, ld, codes.len());
     let bytes = C::bytes_mut(codes);
     let zy = _mm512_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -278,8 +276,8 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
     let (limit, neg_limit, magic, half, bound) =
         (_mm512_set1_ps(LIMIT), _mm512_set1_ps(-LIMIT), _mm512_set1_ps(MAGIC), _mm512_set1_ps(0.5), _mm512_set1_ps(BOUND));
     let mut fallbacks = 0;
-    for row in rows.clone() {
-        let (acc, bytes) = (&acc[(row - rows.start) * acc_ld..][..n], &mut bytes[row * ld + c0..][..n]);
+    for row in f.rows() {
+        let (acc, bytes) = (f.row(row), &mut bytes[row * ld + c0..][..n]);
         // The boundary flags of up to 64 columns (four vectors) gathered before one test, so that
         // the loop does not branch on every vector's last compare.
         let mut flags = 0u64;
@@ -330,8 +328,7 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
     fallbacks
 }
 
-/// [`row`] on AVX2 for rows `rows` and columns `c0..c0 + cs.len()` (`acc` and `codes` as in
-/// [`block_avx512`]), 8 per register, the constants set up once per block, as
+/// [`row`] on AVX2 for the finished block `f` (`codes` as in [`block_avx512`]), 8 per register, the constants set up once per block, as
 /// [`block_avx512`] (the overflow and boundary masks from sign bits, `vmovmskps`; `OFFSET` and
 /// `BIAS` as there: without them the loop has 7 of its 25 instructions fewer); the code
 /// narrowed by `vpackssdw` then `vpackuswb` (u8) or `vpacksswb` (i8), saturating steps whose
@@ -347,27 +344,18 @@ pub(super) unsafe fn block_avx512<C: CodeOut, const OFFSET: bool, const BIAS: bo
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)] // a block's operands
 pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool>(
-    acc: &[i32],
-    acc_ld: usize,
+    f: &Finished<'_>,
     ld: usize,
-    rows: std::ops::Range<usize>,
     cs: ColumnSlice<'_>,
     bias: &[i32],
     plans: &[Certified],
-    c0: usize,
     out: Output,
     codes: &mut [C],
 ) -> u64 {
     use std::arch::x86_64::*;
     let n = cs.r32.len();
-    assert!(
-        cs.rho32.len() == n
-            && bias.len() >= c0 + n
-            && c0 + n <= ld
-            && n <= acc_ld
-            && (rows.is_empty() || acc.len() >= (rows.len() - 1) * acc_ld + n)
-            && codes.len() >= rows.end * ld
-    );
+    let c0 = f.c0;
+    check(f, &cs, bias, ld, codes.len());
     let full = n / 8 * 8;
     let zy = _mm256_set1_epi32(out.zero_point().wrapping_sub(MAGIC.to_bits() as i32));
     // The callers checked that `out` writes C's codes: the type decides the narrowing at compile time.
@@ -379,8 +367,8 @@ pub(super) unsafe fn block_avx2<C: CodeOut, const OFFSET: bool, const BIAS: bool
     let abs = |x: __m256| _mm256_andnot_ps(sign, x);
     let (b_ptr, r_ptr, rho_ptr) = (bias[c0..].as_ptr(), cs.r32.as_ptr(), cs.rho32.as_ptr());
     let mut fallbacks = 0;
-    for r in rows.clone() {
-        let (acc, codes) = (&acc[(r - rows.start) * acc_ld..][..n], &mut codes[r * ld + c0..][..n]);
+    for r in f.rows() {
+        let (acc, codes) = (f.row(r), &mut codes[r * ld + c0..][..n]);
         let bytes = C::bytes_mut(codes);
         let (a_ptr, y_ptr) = (acc.as_ptr(), bytes.as_mut_ptr());
         let mut j0 = 0;
