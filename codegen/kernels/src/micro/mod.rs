@@ -1,7 +1,8 @@
 //! Microkernels: the raw sums `Σ_k a[m][k]·b[k][n]` (u8 × i8, i32 wrapping) of one tile, one file
-//! per path. They read A as rows of `k4·4` bytes (zero-padded past K) and B as packed by
-//! [`crate::PackedB`]; the zero-point corrections are applied afterwards by [`crate::gemm`]
-//! (in the tile's registers on the VNNI path, and on the AVX2 one from 32 rows).
+//! per path. They read A as rows of `k4·4` bytes (zero-padded past K; the AMX tiles copy it into
+//! tile order) and B as packed by [`crate::PackedB`]; the zero-point corrections are applied
+//! afterwards by [`crate::gemm`], or by the kernel itself: in the tile's registers on the VNNI
+//! path and on the AVX2 one from 32 rows, on each finished block of the AMX tiles.
 
 /// What the caller does with each finished block of C.
 pub type Epilogue<'a> = dyn FnMut(Finished<'_>) + 'a;
